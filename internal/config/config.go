@@ -1,0 +1,189 @@
+// Package config reads Gantry's configuration file.
+//
+// One TOML file (default /etc/gantry/config.toml, or the path in GANTRY_CONFIG)
+// holds the settings every Gantry binary shares. A missing file at the default
+// path means "all defaults"; a file named explicitly must exist. Unknown keys are
+// an error, so a typo never silently falls back to a default. Command-line flags
+// override the file; Default documents every key and its default.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// DefaultPath is where the configuration file lives unless GANTRY_CONFIG says otherwise.
+const DefaultPath = "/etc/gantry/config.toml"
+
+// EnvPath is the environment variable that overrides DefaultPath.
+const EnvPath = "GANTRY_CONFIG"
+
+// Config is the whole configuration file. The toml tags are the documented keys.
+type Config struct {
+	// GPUs selects the GPU backend: "nvml" (the real driver), "sim:PROFILE"
+	// (a built-in simulated host such as sim:h100x8) or "sim:FILE" (a YAML file).
+	GPUs string `toml:"gpus"`
+	// DriverRoot is the directory the driver's files are installed under:
+	// "/" for a host install, /run/nvidia/driver for a driver container,
+	// /home/kubernetes/bin/nvidia on GKE.
+	DriverRoot string `toml:"driver-root"`
+	// DevRoot is where the driver's device nodes are (dev/nvidia*); empty
+	// means the same as DriverRoot.
+	DevRoot string `toml:"dev-root"`
+	// LibrarySearchPaths are extra library directories (inside DriverRoot)
+	// searched after the ld.so.cache and the standard directories.
+	LibrarySearchPaths []string `toml:"library-search-paths"`
+	// LogLevel is one of debug, info, warn, error.
+	LogLevel string `toml:"log-level"`
+
+	CDI CDI `toml:"cdi"`
+}
+
+// CDI holds the settings of `gantry cdi`.
+type CDI struct {
+	// Kind is the CDI device kind (vendor/class) of the generated spec.
+	Kind string `toml:"kind"`
+	// SpecDirs are the directories CDI specs are read from, highest priority last.
+	SpecDirs []string `toml:"spec-dirs"`
+	// HookPath is the gantry binary that CDI hooks run (for SONAME symlinks and
+	// the ld.so.cache update); empty means the running gantry executable.
+	HookPath string `toml:"hook-path"`
+}
+
+// Default returns the configuration used when no file is present.
+func Default() Config {
+	return Config{
+		GPUs:       "nvml",
+		DriverRoot: "/",
+		LogLevel:   "warn",
+		CDI: CDI{
+			Kind:     "nvidia.com/gpu",
+			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
+		},
+	}
+}
+
+// Load reads the configuration from path; an empty path means GANTRY_CONFIG or
+// DefaultPath. It returns the path actually used ("" when defaults were used
+// because the default file does not exist).
+func Load(path string) (Config, string, error) {
+	explicit := path != ""
+	if path == "" {
+		if p := os.Getenv(EnvPath); p != "" {
+			path, explicit = p, true
+		} else {
+			path = DefaultPath
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !explicit {
+			return Default(), "", nil
+		}
+		return Config{}, path, fmt.Errorf("reading config %s: %w (fix the path, or unset %s to use defaults)", path, err, EnvPath)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return Config{}, path, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, path, nil
+}
+
+// Parse decodes a configuration file over the defaults and validates it.
+func Parse(b []byte) (Config, error) {
+	c := Default()
+	dec := toml.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		var sm *toml.StrictMissingError
+		if errors.As(err, &sm) {
+			var keys []string
+			for _, e := range sm.Errors {
+				keys = append(keys, strings.Join(e.Key(), "."))
+			}
+			return Config{}, fmt.Errorf("unknown key %s: see `gantry config default` for every key", strings.Join(keys, ", "))
+		}
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, col := de.Position()
+			return Config{}, fmt.Errorf("line %d, column %d: %s", row, col, de.Error())
+		}
+		return Config{}, err
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Validate checks the values that have a fixed set of choices.
+func (c Config) Validate() error {
+	if err := ValidateGPUs(c.GPUs); err != nil {
+		return fmt.Errorf("key gpus: %w", err)
+	}
+	if c.DriverRoot == "" || !strings.HasPrefix(c.DriverRoot, "/") {
+		return fmt.Errorf("key driver-root: %q is not an absolute path (e.g. \"/\" or \"/run/nvidia/driver\")", c.DriverRoot)
+	}
+	if c.DevRoot != "" && !strings.HasPrefix(c.DevRoot, "/") {
+		return fmt.Errorf("key dev-root: %q is not an absolute path", c.DevRoot)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("key log-level: %q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if strings.Count(c.CDI.Kind, "/") != 1 {
+		return fmt.Errorf("key cdi.kind: %q is not of the form vendor.com/class (e.g. nvidia.com/gpu)", c.CDI.Kind)
+	}
+	return nil
+}
+
+// ValidateGPUs checks a --gpus / gpus value.
+func ValidateGPUs(s string) error {
+	if s == "nvml" {
+		return nil
+	}
+	if rest, ok := strings.CutPrefix(s, "sim:"); ok && rest != "" {
+		return nil
+	}
+	return fmt.Errorf("%q is not a GPU backend: use nvml, sim:PROFILE (e.g. sim:h100x8) or sim:FILE", s)
+}
+
+// EffectiveDevRoot is DevRoot, or DriverRoot when DevRoot is empty.
+func (c Config) EffectiveDevRoot() string {
+	if c.DevRoot != "" {
+		return c.DevRoot
+	}
+	return c.DriverRoot
+}
+
+// Encode renders the configuration as a documented TOML file.
+func (c Config) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString(header)
+	enc := toml.NewEncoder(&buf)
+	enc.SetIndentTables(true)
+	if err := enc.Encode(c); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in GANTRY_CONFIG).
+# Flags given on the command line override these values.
+#
+# gpus                 nvml | sim:PROFILE (sim:h100x1, sim:h100x8, sim:h200x8, sim:a100x2-mig) | sim:FILE
+# driver-root          where the driver is installed: / , /run/nvidia/driver, /usr/local/nvidia's parent, ...
+# dev-root             where dev/nvidia* are; empty = driver-root
+# library-search-paths extra library directories inside driver-root
+# log-level            debug | info | warn | error
+# cdi.kind             CDI kind of generated specs
+# cdi.spec-dirs        directories CDI specs are read from
+# cdi.hook-path        gantry binary run by CDI hooks; empty = this executable
+
+`

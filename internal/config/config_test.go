@@ -1,0 +1,95 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    func(Config) bool
+		wantErr string
+	}{
+		{name: "empty is defaults", in: "", want: func(c Config) bool { return c.GPUs == "nvml" && c.DriverRoot == "/" && c.CDI.Kind == "nvidia.com/gpu" }},
+		{name: "sim profile", in: `gpus = "sim:h100x8"`, want: func(c Config) bool { return c.GPUs == "sim:h100x8" }},
+		{name: "nested", in: "driver-root = \"/run/nvidia/driver\"\n[cdi]\nkind = \"example.com/gpu\"\n", want: func(c Config) bool {
+			return c.DriverRoot == "/run/nvidia/driver" && c.CDI.Kind == "example.com/gpu" && len(c.CDI.SpecDirs) == 2
+		}},
+		{name: "unknown key", in: `gpu = "nvml"`, wantErr: "unknown key gpu"},
+		{name: "unknown nested key", in: "[cdi]\nkinds = \"x\"\n", wantErr: "unknown key cdi.kinds"},
+		{name: "bad backend", in: `gpus = "cuda"`, wantErr: `key gpus: "cuda" is not a GPU backend`},
+		{name: "empty sim", in: `gpus = "sim:"`, wantErr: "key gpus"},
+		{name: "relative root", in: `driver-root = "run/nvidia"`, wantErr: "key driver-root"},
+		{name: "bad level", in: `log-level = "loud"`, wantErr: "key log-level"},
+		{name: "bad kind", in: "[cdi]\nkind = \"gpu\"\n", wantErr: "key cdi.kind"},
+		{name: "syntax", in: "gpus = \n", wantErr: "line 1"},
+		{name: "wrong type", in: "gpus = 3\n", wantErr: "line 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.in))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse(%q) error = %v, want containing %q", tt.in, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse(%q): %v", tt.in, err)
+			}
+			if !tt.want(c) {
+				t.Fatalf("Parse(%q) = %+v", tt.in, c)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvPath, "")
+	if _, _, err := Load(filepath.Join(dir, "missing.toml")); err == nil {
+		t.Fatal("explicit missing file must be an error")
+	}
+	p := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(p, []byte(`gpus = "sim:h100x1"`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvPath, p)
+	c, used, err := Load("")
+	if err != nil || used != p || c.GPUs != "sim:h100x1" {
+		t.Fatalf("Load via env = %+v, %q, %v", c, used, err)
+	}
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	c := Default()
+	c.LibrarySearchPaths = []string{"/opt/nvidia/lib"}
+	b, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(b)
+	if err != nil {
+		t.Fatalf("Parse(Encode()): %v\n%s", err, b)
+	}
+	if got.LibrarySearchPaths[0] != "/opt/nvidia/lib" || got.CDI.Kind != c.CDI.Kind {
+		t.Fatalf("round trip = %+v", got)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`gpus = "sim:h100x8"`))
+	f.Add([]byte("[cdi]\nkind = \"a.com/b\"\nspec-dirs = [\"/x\"]\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := Parse(b)
+		if err == nil {
+			if verr := c.Validate(); verr != nil {
+				t.Fatalf("Parse accepted an invalid config: %v", verr)
+			}
+		}
+	})
+}
