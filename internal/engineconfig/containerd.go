@@ -1,0 +1,187 @@
+package engineconfig
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// runcShimType is the containerd shim that honours options.BinaryName, so
+// pointing BinaryName at gantry-runtime makes the shim exec it instead of
+// runc.
+const runcShimType = "io.containerd.runc.v2"
+
+// criPluginFor maps a containerd config format version to the name of the
+// plugin that holds the CRI runtime settings.
+func criPluginFor(version int64) (string, error) {
+	switch version {
+	case 2:
+		return "io.containerd.grpc.v1.cri", nil
+	case 3:
+		return "io.containerd.cri.v1.runtime", nil
+	case 1:
+		return "", fmt.Errorf("%w: version 1 (containerd 1.x's original format): convert it to version 2 first, "+
+			"either with containerd 2.x's `containerd config migrate` or by adding `version = 2` and renaming "+
+			"[plugins.cri...] tables to [plugins.\"io.containerd.grpc.v1.cri\"...], then run again", ErrUnsupportedVersion)
+	}
+	return "", fmt.Errorf("%w: version %d: this gantry knows versions 2 (containerd 1.x) and 3 (containerd 2.x); upgrade gantry", ErrUnsupportedVersion, version)
+}
+
+func planContainerd(current []byte, opts Options, names []string) (result, error) {
+	doc, err := decodeTOML(current)
+	if err != nil {
+		return result{}, err
+	}
+	var ops []tomlOp
+	var changes []string
+
+	version := int64(2)
+	if len(doc) == 0 {
+		// No file, or only comments: containerd runs on built-in defaults.
+		// Version 2 is read by containerd 1.3 and later, 2.x included.
+		ops = append(ops, tomlOp{key: "version", value: version})
+		changes = append(changes, "set version = 2 (new configuration)")
+	} else {
+		switch v := doc["version"].(type) {
+		case nil:
+			version = 1
+		case int64:
+			version = v
+		default:
+			return result{}, fmt.Errorf("%w: version must be an integer, found %v: set `version = 2` or `version = 3`", ErrMalformed, v)
+		}
+	}
+	plugin, err := criPluginFor(version)
+	if err != nil {
+		return result{}, err
+	}
+	base := []string{"plugins", plugin, "containerd"}
+	runtimesPath := append(append([]string{}, base...), "runtimes")
+
+	defaultName := ""
+	if v, ok, err := lookup(doc, append(append([]string{}, base...), "default_runtime_name")); err != nil {
+		return result{}, err
+	} else if ok {
+		defaultName, _ = v.(string)
+	}
+
+	template, templateName, err := containerdTemplate(doc, runtimesPath, defaultName, names)
+	if err != nil {
+		return result{}, err
+	}
+
+	// The default goes before the runtimes so a new file reads top-down.
+	if opts.SetAsDefault && defaultName != opts.RuntimeName {
+		ops = append(ops, tomlOp{table: base, key: "default_runtime_name", value: opts.RuntimeName})
+		was := "unset, containerd uses runc"
+		if defaultName != "" {
+			was = defaultName
+		}
+		changes = append(changes, fmt.Sprintf("set %s.default_runtime_name = %s (was %s)", tomlPath(base), opts.RuntimeName, was))
+	}
+	for _, name := range names {
+		entryPath := append(append([]string{}, runtimesPath...), name)
+		v, ok, err := lookup(doc, entryPath)
+		if err != nil {
+			return result{}, err
+		}
+		if !ok {
+			entry := map[string]any{}
+			if template != nil {
+				entry = deepCopy(template).(map[string]any)
+			}
+			entry["runtime_type"] = runcShimType
+			options, _ := entry["options"].(map[string]any)
+			if options == nil {
+				options = map[string]any{}
+			}
+			options["BinaryName"] = opts.RuntimePath
+			entry["options"] = options
+			ops = append(ops, tomlOp{table: entryPath, newTable: entry, placeAfter: runtimesPath})
+			msg := fmt.Sprintf("add %s (runtime_type %s, options.BinaryName %s", tomlPath(entryPath), runcShimType, opts.RuntimePath)
+			if templateName != "" {
+				msg += ", other settings copied from runtimes." + templateName
+			}
+			changes = append(changes, msg+")")
+			continue
+		}
+		entry, isTable := v.(map[string]any)
+		if !isTable {
+			return result{}, fmt.Errorf("%w: %s is not a table: remove it and run again", ErrMalformed, tomlPath(entryPath))
+		}
+		if rt, _ := entry["runtime_type"].(string); rt != runcShimType {
+			ops = append(ops, tomlOp{table: entryPath, key: "runtime_type", value: runcShimType})
+			changes = append(changes, fmt.Sprintf("set %s.runtime_type = %s (was %s)", tomlPath(entryPath), runcShimType, describeTOML(entry["runtime_type"])))
+		}
+		optionsPath := append(append([]string{}, entryPath...), "options")
+		optv, hasOptions := entry["options"]
+		if _, isTable := optv.(map[string]any); hasOptions && !isTable {
+			return result{}, fmt.Errorf("%w: %s is not a table: remove it and run again", ErrMalformed, tomlPath(optionsPath))
+		}
+		options, _ := optv.(map[string]any)
+		if bn, _ := options["BinaryName"].(string); bn != opts.RuntimePath {
+			ops = append(ops, tomlOp{table: optionsPath, key: "BinaryName", value: opts.RuntimePath})
+			changes = append(changes, fmt.Sprintf("set %s.BinaryName = %s (was %s)", tomlPath(optionsPath), opts.RuntimePath, describeTOML(options["BinaryName"])))
+		}
+	}
+
+	if len(ops) == 0 {
+		return result{}, nil
+	}
+	if imports, ok := doc["imports"].([]any); ok && len(imports) > 0 {
+		// Imported files are merged after the main file; before containerd
+		// 2.1 a plugin section there replaces ours wholesale.
+		changes = append(changes, fmt.Sprintf("note: this file imports %v; a CRI plugin section in an imported file overrides these settings on containerd older than 2.1", imports))
+	}
+	return finishTOML(current, doc, ops, changes)
+}
+
+// containerdTemplate picks the runtime whose settings a new entry copies
+// (cgroup driver, annotations, ...): the current default, then runc, then
+// crun, then one of the names being registered that already exists. Only
+// runtimes on the runc shim qualify: BinaryName means nothing to others.
+// Copying from an NVIDIA entry is fine because runtime_type and BinaryName
+// are overwritten anyway.
+func containerdTemplate(doc tomlDoc, runtimesPath []string, defaultName string, ours []string) (map[string]any, string, error) {
+	for _, name := range append([]string{defaultName, "runc", "crun"}, ours...) {
+		if name == "" {
+			continue
+		}
+		v, ok, err := lookup(doc, append(append([]string{}, runtimesPath...), name))
+		if err != nil {
+			return nil, "", err
+		}
+		entry, isTable := v.(map[string]any)
+		if !ok || !isTable {
+			continue
+		}
+		if rt, _ := entry["runtime_type"].(string); rt != "" && rt != runcShimType {
+			continue
+		}
+		return entry, name, nil
+	}
+	return nil, "", nil
+}
+
+// describeTOML renders an old value for a change line.
+func describeTOML(v any) string {
+	if v == nil {
+		return "unset"
+	}
+	s, err := tomlValue(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return s
+}
+
+// finishTOML applies ops and notes when the file had to be re-encoded.
+func finishTOML(current []byte, doc tomlDoc, ops []tomlOp, changes []string) (result, error) {
+	updated, lossy, err := applyTOMLOps(current, doc, ops)
+	if err != nil {
+		return result{}, err
+	}
+	if lossy && len(bytes.TrimSpace(current)) > 0 {
+		changes = append(changes, "rewrote the whole file: its comments and layout were not preserved (Apply keeps the original beside it, suffixed "+BackupSuffix+")")
+	}
+	return result{updated: updated, changes: changes, lossy: lossy}, nil
+}

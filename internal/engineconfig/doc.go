@@ -1,0 +1,78 @@
+// Package engineconfig registers gantry-runtime with a container engine by
+// editing the engine's configuration file: Docker's daemon.json,
+// containerd's config.toml, or a CRI-O drop-in. It is the file editing behind
+// `gantry runtime configure --runtime docker|containerd|crio
+// [--set-as-default] [--dry-run]`.
+//
+// Plan is pure: existing bytes in, new bytes and a list of human-readable
+// changes out. Apply reads the file, calls Plan, and writes the result
+// atomically (or, for a dry run, only returns a unified diff). Both are
+// idempotent: once a file is configured, Plan returns it unchanged with no
+// changes, and Apply writes nothing.
+//
+// # What gets written
+//
+// The entries are the ones NVIDIA's `nvidia-ctk runtime configure` writes,
+// so a host moved from NVIDIA's toolkit to gantry keeps its runtime names
+// ("nvidia" by default, plus any extra names such as "gantry"):
+//
+//   - Docker: runtimes.<name> = {"path": <gantry-runtime>} and, with
+//     SetAsDefault, "default-runtime": <name>. NVIDIA's tool also writes an
+//     empty "args" list; dockerd reads arguments from "runtimeArgs" and
+//     ignores "args", so we write only "path" and keep whatever other keys
+//     an existing entry had. Runtime name "runc" is refused, as dockerd
+//     reserves it.
+//   - containerd, config format version 2 (containerd 1.x) under
+//     plugins."io.containerd.grpc.v1.cri".containerd.runtimes.<name>, and
+//     version 3 (containerd 2.x) under
+//     plugins."io.containerd.cri.v1.runtime".containerd.runtimes.<name>:
+//     runtime_type = "io.containerd.runc.v2" and options.BinaryName =
+//     <gantry-runtime>, so the runc shim executes gantry-runtime in place of
+//     runc. A new entry first copies the settings of the current default
+//     runtime, else runc, else crun (when that runtime uses the runc shim),
+//     so options such as SystemdCgroup carry over; NVIDIA does the same.
+//     SetAsDefault sets ...containerd.default_runtime_name. A file without a
+//     `version` key is containerd 1.x's version-1 format; it is refused with
+//     ErrUnsupportedVersion and instructions to migrate. A missing or
+//     comment-only file becomes a new version-2 file, which containerd 1.3+
+//     and 2.x both read.
+//   - CRI-O: a drop-in (default /etc/crio/crio.conf.d/99-nvidia.toml, the
+//     path NVIDIA uses) with [crio.runtime.runtimes.<name>] runtime_path =
+//     <gantry-runtime> and runtime_type = "oci", and with SetAsDefault
+//     [crio.runtime] default_runtime = <name>. monitor_path and runtime_root
+//     are left out: CRI-O then finds conmon on PATH and uses /run/<name>.
+//     NVIDIA also copies the default runtime's settings from the running
+//     CRI-O's merged config (`crio status config`); we only see the drop-in.
+//
+// SetAsDefault = false never removes an existing default, even one naming
+// our runtime (NVIDIA's tool does remove it); configure only adds.
+//
+// # Preserving the user's file
+//
+// daemon.json is decoded into an ordered list of members whose values are
+// kept verbatim; keys keep their original order, new keys are appended at
+// the end, and values are re-indented with the indentation the file already
+// used (four spaces for a new file). Only the layout of whitespace changes.
+// Duplicate keys at the levels we edit are refused rather than guessed at.
+//
+// TOML files are edited as text: one value replaced, one line inserted, or a
+// new table block inserted after the existing runtimes with their
+// indentation. Comments, key order and formatting therefore survive. Each
+// result is decoded and compared with the intended document; if an unusual
+// layout (dotted keys or inline tables where we need a header) makes a splice
+// wrong, the whole document is re-encoded instead, the change list says that
+// comments were lost, and Apply keeps the original as <path>.gantry-backup.
+//
+// # Drop-ins for containerd
+//
+// Recent NVIDIA toolkits do not edit containerd's config.toml in place: they
+// write /etc/containerd/conf.d/99-nvidia.toml and add
+// "/etc/containerd/conf.d/*.toml" to the main file's `imports`. Because
+// containerd before 2.1 merges imported files plugin by plugin (an imported
+// CRI plugin section replaces the main file's one instead of merging keys),
+// that drop-in has to carry a copy of the whole CRI plugin section, which
+// then silently shadows later edits to the main file. We edit the main file
+// instead, which text splicing makes safe for comments; when the file has
+// imports, the change list warns that an imported CRI section would override
+// it on containerd older than 2.1.
+package engineconfig

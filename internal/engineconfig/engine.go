@@ -1,0 +1,184 @@
+package engineconfig
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// Engine names a container engine whose configuration this package edits.
+type Engine string
+
+// The engines that `gantry runtime configure --runtime` accepts.
+const (
+	Docker     Engine = "docker"
+	Containerd Engine = "containerd"
+	CRIO       Engine = "crio"
+)
+
+// Engines lists every supported engine, in the order help text shows them.
+var Engines = []Engine{Docker, Containerd, CRIO}
+
+// Defaults used when Options leaves a field empty.
+const (
+	// DefaultRuntimeName is the runtime name NVIDIA's tooling registers, so
+	// existing `--runtime=nvidia` and RuntimeClass handlers keep working.
+	DefaultRuntimeName = "nvidia"
+	// DefaultRuntimePath is where packages install the gantry runtime shim.
+	DefaultRuntimePath = "/usr/bin/gantry-runtime"
+)
+
+// Sentinel errors callers can test with errors.Is.
+var (
+	// ErrUnknownEngine: the engine name is not one of Engines.
+	ErrUnknownEngine = errors.New("unknown container engine")
+	// ErrMalformed: the existing configuration file does not parse, or has a
+	// shape the engine itself would reject (for example a list where a table
+	// belongs). The file is never modified in this case.
+	ErrMalformed = errors.New("malformed engine configuration")
+	// ErrUnsupportedVersion: the containerd configuration uses a format
+	// version this package does not edit (version 1, or newer than 3).
+	ErrUnsupportedVersion = errors.New("unsupported containerd configuration version")
+	// ErrInvalidOptions: Options is unusable (relative path, bad name).
+	ErrInvalidOptions = errors.New("invalid runtime options")
+)
+
+// ParseEngine turns a user-supplied engine name into an Engine.
+func ParseEngine(s string) (Engine, error) {
+	for _, e := range Engines {
+		if strings.EqualFold(strings.TrimSpace(s), string(e)) {
+			return e, nil
+		}
+	}
+	// "cri-o" is how the project spells itself; accept it as an alias.
+	if strings.EqualFold(strings.TrimSpace(s), "cri-o") {
+		return CRIO, nil
+	}
+	return "", unknownEngine(s)
+}
+
+func unknownEngine(s string) error {
+	names := make([]string, len(Engines))
+	for i, e := range Engines {
+		names[i] = string(e)
+	}
+	return fmt.Errorf("%w %q: use one of %s", ErrUnknownEngine, s, strings.Join(names, ", "))
+}
+
+// DefaultPath is the file `runtime configure` edits for the engine when the
+// user names none. For CRI-O it is a drop-in that gantry owns, so the
+// distribution's crio.conf is never touched.
+func DefaultPath(e Engine) string {
+	switch e {
+	case Docker:
+		return "/etc/docker/daemon.json"
+	case Containerd:
+		return "/etc/containerd/config.toml"
+	case CRIO:
+		return "/etc/crio/crio.conf.d/99-nvidia.toml"
+	}
+	return ""
+}
+
+// Options says which runtime entries to register and where they point.
+type Options struct {
+	// RuntimeName is the main runtime name, "nvidia" when empty; SetAsDefault
+	// makes this name the engine's default.
+	RuntimeName string
+	// ExtraNames are registered too, with identical settings (for example
+	// "gantry" beside "nvidia").
+	ExtraNames []string
+	// RuntimePath is the absolute path of gantry-runtime; DefaultRuntimePath
+	// when empty.
+	RuntimePath string
+	// SetAsDefault makes RuntimeName the engine's default runtime. When false
+	// the existing default is left as it is, even if it already names
+	// RuntimeName: configure only adds, it never takes a choice away.
+	SetAsDefault bool
+}
+
+// runtimeNamePattern keeps names usable as TOML bare keys, Docker runtime
+// names and Kubernetes RuntimeClass handlers alike.
+var runtimeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+
+// normalize fills defaults, validates, and returns the names to register
+// (main name first, duplicates dropped).
+func (o Options) normalize(e Engine) (Options, []string, error) {
+	if o.RuntimeName == "" {
+		o.RuntimeName = DefaultRuntimeName
+	}
+	if o.RuntimePath == "" {
+		o.RuntimePath = DefaultRuntimePath
+	}
+	if !filepath.IsAbs(o.RuntimePath) {
+		return o, nil, fmt.Errorf("%w: runtime path %q is not absolute: pass the full path of gantry-runtime", ErrInvalidOptions, o.RuntimePath)
+	}
+	var names []string
+	seen := map[string]bool{}
+	for _, n := range append([]string{o.RuntimeName}, o.ExtraNames...) {
+		if !runtimeNamePattern.MatchString(n) {
+			return o, nil, fmt.Errorf("%w: runtime name %q: use letters, digits, '-' and '_' only", ErrInvalidOptions, n)
+		}
+		// dockerd refuses to start when daemon.json redefines its built-in runc.
+		if e == Docker && n == "runc" {
+			return o, nil, fmt.Errorf("%w: runtime name %q is reserved by Docker: choose another name", ErrInvalidOptions, n)
+		}
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	return o, names, nil
+}
+
+// result is what every engine planner produces.
+type result struct {
+	updated []byte
+	changes []string
+	// lossy is set when the file had to be re-encoded in full, dropping
+	// comments and layout; Apply then keeps a backup of the original.
+	lossy bool
+}
+
+// Plan computes the new content of an engine configuration file. current is
+// the existing content, nil when the file does not exist. It returns the
+// updated content and one human-readable line per change; when nothing needs
+// to change, updated is current itself (byte for byte) and changes is empty,
+// so Plan applied to its own output is always a no-op. Plan does no I/O.
+func Plan(engine Engine, current []byte, opts Options) (updated []byte, changes []string, err error) {
+	r, err := plan(engine, current, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r.updated, r.changes, nil
+}
+
+func plan(engine Engine, current []byte, opts Options) (result, error) {
+	opts, names, err := opts.normalize(engine)
+	if err != nil {
+		return result{}, err
+	}
+	var r result
+	switch engine {
+	case Docker:
+		r, err = planDocker(current, opts, names)
+	case Containerd:
+		r, err = planContainerd(current, opts, names)
+	case CRIO:
+		r, err = planCRIO(current, opts, names)
+	default:
+		// Callers pass ParseEngine's result; a raw string such as
+		// "Docker" is refused rather than guessed at.
+		err = unknownEngine(string(engine))
+	}
+	if err != nil {
+		return result{}, err
+	}
+	if len(r.changes) == 0 {
+		r.updated = current
+		r.lossy = false
+	}
+	return r, nil
+}
