@@ -1,0 +1,103 @@
+package cdispec
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Formats Marshal and Write accept.
+const (
+	FormatYAML = "yaml"
+	FormatJSON = "json"
+)
+
+// Marshal encodes spec as "yaml" or "json". YAML output starts with a "---"
+// document marker, as the CDI library writes it; JSON is indented and ends in
+// a newline, for people reading /etc/cdi.
+func Marshal(spec *specs.Spec, format string) ([]byte, error) {
+	if spec == nil {
+		return nil, fmt.Errorf("marshalling CDI spec: %w: nil spec", ErrInvalidSpec)
+	}
+	switch format {
+	case FormatYAML:
+		b, err := yaml.Marshal(spec)
+		if err != nil {
+			return nil, fmt.Errorf("marshalling CDI spec %s as YAML: %w", spec.Kind, err)
+		}
+		return append([]byte("---\n"), b...), nil
+	case FormatJSON:
+		b, err := json.MarshalIndent(spec, "", "  ")
+		if err != nil {
+			return nil, fmt.Errorf("marshalling CDI spec %s as JSON: %w", spec.Kind, err)
+		}
+		return append(b, '\n'), nil
+	}
+	return nil, fmt.Errorf("CDI spec format %q: use yaml or json", format)
+}
+
+// FormatFor returns the format for path's extension (.yaml, .yml, .json);
+// CDI runtimes only load .yaml and .json files, so other names are an error.
+func FormatFor(path string) (string, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		return FormatYAML, nil
+	case ".json":
+		return FormatJSON, nil
+	}
+	return "", fmt.Errorf("CDI spec file %s: name it .yaml or .json (runtimes ignore other files), or give the format", path)
+}
+
+// Write stores spec at path in format ("" picks it from the extension). It
+// writes a temporary file in the same directory, syncs it, sets mode 0644 and
+// renames it over path, so readers see the old file or the new one, never a
+// partial one; on any error the temporary file is removed.
+func Write(spec *specs.Spec, path, format string) (err error) {
+	if format == "" {
+		if format, err = FormatFor(path); err != nil {
+			return err
+		}
+	}
+	data, err := Marshal(spec, format)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("writing CDI spec %s: %w (does the directory exist and is it writable?)", path, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tmp.Close()
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return fmt.Errorf("writing CDI spec %s: %w", path, err)
+	}
+	if err = tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("writing CDI spec %s: %w", path, err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("writing CDI spec %s: %w", path, err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("writing CDI spec %s: %w", path, err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing CDI spec %s: %w", path, err)
+	}
+	// Make the rename itself durable; a failure here leaves a complete file,
+	// so it is not worth failing the command over.
+	if d, derr := os.Open(dir); derr == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
