@@ -1,6 +1,9 @@
 package driver
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // Capability is one value of NVIDIA_DRIVER_CAPABILITIES: a group of driver
 // files a container may ask for.
@@ -57,7 +60,8 @@ type File struct {
 	ContainerPath string   `json:"containerPath"`
 	Kind          FileKind `json:"kind"`
 	// Capability is the capability that brings the file in; empty for files
-	// every GPU container gets (control device nodes, IPC sockets).
+	// every GPU container gets (nvidiactl, GSP firmware). Compat32 marks the
+	// 32-bit libraries.
 	Capability Capability `json:"capability,omitempty"`
 	// SONAME for libraries (e.g. "libcuda.so.1"); the container gets a
 	// SONAME symlink to the file when the names differ.
@@ -81,4 +85,37 @@ type Inventory struct {
 	Firmware    []File `json:"firmware"`
 	Configs     []File `json:"configs"`
 	DeviceNodes []File `json:"deviceNodes"`
+	// Missing names the core pieces every working driver has that were not
+	// found (libcuda.so, libnvidia-ml.so, nvidia-smi, /dev/nvidiactl): a
+	// partial driver, or the wrong driver root.
+	Missing []string `json:"missing,omitempty"`
+	// Warnings are problems met on the way that did not stop discovery
+	// (an unreadable ld.so.cache, say).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// All returns every file in the inventory: libraries, binaries, firmware,
+// configs, sockets and device nodes, in that order.
+func (inv *Inventory) All() []File {
+	if inv == nil {
+		return nil
+	}
+	var out []File
+	for _, g := range [][]File{inv.Libraries, inv.Binaries, inv.Firmware, inv.Configs, inv.Sockets, inv.DeviceNodes} {
+		out = append(out, g...)
+	}
+	return out
+}
+
+// Files returns what a container asking for caps gets: the files of those
+// capabilities and the files every GPU container gets (empty Capability),
+// in the order of All.
+func (inv *Inventory) Files(caps []Capability) []File {
+	var out []File
+	for _, f := range inv.All() {
+		if f.Capability == "" || slices.Contains(caps, f.Capability) {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -1,0 +1,182 @@
+package driver
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// elfInfo is what Discover needs to know about a shared object: its word
+// size and machine (to tell compat32 libraries from native ones) and its
+// SONAME (the name the container's loader asks for).
+type elfInfo struct {
+	Class   elf.Class
+	Machine elf.Machine
+	SONAME  string
+}
+
+// errNotELF is returned for files that are not ELF objects.
+var errNotELF = errors.New("not an ELF file")
+
+// Limits that keep a hostile or corrupt file from making us read much.
+const (
+	maxProgHeaders = 256
+	maxDynamicSize = 64 << 10
+	maxSONAMELen   = 256
+)
+
+// readELFFile reads the ELF facts of the file at path.
+func readELFFile(path string) (elfInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return elfInfo{}, err
+	}
+	defer f.Close()
+	return readELF(f)
+}
+
+// readELF reads the ELF header, the program headers and the dynamic
+// segment, and looks DT_SONAME up in the dynamic string table. It reads a few
+// hundred bytes where debug/elf would read every section header and the whole
+// string table: libcuda alone is ~100 MB, and Discover opens ~70 libraries.
+func readELF(r io.ReaderAt) (elfInfo, error) {
+	var ident [elf.EI_NIDENT]byte
+	if _, err := r.ReadAt(ident[:], 0); err != nil {
+		return elfInfo{}, errNotELF
+	}
+	if !bytes.Equal(ident[:4], []byte(elf.ELFMAG)) {
+		return elfInfo{}, errNotELF
+	}
+	var bo binary.ByteOrder
+	switch elf.Data(ident[elf.EI_DATA]) {
+	case elf.ELFDATA2LSB:
+		bo = binary.LittleEndian
+	case elf.ELFDATA2MSB:
+		bo = binary.BigEndian
+	default:
+		return elfInfo{}, fmt.Errorf("%w: bad data encoding", errNotELF)
+	}
+	info := elfInfo{Class: elf.Class(ident[elf.EI_CLASS])}
+
+	var phoff uint64
+	var phentsize, phnum int
+	switch info.Class {
+	case elf.ELFCLASS64:
+		var h elf.Header64
+		if err := binary.Read(io.NewSectionReader(r, 0, int64(binary.Size(h))), bo, &h); err != nil {
+			return elfInfo{}, fmt.Errorf("%w: short header", errNotELF)
+		}
+		info.Machine = elf.Machine(h.Machine)
+		phoff, phentsize, phnum = h.Phoff, int(h.Phentsize), int(h.Phnum)
+		if phentsize < binary.Size(elf.Prog64{}) {
+			return info, fmt.Errorf("bad program header size %d", phentsize)
+		}
+	case elf.ELFCLASS32:
+		var h elf.Header32
+		if err := binary.Read(io.NewSectionReader(r, 0, int64(binary.Size(h))), bo, &h); err != nil {
+			return elfInfo{}, fmt.Errorf("%w: short header", errNotELF)
+		}
+		info.Machine = elf.Machine(h.Machine)
+		phoff, phentsize, phnum = uint64(h.Phoff), int(h.Phentsize), int(h.Phnum)
+		if phentsize < binary.Size(elf.Prog32{}) {
+			return info, fmt.Errorf("bad program header size %d", phentsize)
+		}
+	default:
+		return elfInfo{}, fmt.Errorf("%w: bad class", errNotELF)
+	}
+	if phnum > maxProgHeaders || phoff > 1<<40 {
+		return info, fmt.Errorf("bad program header table (%d entries at %d)", phnum, phoff)
+	}
+
+	// Collect PT_LOAD (to map addresses to file offsets) and PT_DYNAMIC.
+	type seg struct{ off, vaddr, filesz uint64 }
+	var loads []seg
+	var dyn *seg
+	buf := make([]byte, phentsize)
+	for i := 0; i < phnum; i++ {
+		if _, err := r.ReadAt(buf, int64(phoff)+int64(i*phentsize)); err != nil {
+			return info, fmt.Errorf("reading program header %d: %w", i, err)
+		}
+		var s seg
+		var typ elf.ProgType
+		if info.Class == elf.ELFCLASS64 {
+			typ = elf.ProgType(bo.Uint32(buf[0:]))
+			s = seg{off: bo.Uint64(buf[8:]), vaddr: bo.Uint64(buf[16:]), filesz: bo.Uint64(buf[32:])}
+		} else {
+			typ = elf.ProgType(bo.Uint32(buf[0:]))
+			s = seg{off: uint64(bo.Uint32(buf[4:])), vaddr: uint64(bo.Uint32(buf[8:])), filesz: uint64(bo.Uint32(buf[16:]))}
+		}
+		switch typ {
+		case elf.PT_LOAD:
+			loads = append(loads, s)
+		case elf.PT_DYNAMIC:
+			dyn = &s
+		}
+	}
+	if dyn == nil {
+		return info, nil // a static object: no SONAME
+	}
+	if dyn.filesz > maxDynamicSize || dyn.off > 1<<40 {
+		return info, fmt.Errorf("dynamic segment too large (%d bytes)", dyn.filesz)
+	}
+	d := make([]byte, dyn.filesz)
+	if _, err := r.ReadAt(d, int64(dyn.off)); err != nil {
+		return info, fmt.Errorf("reading dynamic segment: %w", err)
+	}
+	entSize := 16
+	if info.Class == elf.ELFCLASS32 {
+		entSize = 8
+	}
+	var strtab, soname uint64
+	haveStrtab, haveSoname := false, false
+	for o := 0; o+entSize <= len(d); o += entSize {
+		var tag, val uint64
+		if entSize == 16 {
+			tag, val = bo.Uint64(d[o:]), bo.Uint64(d[o+8:])
+		} else {
+			tag, val = uint64(bo.Uint32(d[o:])), uint64(bo.Uint32(d[o+4:]))
+		}
+		switch elf.DynTag(tag) {
+		case elf.DT_NULL:
+			o = len(d)
+		case elf.DT_STRTAB:
+			strtab, haveStrtab = val, true
+		case elf.DT_SONAME:
+			soname, haveSoname = val, true
+		}
+	}
+	if !haveSoname {
+		return info, nil
+	}
+	if !haveStrtab {
+		return info, errors.New("DT_SONAME without DT_STRTAB")
+	}
+	// DT_STRTAB holds an address; find the loaded segment that covers it.
+	addr := strtab + soname
+	for _, l := range loads {
+		if addr < l.vaddr || addr-l.vaddr >= l.filesz {
+			continue
+		}
+		off := l.off + (addr - l.vaddr)
+		if off > 1<<40 {
+			break
+		}
+		name := make([]byte, maxSONAMELen)
+		n, err := r.ReadAt(name, int64(off))
+		if n == 0 && err != nil {
+			return info, fmt.Errorf("reading SONAME: %w", err)
+		}
+		name = name[:n]
+		end := bytes.IndexByte(name, 0)
+		if end < 0 {
+			return info, errors.New("SONAME not terminated")
+		}
+		info.SONAME = string(name[:end])
+		return info, nil
+	}
+	return info, fmt.Errorf("SONAME address %#x outside the loaded segments", addr)
+}
