@@ -1,0 +1,139 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gantry-gpu/gantry/internal/cdispec"
+	"github.com/gantry-gpu/gantry/internal/discover"
+)
+
+func init() {
+	register(&command{
+		name:    "cdi generate",
+		summary: "Write a CDI spec for the host's GPUs (nvidia.com/gpu=0, =UUID, =all, MIG =0:1)",
+		help: `Generates a Container Device Interface spec from the GPUs and the driver files
+under --driver-root, validates it with the CNCF CDI library, and writes it atomically
+(a temporary file renamed into place: readers never see a partial spec).
+
+Podman, CRI-O, containerd and Docker (with CDI enabled) then take devices by name:
+  podman run --device nvidia.com/gpu=0 ...
+  docker run --device nvidia.com/gpu=all ...
+
+Without --output the spec goes to stdout. The format follows --format, else the
+output file's extension (.json or .yaml).`,
+		usage: "",
+		flags: func(fs *flag.FlagSet) func(*env, []string) error {
+			output := fs.String("output", "", "write the spec to FILE (e.g. /var/run/cdi/nvidia.yaml) instead of stdout")
+			format := fs.String("format", "", "yaml or json (default: from --output's extension, else yaml)")
+			kind := fs.String("kind", "", "CDI kind vendor.com/class (default from config: nvidia.com/gpu)")
+			capsFlag := fs.String("capabilities", "all", "driver capabilities whose files the spec injects")
+			allowPartial := fs.Bool("allow-partial", false, "write a spec even when the driver lacks libcuda, libnvidia-ml, nvidia-smi or nvidiactl")
+			return func(e *env, args []string) error {
+				if len(args) > 0 {
+					return usagef("unexpected argument %q", args[0])
+				}
+				switch *format {
+				case "", "yaml", "json":
+				default:
+					return usagef("--format %q: use yaml or json", *format)
+				}
+				caps, err := parseCapabilities(*capsFlag)
+				if err != nil {
+					return usagef("--capabilities: %v", err)
+				}
+				k := e.cfg.CDI.Kind
+				if *kind != "" {
+					k = *kind
+				}
+				hook := e.cfg.CDI.HookPath
+				if hook == "" {
+					if hook, err = os.Executable(); err != nil {
+						return fmt.Errorf("finding the gantry executable for CDI hooks: %w (set cdi.hook-path in the config)", err)
+					}
+				}
+				sys, err := discover.GPUs(e.cfg, true)
+				if err != nil {
+					return err
+				}
+				inv, err := discover.Driver(e.cfg)
+				if err != nil {
+					return err
+				}
+				reportGaps(e, inv)
+				if len(inv.Missing) > 0 && !*allowPartial {
+					return fmt.Errorf("driver %s under %s is incomplete (%s missing): reinstall the driver or fix --driver-root; --allow-partial writes a spec anyway", inv.Version, inv.Root, strings.Join(inv.Missing, ", "))
+				}
+				spec, err := cdispec.Generate(sys, inv, cdispec.Options{Kind: k, HookPath: hook, Capabilities: caps, DevRoot: e.cfg.EffectiveDevRoot()})
+				if err != nil {
+					return err
+				}
+				if *output == "" {
+					f := *format
+					if f == "" {
+						f = "yaml"
+					}
+					b, err := cdispec.Marshal(spec, f)
+					if err != nil {
+						return err
+					}
+					_, err = e.stdout.Write(b)
+					return err
+				}
+				if err := cdispec.Write(spec, *output, *format); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stderr, "wrote %s: %d devices of kind %s (driver %s)\n", *output, len(spec.Devices), spec.Kind, inv.Version)
+				return nil
+			}
+		},
+	})
+	register(&command{
+		name:    "cdi list",
+		summary: "List the CDI device names in the spec directories",
+		help: `Reads every CDI spec in the spec directories (default from config:
+/etc/cdi and /var/run/cdi) through the CNCF CDI library and prints the fully
+qualified device names, one per line. Errors in spec files are reported.`,
+		flags: func(fs *flag.FlagSet) func(*env, []string) error {
+			dirs := fs.String("spec-dirs", "", "comma list of directories (default from config)")
+			return func(e *env, args []string) error {
+				if len(args) > 0 {
+					return usagef("unexpected argument %q", args[0])
+				}
+				specDirs := e.cfg.CDI.SpecDirs
+				if *dirs != "" {
+					specDirs = strings.Split(*dirs, ",")
+				}
+				cache, err := cdi.NewCache(cdi.WithSpecDirs(specDirs...), cdi.WithAutoRefresh(false))
+				if err != nil {
+					return fmt.Errorf("reading CDI specs in %s: %w", strings.Join(specDirs, ", "), err)
+				}
+				var bad []string
+				for path, errs := range cache.GetErrors() {
+					for _, err := range errs {
+						bad = append(bad, fmt.Sprintf("%s: %v", path, err))
+					}
+				}
+				sort.Strings(bad)
+				for _, b := range bad {
+					fmt.Fprintf(e.stderr, "warning: %s\n", b)
+				}
+				names := cache.ListDevices()
+				if len(names) == 0 {
+					return fmt.Errorf("no CDI devices in %s: run `gantry cdi generate --output /var/run/cdi/nvidia.yaml`", strings.Join(specDirs, ", "))
+				}
+				sort.Strings(names)
+				for _, n := range names {
+					fmt.Fprintln(e.stdout, n)
+				}
+				return nil
+			}
+		},
+	})
+	_ = cdispec.Names
+}

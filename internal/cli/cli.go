@@ -1,0 +1,252 @@
+// Package cli implements the gantry command: argument parsing, the commands'
+// output, and exit codes. cmd/gantry only calls Main.
+//
+// Every command takes the global flags (--config, --gpus, --driver-root,
+// --dev-root, --debug) before or after its name; flags override the
+// configuration file. Errors are one line on stderr and exit code 1; usage
+// errors exit 2.
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+)
+
+// Version is set at build time with -ldflags "-X .../internal/cli.Version=...".
+var Version = "dev"
+
+// env carries what a command needs: its output streams and the resolved configuration.
+type env struct {
+	stdout, stderr io.Writer
+	cfg            config.Config
+	cfgPath        string
+	log            *slog.Logger
+}
+
+type command struct {
+	name    string // "info", "cdi generate"
+	summary string
+	usage   string // argument synopsis after the name
+	help    string // paragraphs shown by --help
+	flags   func(fs *flag.FlagSet) func(e *env, args []string) error
+}
+
+// usageError is an error in how the command was called: exit code 2.
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+var commands []*command
+
+func register(c *command) { commands = append(commands, c) }
+
+// Main runs gantry with args (without the program name) and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	cmd, rest := findCommand(args)
+	if cmd == nil {
+		if len(args) == 0 || isHelp(args[0]) {
+			printOverview(stdout)
+			return 0
+		}
+		if args[0] == "--version" || args[0] == "version" {
+			fmt.Fprintf(stdout, "gantry %s\n", Version)
+			return 0
+		}
+		fmt.Fprintf(stderr, "gantry: unknown command %q\n\n", strings.Join(leadingWords(args), " "))
+		printOverview(stderr)
+		return 2
+	}
+	fs := flag.NewFlagSet("gantry "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	g := globalFlags(fs)
+	run := cmd.flags(fs)
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printCommandHelp(stdout, cmd, fs)
+			return 0
+		}
+		fmt.Fprintf(stderr, "gantry %s: %v (see gantry %s --help)\n", cmd.name, err, cmd.name)
+		return 2
+	}
+	e, err := g.resolve(fs, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry: %v\n", err)
+		return 1
+	}
+	if err := run(e, fs.Args()); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "gantry %s: %s (see gantry %s --help)\n", cmd.name, ue.msg, cmd.name)
+			return 2
+		}
+		var ec exitCode
+		if errors.As(err, &ec) {
+			return int(ec)
+		}
+		fmt.Fprintf(stderr, "gantry %s: %v\n", cmd.name, err)
+		return 1
+	}
+	return 0
+}
+
+// exitCode lets a command end with a given code after printing its own output.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit code %d", int(e)) }
+
+func isHelp(s string) bool { return s == "-h" || s == "--help" || s == "help" || s == "-help" }
+
+// findCommand matches the longest command name at the start of args; global
+// flags may come first.
+func findCommand(args []string) (*command, []string) {
+	var pre []string
+	i := 0
+	for i < len(args) && strings.HasPrefix(args[i], "-") && !isHelp(args[i]) {
+		pre = append(pre, args[i])
+		// A global flag written as "--flag value" takes the next word.
+		if !strings.Contains(args[i], "=") && i+1 < len(args) && globalTakesValue(args[i]) {
+			pre = append(pre, args[i+1])
+			i++
+		}
+		i++
+	}
+	words := args[i:]
+	var best *command
+	bestLen := 0
+	for _, c := range commands {
+		parts := strings.Fields(c.name)
+		if len(parts) <= len(words) && len(parts) > bestLen && equalWords(parts, words[:len(parts)]) {
+			best, bestLen = c, len(parts)
+		}
+	}
+	if best == nil {
+		return nil, args[i:]
+	}
+	return best, append(pre, words[bestLen:]...)
+}
+
+func leadingWords(args []string) []string {
+	var w []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		w = append(w, a)
+		if len(w) == 2 {
+			break
+		}
+	}
+	return w
+}
+
+func equalWords(a, b []string) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+type globals struct {
+	config, gpus, driverRoot, devRoot *string
+	debug                             *bool
+}
+
+func globalTakesValue(arg string) bool {
+	switch strings.TrimLeft(arg, "-") {
+	case "config", "gpus", "driver-root", "dev-root":
+		return true
+	}
+	return false
+}
+
+func globalFlags(fs *flag.FlagSet) *globals {
+	return &globals{
+		config:     fs.String("config", "", "configuration file (default $GANTRY_CONFIG or "+config.DefaultPath+")"),
+		gpus:       fs.String("gpus", "", "GPU backend: nvml, sim:PROFILE (e.g. sim:h100x8) or sim:FILE.yaml"),
+		driverRoot: fs.String("driver-root", "", "directory the NVIDIA driver is installed under (default /)"),
+		devRoot:    fs.String("dev-root", "", "directory holding dev/nvidia* (default: the driver root)"),
+		debug:      fs.Bool("debug", false, "log what gantry does to stderr"),
+	}
+}
+
+func (g *globals) resolve(fs *flag.FlagSet, stdout, stderr io.Writer) (*env, error) {
+	cfg, path, err := config.Load(*g.config)
+	if err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["gpus"] {
+		if err := config.ValidateGPUs(*g.gpus); err != nil {
+			return nil, fmt.Errorf("--gpus: %w", err)
+		}
+		cfg.GPUs = *g.gpus
+	}
+	if set["driver-root"] {
+		cfg.DriverRoot = *g.driverRoot
+	}
+	if set["dev-root"] {
+		cfg.DevRoot = *g.devRoot
+	}
+	if *g.debug {
+		cfg.LogLevel = "debug"
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("flags: %w", err)
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log.Debug("configuration", "file", path, "gpus", cfg.GPUs, "driver-root", cfg.DriverRoot)
+	return &env{stdout: stdout, stderr: stderr, cfg: cfg, cfgPath: path, log: log}, nil
+}
+
+func printOverview(w io.Writer) {
+	fmt.Fprintf(w, `gantry: NVIDIA GPUs for containers (Docker, containerd, CRI-O, Podman, LXC, Kubernetes).
+
+Usage: gantry [global flags] COMMAND [flags]
+
+Commands:
+`)
+	sorted := append([]*command(nil), commands...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
+	for _, c := range sorted {
+		fmt.Fprintf(w, "  %-22s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, `
+Global flags (before or after the command):
+  --gpus nvml|sim:PROFILE|sim:FILE   where GPUs come from (default nvml; try sim:h100x8)
+  --driver-root DIR                  where the driver is installed (default /)
+  --dev-root DIR                     where dev/nvidia* are (default: the driver root)
+  --config FILE                      configuration file (default $GANTRY_CONFIG or %s)
+  --debug                            log to stderr
+
+Examples:
+  gantry info                                  the GPUs and driver of this host
+  gantry --gpus sim:h100x8 info                a simulated 8x H100 host
+  gantry cdi generate --output /var/run/cdi/nvidia.yaml
+  gantry COMMAND --help                        details of one command
+`, config.DefaultPath)
+}
+
+func printCommandHelp(w io.Writer, c *command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: gantry %s [flags] %s\n\n%s\n", c.name, c.usage, c.summary)
+	if c.help != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(c.help))
+	}
+	fmt.Fprintf(w, "\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}

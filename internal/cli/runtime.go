@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
+)
+
+func init() {
+	register(&command{
+		name:    "runtime configure",
+		summary: "Register Gantry's runtime with Docker, containerd or CRI-O (under the name nvidia)",
+		help: `Edits the engine's configuration so that containers can run with the GPU runtime:
+  docker      /etc/docker/daemon.json: "runtimes": {"nvidia": {"path": ...}}
+  containerd  /etc/containerd/config.toml (version 2 and 3 layouts): a runc-v2 runtime
+              "nvidia" whose options.BinaryName is the runtime, copying runc's options
+  crio        /etc/crio/crio.conf.d/99-nvidia.toml: [crio.runtime.runtimes.nvidia]
+Everything already in the file is kept; the file is replaced atomically; the changes
+are printed as a diff. --dry-run prints the diff and writes nothing. Restart the
+engine afterwards (systemctl restart docker / containerd / crio).
+
+  gantry runtime configure --runtime docker --set-as-default
+  gantry runtime configure --runtime containerd --dry-run`,
+		flags: func(fs *flag.FlagSet) func(*env, []string) error {
+			engine := fs.String("runtime", "", "docker, containerd or crio (required)")
+			path := fs.String("config-file", "", "the engine's configuration file (default: the engine's standard path)")
+			name := fs.String("name", engineconfig.DefaultRuntimeName, "runtime name to register")
+			also := fs.String("also-name", "gantry", "comma list of further names for the same runtime (empty for none)")
+			runtimePath := fs.String("runtime-path", engineconfig.DefaultRuntimePath, "path of the gantry-runtime binary")
+			setDefault := fs.Bool("set-as-default", false, "make it the engine's default runtime")
+			dryRun := fs.Bool("dry-run", false, "print the diff only; write nothing")
+			return func(e *env, args []string) error {
+				if len(args) > 0 {
+					return usagef("unexpected argument %q", args[0])
+				}
+				if *engine == "" {
+					return usagef("--runtime is required: docker, containerd or crio")
+				}
+				eng, err := engineconfig.ParseEngine(*engine)
+				if err != nil {
+					return usagef("--runtime: %v", err)
+				}
+				p := *path
+				if p == "" {
+					p = engineconfig.DefaultPath(eng)
+				}
+				var extra []string
+				for _, n := range strings.Split(*also, ",") {
+					if n = strings.TrimSpace(n); n != "" && n != *name {
+						extra = append(extra, n)
+					}
+				}
+				opts := engineconfig.Options{RuntimeName: *name, ExtraNames: extra, RuntimePath: *runtimePath, SetAsDefault: *setDefault}
+				diff, changes, err := engineconfig.Apply(eng, p, opts, *dryRun)
+				if err != nil {
+					return err
+				}
+				if len(changes) == 0 {
+					fmt.Fprintf(e.stdout, "%s already configured; nothing to change\n", p)
+					return nil
+				}
+				fmt.Fprint(e.stdout, diff)
+				for _, c := range changes {
+					fmt.Fprintf(e.stderr, "%s: %s\n", p, c)
+				}
+				if *dryRun {
+					fmt.Fprintf(e.stderr, "dry run: %s not written\n", p)
+				} else {
+					fmt.Fprintf(e.stderr, "wrote %s; restart %s to use it\n", p, eng)
+				}
+				return nil
+			}
+		},
+	})
+}

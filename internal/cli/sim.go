@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/gpu/sim"
+)
+
+func init() {
+	register(&command{
+		name:    "sim profiles",
+		summary: "List the built-in simulated GPU hosts (for --gpus sim:PROFILE)",
+		flags: func(fs *flag.FlagSet) func(*env, []string) error {
+			return func(e *env, args []string) error {
+				for _, p := range sim.Profiles() {
+					sys, err := sim.Load(p)
+					if err != nil {
+						return err
+					}
+					name := ""
+					if len(sys.Devices) > 0 {
+						name = sys.Devices[0].Name
+					}
+					fmt.Fprintf(e.stdout, "%-12s %d x %s, driver %s, CUDA %s\n", p, len(sys.Devices), name, sys.DriverVersion, sys.CUDADriverVersion)
+				}
+				return nil
+			}
+		},
+	})
+	register(&command{
+		name:    "sim driver-root",
+		summary: "Build a fake NVIDIA driver root (real ELF libraries, ld.so.cache, device nodes) in DIR",
+		usage:   "DIR",
+		help: `Makes a driver root that looks like a real driver install, for trying Gantry and
+testing clusters on machines without a GPU: shared objects built with gcc with the
+driver's SONAMEs (libcuda.so.1 exports cuInit and cuDriverGetVersion), binaries,
+firmware, config files, proc/driver/nvidia/version, a real etc/ld.so.cache made by
+ldconfig -r, and dev/nvidia* device nodes (character devices when run as root).
+Needs gcc and ldconfig.
+
+  gantry sim driver-root /tmp/driver
+  gantry --gpus sim:h100x8 --driver-root /tmp/driver cdi generate`,
+		flags: func(fs *flag.FlagSet) func(*env, []string) error {
+			version := fs.String("version", "", "driver version (default: the simulated profile's, from --gpus, else 580.159.04)")
+			layout := fs.String("layout", "standard", "standard (/usr/lib/x86_64-linux-gnu) or gke (/usr/local/nvidia/lib64 plus /lib)")
+			count := fs.Int("count", 0, "number of GPU device nodes (default: the simulated profile's GPU count, else 8)")
+			return func(e *env, args []string) error {
+				if len(args) != 1 {
+					return usagef("need exactly one argument, the directory to build in")
+				}
+				v, n := *version, *count
+				if e.cfg.GPUs != config.Default().GPUs {
+					if sys, err := sim.Load(e.cfg.GPUs[len("sim:"):]); err == nil {
+						if v == "" {
+							v = sys.DriverVersion
+						}
+						if n == 0 {
+							n = len(sys.Devices)
+						}
+					}
+				}
+				if v == "" {
+					v = "580.159.04"
+				}
+				if n == 0 {
+					n = 8
+				}
+				if *layout != "standard" && *layout != "gke" {
+					return usagef("--layout %q: use standard or gke", *layout)
+				}
+				res, err := fakedriver.Build(args[0], fakedriver.Options{Version: v, Layout: *layout, GPUs: n, DeviceNodes: true})
+				if err != nil {
+					return err
+				}
+				nodes := "character device nodes"
+				if !res.RealDeviceNodes {
+					nodes = "regular files standing in for device nodes (not root)"
+				}
+				fmt.Fprintf(e.stdout, "built fake driver %s (%s layout, %d GPUs, %s) in %s\n", v, *layout, n, nodes, args[0])
+				return nil
+			}
+		},
+	})
+	register(&command{
+		name:    "config default",
+		summary: "Print the default configuration file, every key documented",
+		flags: func(fs *flag.FlagSet) func(*env, []string) error {
+			return func(e *env, args []string) error {
+				b, err := config.Default().Encode()
+				if err != nil {
+					return err
+				}
+				_, err = e.stdout.Write(b)
+				return err
+			}
+		},
+	})
+}

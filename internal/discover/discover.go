@@ -1,0 +1,38 @@
+// Package discover turns a configuration into what Gantry knows about a host:
+// the GPUs (from NVML or the simulator) and the driver's files (from the driver
+// root). It is the one place that chooses a backend, so every front end (the
+// gantry CLI, the runtime shim, the device plugin) sees GPUs the same way.
+package discover
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/gpu/nvml"
+	"github.com/gantry-gpu/gantry/internal/gpu/sim"
+)
+
+// GPUs returns the GPUs the configured backend reports. light asks the NVML
+// backend to skip what the container-create and CDI paths do not need
+// (NVLink topology).
+func GPUs(c config.Config, light bool) (*gpu.System, error) {
+	if spec, ok := strings.CutPrefix(c.GPUs, "sim:"); ok {
+		return sim.Load(spec)
+	}
+	if c.GPUs != "nvml" {
+		return nil, fmt.Errorf("--gpus %q: %w", c.GPUs, config.ValidateGPUs(c.GPUs))
+	}
+	return nvml.Discover(nvml.Options{DriverRoot: c.DriverRoot, Light: light})
+}
+
+// Driver returns the driver files under the configured driver root.
+func Driver(c config.Config) (*driver.Inventory, error) {
+	return driver.Discover(driver.Options{
+		Root:               c.DriverRoot,
+		DevRoot:            c.EffectiveDevRoot(),
+		LibrarySearchPaths: c.LibrarySearchPaths,
+	})
+}
