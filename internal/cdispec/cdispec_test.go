@@ -377,8 +377,21 @@ func TestWriteReplacesAtomically(t *testing.T) {
 
 func TestWriteFailureLeavesNothing(t *testing.T) {
 	spec, _ := generate(t, Options{})
-	t.Run("missing directory", func(t *testing.T) {
-		err := Write(spec, filepath.Join(t.TempDir(), "nope", "nvidia.yaml"), "")
+	t.Run("missing directory is created", func(t *testing.T) {
+		p := filepath.Join(t.TempDir(), "run", "cdi", "nvidia.yaml")
+		if err := Write(spec, p, ""); err != nil {
+			t.Fatalf("Write into a missing directory: %v", err)
+		}
+		if _, err := os.Stat(p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("parent is a file", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "nope"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := Write(spec, filepath.Join(dir, "nope", "nvidia.yaml"), "")
 		if err == nil || !strings.Contains(err.Error(), "nope") {
 			t.Errorf("err = %v", err)
 		}

@@ -68,6 +68,10 @@ func Write(spec *specs.Spec, path, format string) (err error) {
 		return err
 	}
 	dir := filepath.Dir(path)
+	// /var/run/cdi does not exist until something writes a spec there.
+	if err = os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("writing CDI spec %s: %w", path, err)
+	}
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return fmt.Errorf("writing CDI spec %s: %w (does the directory exist and is it writable?)", path, err)

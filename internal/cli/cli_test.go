@@ -1,0 +1,250 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/gpu"
+)
+
+var (
+	rootOnce sync.Once
+	rootDir  string
+	rootErr  error
+)
+
+// fakeRoot builds one fake driver root (GKE layout, 8 GPUs) for all tests.
+func fakeRoot(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
+	}
+	rootOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gantry-cli-test-")
+		if err != nil {
+			rootErr = err
+			return
+		}
+		rootDir = filepath.Join(dir, "driver")
+		_, rootErr = fakedriver.Build(rootDir, fakedriver.Options{Version: "580.159.04", Layout: fakedriver.LayoutGKE, GPUs: 8, DeviceNodes: true})
+	})
+	if rootErr != nil {
+		t.Fatalf("building fake driver root: %v", rootErr)
+	}
+	return rootDir
+}
+
+func TestMain(m *testing.M) {
+	// A configuration file on the test machine must not change the results.
+	os.Setenv("GANTRY_CONFIG", os.DevNull)
+	code := m.Run()
+	if rootDir != "" {
+		os.RemoveAll(filepath.Dir(rootDir))
+	}
+	os.Exit(code)
+}
+
+func run(args ...string) (stdout, stderr string, code int) {
+	var o, e bytes.Buffer
+	code = Main(args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+func TestInfo(t *testing.T) {
+	out, errOut, code := run("--gpus", "sim:h100x8", "info")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"NVRM version: 580.159.04", "CUDA version: 13.0", "Device Index: 7", "Model:        NVIDIA H100 80GB HBM3", "Architecture: 9.0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("info output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, code = run("info", "--json", "--gpus=sim:a100x2-mig") // global flag after the command
+	if code != 0 {
+		t.Fatalf("info --json exit %d", code)
+	}
+	var sys gpu.System
+	if err := json.Unmarshal([]byte(out), &sys); err != nil {
+		t.Fatalf("info --json is not JSON: %v", err)
+	}
+	if len(sys.Devices) != 2 || len(sys.Devices[0].MIGDevices) == 0 {
+		t.Fatalf("info --json = %+v", sys)
+	}
+}
+
+func TestListAndGenerate(t *testing.T) {
+	root := fakeRoot(t)
+	g := []string{"--gpus", "sim:h100x8", "--driver-root", root}
+
+	out, errOut, code := run(append(g, "list")...)
+	if code != 0 {
+		t.Fatalf("list exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"/dev/nvidia0", "/dev/nvidia7", "/dev/nvidiactl", "libcuda.so.580.159.04", "libnvidia-ml.so.580.159.04", "/usr/local/nvidia/bin/nvidia-smi"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("list lacks %q:\n%s", want, out)
+		}
+	}
+	// Only compute libraries with --capabilities compute.
+	out, _, _ = run(append(g, "list", "--capabilities", "compute")...)
+	if strings.Contains(out, "libnvidia-encode") || !strings.Contains(out, "libcuda.so") {
+		t.Errorf("list --capabilities compute:\n%s", out)
+	}
+
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "cdi", "nvidia.yaml")
+	_, errOut, code = run(append(g, "cdi", "generate", "--output", spec)...)
+	if code != 0 {
+		t.Fatalf("cdi generate exit %d: %s", code, errOut)
+	}
+	b, err := os.ReadFile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Kind    string
+		Devices []struct{ Name string }
+	}
+	if err := yaml.Unmarshal(b, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	if parsed.Kind != "nvidia.com/gpu" || len(parsed.Devices) != 17 { // 8 by index, 8 by UUID, all
+		t.Fatalf("spec kind %q with %d devices", parsed.Kind, len(parsed.Devices))
+	}
+	out, errOut, code = run("cdi", "list", "--spec-dirs", filepath.Dir(spec))
+	if code != 0 || !strings.Contains(out, "nvidia.com/gpu=all\n") || !strings.Contains(out, "nvidia.com/gpu=7\n") {
+		t.Fatalf("cdi list exit %d: %s%s", code, out, errOut)
+	}
+	out, _, code = run(append(g, "cdi", "generate", "--format", "json")...)
+	if code != 0 || !json.Valid([]byte(out)) {
+		t.Fatalf("cdi generate --format json to stdout: exit %d, %.200s", code, out)
+	}
+}
+
+// Bad input: a one-line error that names the input, a non-zero exit code,
+// and no output file.
+func TestBadInput(t *testing.T) {
+	root := fakeRoot(t)
+	partial := filepath.Join(t.TempDir(), "partial")
+	if err := exec.Command("cp", "-a", root, partial).Run(); err != nil {
+		t.Fatal(err)
+	}
+	libs, _ := filepath.Glob(filepath.Join(partial, "usr/local/nvidia/lib64/libcuda.so*"))
+	more, _ := filepath.Glob(filepath.Join(partial, "usr/lib/libcuda.so*"))
+	for _, l := range append(libs, more...) {
+		os.Remove(l)
+	}
+	badConfig := filepath.Join(t.TempDir(), "config.toml")
+	os.WriteFile(badConfig, []byte("gpus = \"sim:h100x1\"\ndriver_root = \"/x\"\n"), 0o644)
+	corrupt := filepath.Join(t.TempDir(), "corrupt")
+	exec.Command("cp", "-a", root, corrupt).Run()
+	os.WriteFile(filepath.Join(corrupt, "etc/ld.so.cache"), []byte("glibc-ld.so.cache1.1 garbage"), 0o644)
+
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		wantErr  string
+		produces bool // whether the output file may exist afterwards
+	}{
+		{"unknown backend", []string{"--gpus", "cuda", "cdi", "generate"}, 1, `"cuda" is not a GPU backend: use nvml, sim:PROFILE`, false},
+		{"unknown profile", []string{"--gpus", "sim:h100x9", "cdi", "generate"}, 1, `unknown simulated GPU profile "h100x9": use one of`, false},
+		{"missing driver", []string{"--gpus", "sim:h100x1", "--driver-root", "/nonexistent", "cdi", "generate"}, 1, "no NVIDIA driver found under /nonexistent: pass --driver-root", false},
+		{"partial driver", []string{"--gpus", "sim:h100x1", "--driver-root", partial, "cdi", "generate"}, 1, "is incomplete (libcuda.so missing): reinstall the driver or fix --driver-root", false},
+		{"unreadable config", []string{"--config", "/nonexistent/config.toml", "info"}, 1, "reading config /nonexistent/config.toml", false},
+		{"unknown config key", []string{"--config", badConfig, "info"}, 1, "unknown key driver_root", false},
+		{"bad format", []string{"--gpus", "sim:h100x1", "--driver-root", root, "cdi", "generate", "--format", "xml"}, 2, `--format "xml": use yaml or json`, false},
+		{"bad capability", []string{"--gpus", "sim:h100x1", "--driver-root", root, "cdi", "generate", "--capabilities", "compute,gpu"}, 2, `unknown driver capability "gpu"`, false},
+		{"unknown flag", []string{"cdi", "generate", "--outptu", "x"}, 2, "flag provided but not defined: -outptu", false},
+		{"unknown command", []string{"frobnicate"}, 2, `unknown command "frobnicate"`, false},
+		{"relative driver root", []string{"--driver-root", "run/nvidia", "info"}, 1, `key driver-root: "run/nvidia" is not an absolute path`, false},
+		{"good control", []string{"--gpus", "sim:h100x1", "--driver-root", root, "cdi", "generate"}, 0, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "spec.yaml")
+			args := tt.args
+			if len(args) >= 2 && args[len(args)-1] == "generate" || strings.Contains(strings.Join(args, " "), "cdi generate") {
+				args = append(append([]string(nil), args...), "--output", out)
+			}
+			_, errOut, code := run(args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tt.code, errOut)
+			}
+			if tt.wantErr != "" && !strings.Contains(errOut, tt.wantErr) {
+				t.Errorf("stderr %q lacks %q", errOut, tt.wantErr)
+			}
+			if tt.code != 0 {
+				lines := strings.Split(strings.TrimSpace(errOut), "\n")
+				last := lines[len(lines)-1]
+				if tt.code == 1 && !strings.HasPrefix(last, "gantry") {
+					t.Errorf("error is not one line starting with gantry: %q", errOut)
+				}
+			}
+			_, statErr := os.Stat(out)
+			if exists := statErr == nil; exists != tt.produces {
+				t.Errorf("output file exists = %v, want %v", exists, tt.produces)
+			}
+			entries, _ := os.ReadDir(filepath.Dir(out))
+			for _, e := range entries {
+				if strings.HasSuffix(e.Name(), ".tmp") {
+					t.Errorf("temporary file left behind: %s", e.Name())
+				}
+			}
+		})
+	}
+	// A corrupt ld.so.cache must not crash discovery, and must be reported.
+	_, errOut, code := run("--gpus", "sim:h100x1", "--driver-root", corrupt, "list")
+	if code != 0 && !strings.Contains(errOut, "ld.so.cache") {
+		t.Errorf("corrupt ld.so.cache: exit %d, stderr %q does not name the cache", code, errOut)
+	}
+	if code == 0 && !strings.Contains(errOut, "ld.so.cache") {
+		t.Errorf("corrupt ld.so.cache: no warning on stderr (%q)", errOut)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	out, _, code := run("--help")
+	if code != 0 || !strings.Contains(out, "cdi generate") || !strings.Contains(out, "--gpus nvml|sim:PROFILE|sim:FILE") {
+		t.Fatalf("--help exit %d:\n%s", code, out)
+	}
+	out, _, code = run("cdi", "generate", "--help")
+	if code != 0 || !strings.Contains(out, "-output") || !strings.Contains(out, "podman run --device nvidia.com/gpu=0") {
+		t.Fatalf("cdi generate --help exit %d:\n%s", code, out)
+	}
+	out, _, code = run("config", "default")
+	if code != 0 || !strings.Contains(out, `gpus = 'nvml'`) && !strings.Contains(out, `gpus = "nvml"`) {
+		t.Fatalf("config default:\n%s", out)
+	}
+}
+
+func TestSimDriverRoot(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed")
+	}
+	dir := filepath.Join(t.TempDir(), "drv")
+	out, errOut, code := run("--gpus", "sim:h100x1", "sim", "driver-root", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "580.159.04") || !strings.Contains(out, "1 GPUs") {
+		t.Errorf("output: %s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etc/ld.so.cache")); err != nil {
+		t.Errorf("no ld.so.cache: %v", err)
+	}
+	_, _, code = run("sim", "driver-root")
+	if code != 2 {
+		t.Errorf("missing DIR: exit %d, want 2", code)
+	}
+}
