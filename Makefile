@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps demo test vet fmt-check fuzz bench gpu-check clean
+.PHONY: all build deps test-deps demo test vet fmt-check fuzz bench gpu-check clean
 
 all: build
 
@@ -35,7 +35,10 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-test: deps fmt-check vet
+test-deps:
+	@scripts/deps.sh --test
+
+test: test-deps fmt-check vet
 	$(GO) test -race -count=1 ./...
 
 # Short runs of every fuzz target (go test -fuzz takes one target at a time).
