@@ -84,23 +84,8 @@ for want in ("libcuda.so", "libnvidia-ml.so"):
 sys.exit(1 if missing else 0)
 PY
 
-echo "== timing: cdi generate, $runs runs each (median / min / max, ms)"
-timeit() {
-  python3 - "$runs" "$@" <<'PY'
-import subprocess, sys, time, statistics
-n = int(sys.argv[1]); cmd = sys.argv[2:]
-subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # warm the page cache
-ts = []
-for _ in range(n):
-    t = time.perf_counter(); r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); ts.append((time.perf_counter() - t) * 1000)
-    if r.returncode: print("exit", r.returncode, cmd); sys.exit(1)
-print(f"{statistics.median(ts):7.1f} {min(ts):7.1f} {max(ts):7.1f}  {' '.join(cmd)}")
-PY
-}
-timeit "$g" --driver-root "$root" cdi generate --output "$work/t.yaml"
-if [ -n "${NVIDIA_CTK:-}" ] && [ -x "$NVIDIA_CTK" ]; then
-  timeit "$NVIDIA_CTK" cdi generate --driver-root "$root" --output "$work/n.yaml"
-fi
+echo "== timing: cdi generate ($runs runs)"
+RUNS=$runs DRIVER_ROOT=$root "$(dirname "$0")/../bench/cdi-generate.sh" "$g" -- --driver-root "$root" || bad "benchmark"
 
 [ $fail -eq 0 ] && echo "== all checks passed" || echo "== some checks FAILED"
 exit $fail
