@@ -248,3 +248,37 @@ func TestSimDriverRoot(t *testing.T) {
 		t.Errorf("missing DIR: exit %d, want 2", code)
 	}
 }
+
+// The hooks as a runtime runs them: state on stdin, bundle on disk.
+func TestHookCommands(t *testing.T) {
+	bundle := t.TempDir()
+	os.MkdirAll(filepath.Join(bundle, "rootfs/etc"), 0o755)
+	os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"ociVersion":"1.0.2","root":{"path":"rootfs"}}`), 0o644)
+	stateFile := filepath.Join(t.TempDir(), "state.json")
+	os.WriteFile(stateFile, []byte(`{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1,"bundle":"`+bundle+`"}`), 0o644)
+	old := stdin
+	defer func() { stdin = old }()
+	stdin = func() *os.File { f, _ := os.Open(stateFile); return f }
+
+	_, errOut, code := run("hook", "create-symlinks", "--link", "libcuda.so.580.159.04::/usr/lib/x86_64-linux-gnu/libcuda.so.1", "--link", "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so")
+	if code != 0 {
+		t.Fatalf("create-symlinks exit %d: %s", code, errOut)
+	}
+	if target, err := os.Readlink(filepath.Join(bundle, "rootfs/usr/lib/x86_64-linux-gnu/libcuda.so.1")); err != nil || target != "libcuda.so.580.159.04" {
+		t.Fatalf("link = %q, %v", target, err)
+	}
+	_, errOut, code = run("hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu")
+	if code != 0 {
+		t.Fatalf("update-ldcache exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(bundle, "rootfs/etc/ld.so.cache")); err != nil {
+		t.Fatalf("no cache written: %v", err)
+	}
+	if _, errOut, code = run("hook", "create-symlinks", "--link", "nolink"); code != 2 || !strings.Contains(errOut, "TARGET::LINK") {
+		t.Fatalf("bad --link: exit %d, %s", code, errOut)
+	}
+	stdin = func() *os.File { f, _ := os.Open(os.DevNull); return f }
+	if _, errOut, code = run("hook", "update-ldcache", "--folder", "/x"); code != 1 || !strings.Contains(errOut, "container state on stdin") {
+		t.Fatalf("no state: exit %d, %s", code, errOut)
+	}
+}

@@ -180,3 +180,14 @@ func readELF(r io.ReaderAt) (elfInfo, error) {
 	}
 	return info, fmt.Errorf("SONAME address %#x outside the loaded segments", addr)
 }
+
+// ReadELF returns the word size, machine and DT_SONAME of the ELF shared
+// object read through r, reading only the headers and the dynamic segment.
+// Hooks use it on libraries inside a container's root filesystem.
+func ReadELF(r io.ReaderAt) (class elf.Class, machine elf.Machine, soname string, err error) {
+	info, err := readELF(r)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	return info.Class, info.Machine, info.SONAME, nil
+}
