@@ -83,7 +83,9 @@ func (r *Root) openat(p string, flags uint64, mode uint64) (int, error) {
 	}
 }
 
-func (r *Root) describe(p string) string { return "/" + strings.TrimPrefix(clean(p), ".") + " in " + r.path }
+func (r *Root) describe(p string) string {
+	return "/" + strings.TrimPrefix(clean(p), ".") + " in " + r.path
+}
 
 // Open opens the file at p for reading. Symlinks on the way are followed,
 // clamped to the root.
