@@ -3,6 +3,7 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
@@ -52,8 +53,8 @@ Needs gcc and ldconfig.
 					return usagef("need exactly one argument, the directory to build in")
 				}
 				v, n := *version, *count
-				if e.cfg.GPUs != config.Default().GPUs {
-					if sys, err := sim.Load(e.cfg.GPUs[len("sim:"):]); err == nil {
+				if spec, ok := strings.CutPrefix(e.cfg.GPUs, "sim:"); ok {
+					if sys, err := sim.Load(spec); err == nil {
 						if v == "" {
 							v = sys.DriverVersion
 						}
