@@ -1,16 +1,6 @@
-// Package containerhook implements the OCI hooks that Gantry's CDI specs
-// run at createContainer time: `gantry hook create-symlinks` (the SONAME links
-// of the injected driver libraries) and `gantry hook update-ldcache` (adding
-// the injected library directories to the container's ld.so.cache).
-//
-// The hooks run with host privileges on a root filesystem full of image
-// content, so they touch it only through package rootfs (every path resolved
-// inside the root) and never run a program from the image: the loader cache
-// is parsed and rewritten by package ldcache instead of running ldconfig.
 package containerhook
 
 import (
-	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,180 +8,119 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
-	"sort"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gantry-gpu/gantry/internal/driver"
-	"github.com/gantry-gpu/gantry/internal/ldcache"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
 
-// RootPath reads the container state the runtime passes a hook on stdin and
-// returns the host path of the container's root filesystem.
-func RootPath(state io.Reader) (string, error) {
+// ErrNoState is returned by ReadState when stdin holds no container state.
+var ErrNoState = errors.New("no container state on stdin (this command is an OCI hook: the container runtime runs it with the state on stdin)")
+
+// ErrBadLink is returned by ParseLink for a malformed --link.
+var ErrBadLink = errors.New("invalid --link")
+
+// maxState bounds the state and config.json read: both are small JSON
+// documents, and a hook must not allocate whatever it is handed.
+const maxState = 16 << 20
+
+// ReadState reads the OCI container state the runtime writes to a hook's
+// stdin, then the bundle's config.json, and returns the bundle directory and
+// the host path of the container's root filesystem (root.path, relative to
+// the bundle unless absolute).
+func ReadState(r io.Reader) (bundle, rootPath string, err error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxState))
+	if err != nil {
+		return "", "", fmt.Errorf("reading the container state on stdin: %w", err)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return "", "", ErrNoState
+	}
 	var st specs.State
-	if err := json.NewDecoder(io.LimitReader(state, 1<<20)).Decode(&st); err != nil {
-		return "", fmt.Errorf("reading the container state on stdin: %w (this command is an OCI hook; the runtime provides the state)", err)
+	if err := json.Unmarshal(b, &st); err != nil {
+		return "", "", fmt.Errorf("parsing the container state on stdin: %w (want the OCI state JSON the runtime gives hooks)", err)
 	}
 	if st.Bundle == "" {
-		return "", errors.New("container state on stdin has no bundle")
+		return "", "", fmt.Errorf("the container state on stdin (id %q) has no bundle: %w", st.ID, ErrNoState)
+	}
+	if !filepath.IsAbs(st.Bundle) {
+		return "", "", fmt.Errorf("the container state on stdin has a relative bundle path %q; runtimes give an absolute one", st.Bundle)
 	}
 	cfgPath := filepath.Join(st.Bundle, "config.json")
-	b, err := os.ReadFile(cfgPath)
+	f, err := os.Open(cfgPath)
 	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", cfgPath, err)
+		return "", "", fmt.Errorf("reading the bundle's %s: %w", cfgPath, err)
+	}
+	defer f.Close()
+	cb, err := io.ReadAll(io.LimitReader(f, maxState))
+	if err != nil {
+		return "", "", fmt.Errorf("reading the bundle's %s: %w", cfgPath, err)
 	}
 	var spec specs.Spec
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return "", fmt.Errorf("parsing %s: %w", cfgPath, err)
+	if err := json.Unmarshal(cb, &spec); err != nil {
+		return "", "", fmt.Errorf("parsing the bundle's %s: %w", cfgPath, err)
 	}
 	if spec.Root == nil || spec.Root.Path == "" {
-		return "", fmt.Errorf("%s has no root.path", cfgPath)
+		return "", "", fmt.Errorf("the bundle's %s has no root.path: cannot find the container's root filesystem", cfgPath)
 	}
-	root := spec.Root.Path
-	if !filepath.IsAbs(root) {
-		root = filepath.Join(st.Bundle, root)
+	rootPath = spec.Root.Path
+	if !filepath.IsAbs(rootPath) {
+		rootPath = filepath.Join(st.Bundle, rootPath)
 	}
-	return root, nil
+	return st.Bundle, filepath.Clean(rootPath), nil
 }
 
-// Link is one symlink to create: Link (an absolute container path) pointing to Target.
+// OpenRoot reads the state from r (see ReadState) and opens the container's
+// root filesystem.
+func OpenRoot(r io.Reader) (*rootfs.Root, error) {
+	_, rootPath, err := ReadState(r)
+	if err != nil {
+		return nil, err
+	}
+	return rootfs.Open(rootPath)
+}
+
+// Link is one symlink to create inside the container: Link, an absolute
+// container path, will point to Target (stored as given; usually a bare file
+// name in the same directory).
 type Link struct{ Target, Link string }
+
+// String gives the --link form.
+func (l Link) String() string { return l.Target + "::" + l.Link }
 
 // ParseLink parses the TARGET::LINK form of --link.
 func ParseLink(s string) (Link, error) {
 	t, l, ok := strings.Cut(s, "::")
 	switch {
+	case strings.IndexByte(s, 0) >= 0:
+		return Link{}, fmt.Errorf("%w %q: contains a NUL byte", ErrBadLink, s)
 	case !ok || t == "" || l == "":
-		return Link{}, fmt.Errorf("--link %q: want TARGET::LINK, e.g. libcuda.so.580.159.04::/usr/lib/x86_64-linux-gnu/libcuda.so.1", s)
+		return Link{}, fmt.Errorf("%w %q: want TARGET::LINK, e.g. libcuda.so.580.159.04::/usr/lib/x86_64-linux-gnu/libcuda.so.1", ErrBadLink, s)
 	case !path.IsAbs(l):
-		return Link{}, fmt.Errorf("--link %q: the link %q must be an absolute container path", s, l)
-	case strings.ContainsRune(s, 0):
-		return Link{}, fmt.Errorf("--link %q: contains a NUL byte", s)
+		return Link{}, fmt.Errorf("%w %q: the link %q must be an absolute container path", ErrBadLink, s, l)
+	case path.Clean(l) == "/":
+		return Link{}, fmt.Errorf("%w %q: the link cannot be the root directory", ErrBadLink, s)
 	}
 	return Link{Target: t, Link: path.Clean(l)}, nil
 }
 
-// CreateSymlinks creates each link inside root, making parent directories
-// as needed. An existing file at a link's path is replaced.
+// CreateSymlinks creates each link inside root, making its parent
+// directories as needed. A file or symlink already at a link's path is
+// replaced (like ln -sf); one already pointing to the target is left alone.
 func CreateSymlinks(root *rootfs.Root, links []Link) error {
+	done := map[Link]bool{}
 	for _, l := range links {
-		if err := root.MkdirAll(path.Dir(l.Link), 0o755); err != nil {
-			return fmt.Errorf("creating %s: %w", path.Dir(l.Link), err)
+		if done[l] {
+			continue
 		}
-		if err := root.Symlink(l.Target, l.Link); err != nil {
+		done[l] = true
+		if err := root.MkdirAll(path.Dir(l.Link), 0o755); err != nil {
+			return fmt.Errorf("creating the directory of link %s: %w", l.Link, err)
+		}
+		if err := root.ReplaceSymlink(l.Target, l.Link); err != nil {
 			return fmt.Errorf("linking %s -> %s: %w", l.Link, l.Target, err)
 		}
 	}
 	return nil
-}
-
-// ConfFile lists the injected folders for a later ldconfig run inside the
-// container (which would otherwise drop them from the cache it writes).
-const ConfFile = "/etc/ld.so.conf.d/000-gantry.conf"
-
-// UpdateLDCache adds every shared library in folders (container paths) to
-// the container's /etc/ld.so.cache, ahead of the image's own entries of the
-// same name, and writes ConfFile. warn receives non-fatal problems (a
-// corrupt cache in the image, which is then rebuilt from our entries only).
-func UpdateLDCache(root *rootfs.Root, folders []string, warn func(string)) error {
-	cache := &ldcache.Cache{}
-	b, err := root.ReadFile("/etc/ld.so.cache")
-	switch {
-	case err == nil:
-		if c, perr := ldcache.Parse(b); perr == nil {
-			cache = c
-		} else {
-			warn(fmt.Sprintf("the image's /etc/ld.so.cache is unreadable (%v); writing one with the injected libraries only", perr))
-		}
-	case errors.Is(err, os.ErrNotExist):
-	default:
-		return fmt.Errorf("reading /etc/ld.so.cache: %w", err)
-	}
-
-	var ours []ldcache.Entry
-	for _, dir := range folders {
-		dir = path.Clean(dir)
-		if !path.IsAbs(dir) {
-			return fmt.Errorf("--folder %q: must be an absolute container path", dir)
-		}
-		entries, err := libraries(root, dir)
-		if err != nil {
-			return err
-		}
-		ours = append(ours, entries...)
-	}
-	seen := map[[2]string]bool{}
-	for _, e := range ours {
-		seen[[2]string{e.Name, e.Path}] = true
-	}
-	merged := ours
-	for _, e := range cache.Entries {
-		if !seen[[2]string{e.Name, e.Path}] {
-			merged = append(merged, e)
-		}
-	}
-	// The loader takes the first of equal names: the stable sort keeps ours first.
-	cache.Entries = merged
-	cache.Sort()
-	out, err := cache.MarshalBinary()
-	if err != nil {
-		return fmt.Errorf("writing /etc/ld.so.cache: %w", err)
-	}
-	if err := root.MkdirAll("/etc/ld.so.conf.d", 0o755); err != nil {
-		return err
-	}
-	if err := root.WriteFileAtomic("/etc/ld.so.cache", out, 0o644); err != nil {
-		return err
-	}
-	conf := "# Written by gantry: driver libraries injected into this container.\n" + strings.Join(folders, "\n") + "\n"
-	return root.WriteFileAtomic(ConfFile, []byte(conf), 0o644)
-}
-
-// libraries returns cache entries for the native shared objects in dir,
-// keyed by SONAME and pointing at the SONAME link when the folder has one.
-func libraries(root *rootfs.Root, dir string) ([]ldcache.Entry, error) {
-	names, err := root.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("listing --folder %s: %w", dir, err)
-	}
-	have := map[string]bool{}
-	for _, n := range names {
-		have[n] = true
-	}
-	sort.Strings(names)
-	flags, machine := nativeFlags()
-	var out []ldcache.Entry
-	done := map[string]bool{}
-	for _, n := range names {
-		if !strings.HasPrefix(n, "lib") || !strings.Contains(n, ".so") {
-			continue
-		}
-		f, err := root.Open(path.Join(dir, n))
-		if err != nil {
-			continue // a dangling link or a directory: nothing to cache
-		}
-		class, m, soname, err := driver.ReadELF(f)
-		f.Close()
-		if err != nil || class != elf.ELFCLASS64 || m != machine || soname == "" || done[soname] {
-			continue
-		}
-		done[soname] = true
-		p := path.Join(dir, n)
-		if have[soname] {
-			p = path.Join(dir, soname)
-		}
-		out = append(out, ldcache.Entry{Name: soname, Path: p, Flags: flags})
-	}
-	return out, nil
-}
-
-func nativeFlags() (int32, elf.Machine) {
-	if runtime.GOARCH == "arm64" {
-		return ldcache.FlagsAArch64, elf.EM_AARCH64
-	}
-	return ldcache.FlagsX8664, elf.EM_X86_64
 }

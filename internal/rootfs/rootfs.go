@@ -1,58 +1,78 @@
-// Package rootfs does file operations inside a container's root filesystem
-// without ever leaving it.
-//
-// A container image is hostile input: any directory in it may be a symlink
-// to a host path ("/etc -> /host/etc"), and a path checked a moment ago may
-// be swapped for a symlink before it is used (the CVE-2024-0132 class of
-// escapes). So no path inside the root is ever resolved as a string on the
-// host. Every lookup goes through openat2(2) with RESOLVE_IN_ROOT, which makes
-// the kernel resolve it as if the root were "/" — absolute symlinks and ".."
-// are clamped to the root — and RESOLVE_NO_MAGICLINKS, which refuses
-// /proc/self/fd-style jumps. Creation (mkdir, symlink, file write) happens
-// relative to a file descriptor of the already-resolved parent directory, and
-// the final name is never followed: a symlink there is replaced, not written
-// through. Kernels without openat2 (before 5.6) get an error, never a
-// fallback to unsafe resolution.
 package rootfs
 
 import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// ErrNoOpenat2 is returned on kernels without openat2(2).
-var ErrNoOpenat2 = errors.New("the kernel lacks openat2 (Linux 5.6 or newer is needed to resolve paths safely inside a container root)")
+// ErrNoOpenat2 is returned by Open on kernels without openat2(2).
+var ErrNoOpenat2 = errors.New("the kernel lacks openat2(2): Linux 5.6 or newer is needed to resolve paths safely inside a container root")
 
-// Root is an open container root filesystem.
+// ErrNotRegular is returned when a file to be read is not a regular file
+// (a directory, FIFO, socket or device node).
+var ErrNotRegular = errors.New("not a regular file")
+
+// ErrTooLarge is returned by ReadFile for files over MaxReadFile bytes.
+var ErrTooLarge = errors.New("file too large")
+
+// MaxReadFile bounds ReadFile: an image can hold a sparse file of any size,
+// and a hook must not be made to allocate it.
+const MaxReadFile = 256 << 20
+
+// maxRetries bounds the retries of openat2 when the kernel reports EAGAIN
+// (a concurrent rename or mount while resolving in the root): a hostile
+// writer must not keep the hook looping forever.
+const maxRetries = 64
+
+// Root is an open container root filesystem. Its methods take container
+// paths: absolute or not, they are resolved from the root, and ".." and
+// symlinks never lead out of it. A Root is safe for concurrent use.
 type Root struct {
 	fd   int
 	path string
 }
 
-// Open opens the root filesystem at dir (a host path, trusted).
+// Open opens the root filesystem at dir, a trusted host path (from the
+// bundle's config.json). It fails with ErrNoOpenat2 where the kernel cannot
+// resolve paths safely.
 func Open(dir string) (*Root, error) {
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening container root %s: %w", dir, err)
 	}
-	return &Root{fd: fd, path: dir}, nil
+	r := &Root{fd: fd, path: dir}
+	// Probe openat2 now, so that an old kernel is one clear error up front.
+	probe, err := r.openat(".", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		unix.Close(fd)
+		if errors.Is(err, ErrNoOpenat2) {
+			return nil, fmt.Errorf("opening container root %s: %w", dir, ErrNoOpenat2)
+		}
+		return nil, err
+	}
+	unix.Close(probe)
+	return r, nil
 }
 
 // Close releases the root's file descriptor.
 func (r *Root) Close() error { return unix.Close(r.fd) }
 
-// Path is the host path the root was opened at.
+// Path is the host path the root was opened at (for messages only: never
+// join container paths to it).
 func (r *Root) Path() string { return r.path }
 
-// clean makes p relative to the root ("." for the root itself).
+// clean makes p relative to the root ("." for the root itself). ".." cannot
+// climb above "/" in path.Clean, and the kernel clamps symlinks besides.
 func clean(p string) string {
 	p = strings.TrimPrefix(path.Clean("/"+p), "/")
 	if p == "" {
@@ -61,60 +81,119 @@ func clean(p string) string {
 	return p
 }
 
-// openat resolves p inside the root.
+// describe names p for error messages: the container path and the root.
+func (r *Root) describe(p string) string {
+	return "/" + strings.TrimPrefix(clean(p), ".") + " in " + r.path
+}
+
+func (r *Root) pathErr(op, p string, err error) error {
+	return &os.PathError{Op: op, Path: r.describe(p), Err: err}
+}
+
+// openat2 retries EINTR and, a bounded number of times, EAGAIN.
+func openat2(dirfd int, p string, how *unix.OpenHow) (int, error) {
+	for i := 0; ; i++ {
+		fd, err := unix.Openat2(dirfd, p, how)
+		if (err == unix.EINTR || err == unix.EAGAIN) && i < maxRetries {
+			continue
+		}
+		if err == unix.ENOSYS {
+			return -1, ErrNoOpenat2
+		}
+		return fd, err
+	}
+}
+
+// openat resolves p inside the root, following symlinks (clamped).
 func (r *Root) openat(p string, flags uint64, mode uint64) (int, error) {
 	how := unix.OpenHow{
 		Flags:   flags | unix.O_CLOEXEC,
 		Mode:    mode,
 		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
 	}
-	for {
-		fd, err := unix.Openat2(r.fd, clean(p), &how)
-		if err == unix.EINTR || err == unix.EAGAIN {
-			continue
-		}
-		if err == unix.ENOSYS {
-			return -1, ErrNoOpenat2
-		}
-		if err != nil {
-			return -1, &os.PathError{Op: "open", Path: r.describe(p), Err: err}
-		}
-		return fd, nil
+	fd, err := openat2(r.fd, clean(p), &how)
+	if err == ErrNoOpenat2 {
+		return -1, err
 	}
+	if err != nil {
+		return -1, r.pathErr("open", p, err)
+	}
+	return fd, nil
 }
 
-func (r *Root) describe(p string) string {
-	return "/" + strings.TrimPrefix(clean(p), ".") + " in " + r.path
+// openChild opens the single name base in the directory dirfd, refusing
+// symlinks and anything that would leave dirfd.
+func openChild(dirfd int, base string, flags uint64) (int, error) {
+	how := unix.OpenHow{
+		Flags:   flags | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	return openat2(dirfd, base, &how)
 }
 
-// Open opens the file at p for reading. Symlinks on the way are followed,
-// clamped to the root.
-func (r *Root) Open(p string) (*os.File, error) {
-	fd, err := r.openat(p, unix.O_RDONLY, 0)
+// OpenFile opens the regular file at p for reading; the *os.File is an
+// io.ReaderAt too. Symlinks on the way are followed, clamped to the root.
+// Anything else than a regular file fails with ErrNotRegular, and is never
+// opened for reading (see the package documentation).
+func (r *Root) OpenFile(p string) (*os.File, error) {
+	pfd, err := r.openat(p, unix.O_PATH, 0)
 	if err != nil {
 		return nil, err
+	}
+	defer unix.Close(pfd)
+	var want unix.Stat_t
+	if err := unix.Fstat(pfd, &want); err != nil {
+		return nil, r.pathErr("stat", p, err)
+	}
+	if want.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, r.pathErr("open", p, ErrNotRegular)
+	}
+	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), flags, 0)
+	if err != nil {
+		// No /proc: open by path in the root and check that it is the
+		// same file (a swap in between is refused below).
+		if fd, err = r.openat(p, uint64(flags), 0); err != nil {
+			return nil, err
+		}
+	}
+	var got unix.Stat_t
+	if err := unix.Fstat(fd, &got); err != nil {
+		unix.Close(fd)
+		return nil, r.pathErr("stat", p, err)
+	}
+	if got.Dev != want.Dev || got.Ino != want.Ino || got.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, r.pathErr("open", p, fmt.Errorf("%w (replaced while opening)", ErrNotRegular))
+	}
+	// Regular files ignore O_NONBLOCK; clear it anyway so that os.File
+	// treats the descriptor as an ordinary blocking one.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, r.pathErr("open", p, err)
 	}
 	return os.NewFile(uintptr(fd), r.describe(p)), nil
 }
 
-// ReadFile reads the whole file at p.
+// ReadFile reads the whole regular file at p (at most MaxReadFile bytes).
 func (r *Root) ReadFile(p string) ([]byte, error) {
-	f, err := r.Open(p)
+	f, err := r.OpenFile(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	b, err := io.ReadAll(io.LimitReader(f, MaxReadFile+1))
 	if err != nil {
-		return nil, err
+		return nil, r.pathErr("read", p, err)
 	}
-	if !st.Mode().IsRegular() {
-		return nil, &os.PathError{Op: "read", Path: r.describe(p), Err: errors.New("not a regular file")}
+	if len(b) > MaxReadFile {
+		return nil, r.pathErr("read", p, fmt.Errorf("%w (over %d bytes)", ErrTooLarge, MaxReadFile))
 	}
-	return io.ReadAll(f)
+	return b, nil
 }
 
-// ReadDir lists the names in the directory at p.
+// ReadDir lists the names in the directory at p, in directory order (not
+// sorted). Symlinks on the way are followed, clamped to the root.
 func (r *Root) ReadDir(p string) ([]string, error) {
 	fd, err := r.openat(p, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
@@ -122,87 +201,208 @@ func (r *Root) ReadDir(p string) ([]string, error) {
 	}
 	f := os.NewFile(uintptr(fd), r.describe(p))
 	defer f.Close()
-	return f.Readdirnames(-1)
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, r.pathErr("readdir", p, err)
+	}
+	return names, nil
 }
 
-// parent opens the directory holding p (resolved in the root) and returns it
-// with p's last component, which the caller creates or replaces without
-// following it.
-func (r *Root) parent(p string) (int, string, error) {
+// Stat describes the file at p, following symlinks (clamped to the root).
+func (r *Root) Stat(p string) (fs.FileInfo, error) {
+	fd, err := r.openat(p, unix.O_PATH, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, r.pathErr("stat", p, err)
+	}
+	return newInfo(path.Base("/"+clean(p)), &st), nil
+}
+
+// Lstat describes the file at p without following a symlink in its last
+// component (its directories are resolved in the root).
+func (r *Root) Lstat(p string) (fs.FileInfo, error) {
+	if clean(p) == "." {
+		return r.Stat(p)
+	}
+	pfd, base, err := r.parent(p, unix.O_PATH)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, r.pathErr("lstat", p, err)
+	}
+	return newInfo(base, &st), nil
+}
+
+// Readlink returns the content of the symlink at p (its directories are
+// resolved in the root; the link itself is read, not followed).
+func (r *Root) Readlink(p string) (string, error) {
+	pfd, base, err := r.parent(p, unix.O_PATH)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(pfd)
+	s, err := readlinkat(pfd, base)
+	if err != nil {
+		return "", r.pathErr("readlink", p, err)
+	}
+	return s, nil
+}
+
+func readlinkat(dirfd int, base string) (string, error) {
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(dirfd, base, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// parent opens the directory holding p (resolved in the root) and returns
+// it with p's last component, which the caller creates, replaces or stats
+// without following it.
+func (r *Root) parent(p string, flags uint64) (int, string, error) {
 	c := clean(p)
 	if c == "." {
-		return -1, "", fmt.Errorf("%s: the root itself has no parent", r.path)
+		return -1, "", r.pathErr("open", p, errors.New("the root itself has no parent directory"))
 	}
-	fd, err := r.openat(path.Dir(c), unix.O_PATH|unix.O_DIRECTORY, 0)
+	fd, err := r.openat(path.Dir(c), flags|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return -1, "", err
 	}
 	return fd, path.Base(c), nil
 }
 
-// MkdirAll creates the directory p and its missing parents. Each directory is
-// created relative to its parent's descriptor; existing components may be
-// symlinks, which resolve inside the root.
+// MkdirAll creates the directory p and any missing parents with mode
+// (before umask). Existing components may be symlinks; they resolve inside
+// the root. A symlink to a directory that does not exist in the root is an
+// error (as with os.MkdirAll), not something to create.
 func (r *Root) MkdirAll(p string, mode os.FileMode) error {
-	c := clean(p)
-	if c == "." {
-		return nil
-	}
-	parts := strings.Split(c, "/")
-	for i := range parts {
-		sub := strings.Join(parts[:i+1], "/")
-		pfd, base, err := r.parent(sub)
-		if err != nil {
-			return err
-		}
-		err = unix.Mkdirat(pfd, base, uint32(mode.Perm()))
-		unix.Close(pfd)
-		if err != nil && err != unix.EEXIST {
-			return &os.PathError{Op: "mkdir", Path: r.describe(sub), Err: err}
-		}
-	}
-	// The last component must now be a directory (inside the root).
-	fd, err := r.openat(c, unix.O_PATH|unix.O_DIRECTORY, 0)
+	fd, err := r.mkdirAll(p, mode)
 	if err != nil {
 		return err
 	}
 	return unix.Close(fd)
 }
 
-var tmpSeq atomic.Uint64
-
-func tmpName(base string) string {
-	return ".gantry-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(tmpSeq.Add(1), 10) + "-" + base
+// mkdirAll returns an O_PATH descriptor of the directory p, creating it.
+func (r *Root) mkdirAll(p string, mode os.FileMode) (int, error) {
+	cur, err := r.openat(".", unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return -1, err
+	}
+	c := clean(p)
+	if c == "." {
+		return cur, nil
+	}
+	prefix := ""
+	for _, name := range strings.Split(c, "/") {
+		prefix = path.Join(prefix, name)
+		next, err := openChild(cur, name, unix.O_PATH|unix.O_DIRECTORY)
+		if err == unix.ENOENT {
+			// Create it in the descriptor we hold, never by path string,
+			// then open what we created with symlinks refused: if the
+			// image swapped in a symlink meanwhile, ELOOP sends us to
+			// the in-root resolution below.
+			if err := unix.Mkdirat(cur, name, uint32(mode.Perm())); err != nil && err != unix.EEXIST {
+				unix.Close(cur)
+				return -1, r.pathErr("mkdir", prefix, err)
+			}
+			next, err = openChild(cur, name, unix.O_PATH|unix.O_DIRECTORY)
+		}
+		if err == unix.ELOOP {
+			// An existing symlink: resolve it as the kernel would inside
+			// the root. A dangling one fails here with ENOENT.
+			next, err = r.openat(prefix, unix.O_PATH|unix.O_DIRECTORY, 0)
+			if err != nil {
+				unix.Close(cur)
+				return -1, fmt.Errorf("%w (a symlink to a directory missing in the root)", err)
+			}
+		}
+		if err != nil {
+			unix.Close(cur)
+			if _, ok := err.(*os.PathError); ok || err == ErrNoOpenat2 {
+				return -1, err
+			}
+			return -1, r.pathErr("mkdir", prefix, err)
+		}
+		unix.Close(cur)
+		cur = next
+	}
+	return cur, nil
 }
 
-// Symlink makes link (a path in the root) a symlink to target, replacing
-// whatever non-directory was at link. An identical existing link is left alone.
+var tmpSeq atomic.Uint64
+
+// tmpName is a name for a temporary file beside base. It starts with a dot
+// so that loaders and listings skip it if a crash leaves it behind.
+func tmpName(base string) string {
+	n := ".gantry-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(tmpSeq.Add(1), 10) + "-"
+	if len(n)+len(base) > 255 {
+		base = base[:255-len(n)]
+	}
+	return n + base
+}
+
+// Symlink creates link (a path in the root) as a symlink to target; the
+// directory holding link must exist. If link already is a symlink to target
+// nothing is done; anything else at link fails with an error matching
+// fs.ErrExist. target is stored as given and is not checked: the kernel
+// resolves it later, in the container.
 func (r *Root) Symlink(target, link string) error {
-	pfd, base, err := r.parent(link)
+	return r.symlink(target, link, false)
+}
+
+// ReplaceSymlink is Symlink that replaces a file or symlink already at link
+// (like ln -sf), atomically: the name never disappears. A directory at link
+// is not replaced.
+func (r *Root) ReplaceSymlink(target, link string) error {
+	return r.symlink(target, link, true)
+}
+
+func (r *Root) symlink(target, link string, replace bool) error {
+	if target == "" || strings.IndexByte(target, 0) >= 0 {
+		return r.pathErr("symlink", link, fmt.Errorf("invalid target %q", target))
+	}
+	pfd, base, err := r.parent(link, unix.O_PATH)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(pfd)
-	buf := make([]byte, unix.PathMax)
-	if n, err := unix.Readlinkat(pfd, base, buf); err == nil && string(buf[:n]) == target {
+	if cur, err := readlinkat(pfd, base); err == nil && cur == target {
+		return nil
+	}
+	if !replace {
+		if err := unix.Symlinkat(target, pfd, base); err != nil {
+			return r.pathErr("symlink", link, err)
+		}
 		return nil
 	}
 	tmp := tmpName(base)
 	if err := unix.Symlinkat(target, pfd, tmp); err != nil {
-		return &os.PathError{Op: "symlink", Path: r.describe(link), Err: err}
+		return r.pathErr("symlink", link, err)
 	}
 	if err := unix.Renameat(pfd, tmp, pfd, base); err != nil {
 		unix.Unlinkat(pfd, tmp, 0)
-		return &os.PathError{Op: "symlink", Path: r.describe(link), Err: err}
+		return r.pathErr("symlink", link, err)
 	}
 	return nil
 }
 
-// WriteFileAtomic replaces the file at p with data: a temporary file in the
-// same directory, synced, then renamed over p. A symlink at p is replaced,
-// never written through.
+// WriteFileAtomic replaces the file at p with data and mode (before umask):
+// a temporary file in the same directory is written, synced and renamed
+// over p, then the directory is synced. Readers see the old file or the new
+// one, never a mix. A symlink at p is replaced, never written through; a
+// directory at p is an error. The directory holding p must exist.
 func (r *Root) WriteFileAtomic(p string, data []byte, mode os.FileMode) error {
-	pfd, base, err := r.parent(p)
+	// O_RDONLY rather than O_PATH: fsync needs a real descriptor.
+	pfd, base, err := r.parent(p, unix.O_RDONLY)
 	if err != nil {
 		return err
 	}
@@ -210,12 +410,12 @@ func (r *Root) WriteFileAtomic(p string, data []byte, mode os.FileMode) error {
 	tmp := tmpName(base)
 	fd, err := unix.Openat(pfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode.Perm()))
 	if err != nil {
-		return &os.PathError{Op: "create", Path: r.describe(p), Err: err}
+		return r.pathErr("create", p, err)
 	}
 	f := os.NewFile(uintptr(fd), tmp)
 	_, werr := f.Write(data)
 	if werr == nil {
-		werr = f.Chmod(mode.Perm())
+		werr = f.Chmod(mode.Perm()) // undo the umask: the mode asked for is the mode
 	}
 	if werr == nil {
 		werr = f.Sync()
@@ -228,7 +428,53 @@ func (r *Root) WriteFileAtomic(p string, data []byte, mode os.FileMode) error {
 	}
 	if werr != nil {
 		unix.Unlinkat(pfd, tmp, 0)
-		return &os.PathError{Op: "write", Path: r.describe(p), Err: werr}
+		return r.pathErr("write", p, werr)
+	}
+	if err := unix.Fsync(pfd); err != nil {
+		return r.pathErr("sync", path.Dir("/"+clean(p)), err)
 	}
 	return nil
+}
+
+// info is an fs.FileInfo from a stat made through a descriptor (os.FileInfo
+// from os.Lstat would need a host path string).
+type info struct {
+	name string
+	st   unix.Stat_t
+}
+
+func newInfo(name string, st *unix.Stat_t) *info { return &info{name: name, st: *st} }
+
+func (i *info) Name() string       { return i.name }
+func (i *info) Size() int64        { return i.st.Size }
+func (i *info) ModTime() time.Time { return time.Unix(i.st.Mtim.Unix()) }
+func (i *info) IsDir() bool        { return i.Mode().IsDir() }
+func (i *info) Sys() any           { return &i.st }
+
+func (i *info) Mode() fs.FileMode {
+	m := fs.FileMode(i.st.Mode & 0o777)
+	switch i.st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		m |= fs.ModeDir
+	case unix.S_IFLNK:
+		m |= fs.ModeSymlink
+	case unix.S_IFIFO:
+		m |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		m |= fs.ModeSocket
+	case unix.S_IFCHR:
+		m |= fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		m |= fs.ModeDevice
+	}
+	if i.st.Mode&unix.S_ISUID != 0 {
+		m |= fs.ModeSetuid
+	}
+	if i.st.Mode&unix.S_ISGID != 0 {
+		m |= fs.ModeSetgid
+	}
+	if i.st.Mode&unix.S_ISVTX != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
 }

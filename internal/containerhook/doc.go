@@ -1,0 +1,32 @@
+// Package containerhook implements the OCI hooks that Gantry's CDI specs run
+// at createContainer time:
+//
+//	gantry hook create-symlinks --link TARGET::LINK ...
+//	gantry hook update-ldcache --folder DIR ...
+//
+// The runtime (runc or crun under Podman, containerd or CRI-O) runs them on the
+// host, with the container's state on stdin; ReadState finds the container's
+// root filesystem from it (the bundle's config.json, root.path).
+//
+// CreateSymlinks makes the links a CDI mount cannot (the SONAME link
+// libcuda.so.1 -> libcuda.so.580.159.04 beside a mounted library), replacing
+// what the image had at that name, like `ln -sf`.
+//
+// UpdateLDCache makes the injected libraries findable by the container's
+// dynamic loader. The usual way, running ldconfig, would run a program from
+// the image (or the host's ldconfig on image content) with host privileges;
+// instead the cache is read, extended and rewritten here: the image's
+// /etc/ld.so.cache is parsed by package ldcache, every lib*.so* in the folders
+// whose ELF headers say it is a shared object of the host's architecture with
+// a DT_SONAME becomes an entry SONAME -> FOLDER/SONAME, and the cache is
+// written back with those entries ahead of the image's entries of the same
+// name (glibc's loader takes the first of equal names; ldcache's sort is
+// stable). /etc/ld.so.conf.d/000-gantry.conf lists the folders, so that an
+// ldconfig run later inside the container keeps them.
+//
+// Security: the hooks run as root on hostile image content. Every file is
+// reached through package rootfs, so symlinks in the image (/etc -> /host/etc,
+// /etc/ld.so.cache -> /etc/shadow on the host, a --folder that links to a host
+// directory) resolve inside the container's root, and files are replaced by
+// rename, never written through a link. Nothing from the image is executed.
+package containerhook

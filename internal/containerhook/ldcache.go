@@ -1,0 +1,221 @@
+package containerhook
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"runtime"
+	"sort"
+	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/ldcache"
+	"github.com/gantry-gpu/gantry/internal/rootfs"
+)
+
+// Files UpdateLDCache writes inside the container.
+const (
+	// CacheFile is the loader's cache.
+	CacheFile = "/etc/ld.so.cache"
+	// ConfFile lists the injected folders for a later ldconfig run inside
+	// the container, which would otherwise drop them from the cache it
+	// writes. "000-" sorts it first among ld.so.conf.d files.
+	ConfFile = "/etc/ld.so.conf.d/000-gantry.conf"
+)
+
+// ErrUnsupportedArch is returned by UpdateLDCache on hosts whose
+// architecture it has no loader cache flags for.
+var ErrUnsupportedArch = errors.New("update-ldcache supports amd64 and arm64 hosts only")
+
+// UpdateLDCache adds every shared library in folders (absolute container
+// paths) to the container's /etc/ld.so.cache, ahead of the image's own
+// entries of the same name, and writes ConfFile. No program is run.
+//
+// An image without a cache gets one with our entries only; so does an image
+// whose cache is unreadable (corrupt, too large, not a regular file), and
+// warn is told (nil warn writes to os.Stderr). Other failures are errors:
+// the container should not start half configured.
+func UpdateLDCache(root *rootfs.Root, folders []string, warn func(string)) error {
+	if warn == nil {
+		warn = func(s string) { fmt.Fprintf(os.Stderr, "warning: %s\n", s) }
+	}
+	flags, machine, err := nativeABI()
+	if err != nil {
+		return err
+	}
+	dirs, err := cleanFolders(folders)
+	if err != nil {
+		return err
+	}
+
+	cache := &ldcache.Cache{}
+	b, err := root.ReadFile(CacheFile)
+	switch {
+	case err == nil:
+		if c, perr := ldcache.Parse(b); perr == nil {
+			cache = c
+		} else {
+			warn(fmt.Sprintf("the image's %s is unreadable (%v); replacing it with one holding the injected libraries only", CacheFile, perr))
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		// A minimal image: the cache we write is its first.
+	case errors.Is(err, rootfs.ErrNotRegular), errors.Is(err, rootfs.ErrTooLarge):
+		warn(fmt.Sprintf("the image's %s is unusable (%v); replacing it with one holding the injected libraries only", CacheFile, err))
+	default:
+		return fmt.Errorf("reading the container's %s: %w", CacheFile, err)
+	}
+
+	var ours []ldcache.Entry
+	for _, dir := range dirs {
+		entries, err := libraries(root, dir, flags, machine)
+		if err != nil {
+			return err
+		}
+		ours = append(ours, entries...)
+	}
+	cache.Entries = merge(ours, cache.Entries)
+	// ldcache's Sort is stable (slices.SortStableFunc): among entries of
+	// equal name and flags ours stay first, and the loader takes the first.
+	cache.Sort()
+	out, err := cache.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("encoding the container's %s: %w", CacheFile, err)
+	}
+	if err := root.MkdirAll(path.Dir(ConfFile), 0o755); err != nil {
+		return fmt.Errorf("creating the container's %s: %w", path.Dir(ConfFile), err)
+	}
+	if err := root.WriteFileAtomic(CacheFile, out, 0o644); err != nil {
+		return fmt.Errorf("writing the container's %s: %w", CacheFile, err)
+	}
+	conf := "# Written by gantry hook update-ldcache: folders of libraries injected into\n# this container.\n" + strings.Join(dirs, "\n") + "\n"
+	if err := root.WriteFileAtomic(ConfFile, []byte(conf), 0o644); err != nil {
+		return fmt.Errorf("writing the container's %s: %w", ConfFile, err)
+	}
+	return nil
+}
+
+// cleanFolders checks and deduplicates the --folder values.
+func cleanFolders(folders []string) ([]string, error) {
+	var dirs []string
+	seen := map[string]bool{}
+	for _, f := range folders {
+		if !path.IsAbs(f) || strings.ContainsAny(f, "\x00\n") {
+			return nil, fmt.Errorf("--folder %q: want an absolute container path (no NUL or newline)", f)
+		}
+		d := path.Clean(f)
+		if !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) == 0 {
+		return nil, errors.New("no --folder given: nothing to add to the container's ld.so.cache")
+	}
+	return dirs, nil
+}
+
+// merge puts ours first, then the image's entries except those ours
+// duplicate exactly (the same name, path and flags: a second run of the hook,
+// or an image that already lists the folder).
+func merge(ours, image []ldcache.Entry) []ldcache.Entry {
+	type key struct {
+		name, path string
+		flags      int32
+	}
+	seen := map[key]bool{}
+	out := make([]ldcache.Entry, 0, len(ours)+len(image))
+	for _, e := range ours {
+		seen[key{e.Name, e.Path, e.Flags}] = true
+		out = append(out, e)
+	}
+	// The loader's order puts a higher OSVersion (from an ABI note) first
+	// among equal names; lift ours to the image's highest so that the tie
+	// falls to the stable sort, which keeps ours first.
+	maxOS := map[key]uint32{}
+	for _, e := range image {
+		if e.HWCap == 0 && e.HWCapsSubdir == "" && seen[key{e.Name, e.Path, e.Flags}] {
+			continue
+		}
+		k := key{e.Name, "", e.Flags}
+		maxOS[k] = max(maxOS[k], e.OSVersion)
+		out = append(out, e)
+	}
+	for i := range ours {
+		if v := maxOS[key{ours[i].Name, "", ours[i].Flags}]; v > out[i].OSVersion {
+			out[i].OSVersion = v
+		}
+	}
+	return out
+}
+
+// libraries returns cache entries for the shared objects in dir that the
+// host's loader can use, keyed by SONAME and pointing at the SONAME link when
+// the folder has one (as ldconfig does), else at the file found.
+func libraries(root *rootfs.Root, dir string, flags int32, machine elf.Machine) ([]ldcache.Entry, error) {
+	names, err := root.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing --folder %s in the container: %w", dir, err)
+	}
+	sort.Strings(names)
+	have := map[string]bool{}
+	for _, n := range names {
+		have[n] = true
+	}
+	var out []ldcache.Entry
+	done := map[string]bool{}
+	for _, n := range names {
+		if !strings.HasPrefix(n, "lib") || !strings.Contains(n, ".so") {
+			continue
+		}
+		soname, ok := readSONAME(root, path.Join(dir, n), machine)
+		if !ok || done[soname] {
+			continue
+		}
+		done[soname] = true
+		p := path.Join(dir, n)
+		if have[soname] {
+			p = path.Join(dir, soname)
+		}
+		out = append(out, ldcache.Entry{Name: soname, Path: p, Flags: flags})
+	}
+	return out, nil
+}
+
+// readSONAME reads the ELF headers of the file at p (through the root; a
+// symlink resolves inside it) and returns its DT_SONAME if it is a 64-bit
+// shared object for machine. Anything else — a directory, a dangling link,
+// a FIFO, a 32-bit library, a linker script named libfoo.so — is skipped.
+func readSONAME(root *rootfs.Root, p string, machine elf.Machine) (string, bool) {
+	f, err := root.OpenFile(p)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	var r io.ReaderAt = f
+	class, m, soname, err := driver.ReadELF(r)
+	if err != nil || class != elf.ELFCLASS64 || m != machine || soname == "" {
+		return "", false
+	}
+	// A SONAME is a file name; one with a slash or NUL would put an entry
+	// the loader matches against paths.
+	if strings.ContainsAny(soname, "/\x00") || len(soname) > 255 {
+		return "", false
+	}
+	return soname, true
+}
+
+// nativeABI is the loader cache flags word and ELF machine of the host's
+// 64-bit libraries.
+func nativeABI() (int32, elf.Machine, error) {
+	switch runtime.GOARCH {
+	case "amd64":
+		return ldcache.FlagsX8664, elf.EM_X86_64, nil
+	case "arm64":
+		return ldcache.FlagsAArch64, elf.EM_AARCH64, nil
+	}
+	return 0, 0, fmt.Errorf("%w (this host is %s)", ErrUnsupportedArch, runtime.GOARCH)
+}
