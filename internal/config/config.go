@@ -42,6 +42,29 @@ type Config struct {
 	LogLevel string `toml:"log-level"`
 
 	CDI CDI `toml:"cdi"`
+
+	Runtime Runtime `toml:"runtime"`
+}
+
+// Runtime holds the settings of the container-create front ends:
+// gantry-runtime (the runc shim), gantry-hook (the OCI prestart hook) and the
+// nvidia-container-cli compatible entry point.
+type Runtime struct {
+	// LowLevel is the OCI runtime gantry-runtime execs: a name looked up in
+	// PATH (skipping gantry itself) or an absolute path.
+	LowLevel string `toml:"low-level"`
+	// CacheDir holds the cached driver inventory, refreshed when the driver
+	// version changes; empty disables the cache.
+	CacheDir string `toml:"cache-dir"`
+	// AcceptEnvUnprivileged honours NVIDIA_VISIBLE_DEVICES in containers without
+	// CAP_SYS_ADMIN (NVIDIA's accept-nvidia-visible-devices-envvar-when-unprivileged).
+	AcceptEnvUnprivileged bool `toml:"accept-env-unprivileged"`
+	// AcceptVolumeMounts reads the device list from mounts under
+	// /var/run/nvidia-container-devices (for the device plugin's volume-mount strategy).
+	AcceptVolumeMounts bool `toml:"accept-volume-mounts"`
+	// LogFile, when set, receives one line per container gantry-runtime or
+	// gantry-hook handles (the engines swallow their stderr); empty = stderr only.
+	LogFile string `toml:"log-file"`
 }
 
 // CDI holds the settings of `gantry cdi`.
@@ -64,6 +87,11 @@ func Default() Config {
 		CDI: CDI{
 			Kind:     "nvidia.com/gpu",
 			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
+		},
+		Runtime: Runtime{
+			LowLevel:              "runc",
+			CacheDir:              "/run/gantry",
+			AcceptEnvUnprivileged: true,
 		},
 	}
 }
@@ -140,6 +168,15 @@ func (c Config) Validate() error {
 	if strings.Count(c.CDI.Kind, "/") != 1 {
 		return fmt.Errorf("key cdi.kind: %q is not of the form vendor.com/class (e.g. nvidia.com/gpu)", c.CDI.Kind)
 	}
+	if c.Runtime.LowLevel == "" {
+		return fmt.Errorf("key runtime.low-level: empty (use runc, crun or an absolute path)")
+	}
+	if c.Runtime.CacheDir != "" && !strings.HasPrefix(c.Runtime.CacheDir, "/") {
+		return fmt.Errorf("key runtime.cache-dir: %q is not an absolute path (or \"\" to disable the cache)", c.Runtime.CacheDir)
+	}
+	if c.Runtime.LogFile != "" && !strings.HasPrefix(c.Runtime.LogFile, "/") {
+		return fmt.Errorf("key runtime.log-file: %q is not an absolute path", c.Runtime.LogFile)
+	}
 	return nil
 }
 
@@ -185,5 +222,10 @@ const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in 
 # cdi.kind             CDI kind of generated specs
 # cdi.spec-dirs        directories CDI specs are read from
 # cdi.hook-path        gantry binary run by CDI hooks; empty = this executable
+# runtime.low-level    OCI runtime gantry-runtime execs: runc, crun or an absolute path
+# runtime.cache-dir    cached driver inventory (refreshed on driver change); "" = no cache
+# runtime.accept-env-unprivileged  honour NVIDIA_VISIBLE_DEVICES without CAP_SYS_ADMIN
+# runtime.accept-volume-mounts     read devices from /var/run/nvidia-container-devices mounts
+# runtime.log-file     one line per handled container; "" = stderr only
 
 `

@@ -102,3 +102,13 @@ func versionFromFiles(root string) (string, string, error) {
 func noDriverError(root string) error {
 	return fmt.Errorf("%w under %s: pass --driver-root where the driver is installed (e.g. /run/nvidia/driver or /usr/local/nvidia), or use --gpus sim:h100x8 to simulate", ErrNoDriver, root)
 }
+
+// CurrentVersion returns the driver version a discovery under root would
+// use, from the version files alone (root's proc/driver/nvidia/version, then
+// the host's /proc/driver/nvidia/version and /sys/module/nvidia/version),
+// and the file it came from. It reads one small file: the runtime shim calls
+// it on every container create to check that a cached inventory is still the
+// running driver's. Both results are empty when no version file exists.
+func CurrentVersion(root string) (version, file string, err error) {
+	return versionFromFiles(root)
+}
