@@ -40,9 +40,6 @@ var ErrUnsupportedArch = errors.New("update-ldcache supports amd64 and arm64 hos
 // warn is told (nil warn writes to os.Stderr). Other failures are errors:
 // the container should not start half configured.
 func UpdateLDCache(root *rootfs.Root, folders []string, warn func(string)) error {
-	if warn == nil {
-		warn = func(s string) { fmt.Fprintf(os.Stderr, "warning: %s\n", s) }
-	}
 	flags, machine, err := nativeABI()
 	if err != nil {
 		return err
@@ -51,7 +48,54 @@ func UpdateLDCache(root *rootfs.Root, folders []string, warn func(string)) error
 	if err != nil {
 		return err
 	}
+	var ours []ldcache.Entry
+	for _, dir := range dirs {
+		entries, err := libraries(root, dir, flags, machine)
+		if err != nil {
+			return err
+		}
+		ours = append(ours, entries...)
+	}
+	return writeCache(root, ours, dirs, warn)
+}
 
+// Library is a shared library that will be in the container, known by
+// its SONAME and the container path the loader should open for it.
+type Library struct {
+	SONAME string
+	Path   string
+}
+
+// AddToLDCache puts libs into the container's /etc/ld.so.cache ahead of the
+// image's entries of the same name, and lists dirs in ConfFile. Unlike
+// UpdateLDCache it reads nothing of the libraries themselves: the runtime
+// shim calls it before the runtime has mounted them, with the SONAMEs
+// learned from the host's files. The other rules are UpdateLDCache's.
+func AddToLDCache(root *rootfs.Root, libs []Library, dirs []string, warn func(string)) error {
+	flags, _, err := nativeABI()
+	if err != nil {
+		return err
+	}
+	clean, err := cleanFolders(dirs)
+	if err != nil {
+		return err
+	}
+	ours := make([]ldcache.Entry, 0, len(libs))
+	for _, l := range libs {
+		if l.SONAME == "" || strings.ContainsAny(l.SONAME, "/\x00") || !path.IsAbs(l.Path) {
+			return fmt.Errorf("library %q at %q: want a bare SONAME and an absolute container path", l.SONAME, l.Path)
+		}
+		ours = append(ours, ldcache.Entry{Name: l.SONAME, Path: path.Clean(l.Path), Flags: flags})
+	}
+	return writeCache(root, ours, clean, warn)
+}
+
+// writeCache merges ours ahead of the image's cache and writes the cache and
+// ConfFile (listing dirs) through root.
+func writeCache(root *rootfs.Root, ours []ldcache.Entry, dirs []string, warn func(string)) error {
+	if warn == nil {
+		warn = func(s string) { fmt.Fprintf(os.Stderr, "warning: %s\n", s) }
+	}
 	cache := &ldcache.Cache{}
 	b, err := root.ReadFile(CacheFile)
 	switch {
@@ -68,15 +112,6 @@ func UpdateLDCache(root *rootfs.Root, folders []string, warn func(string)) error
 	default:
 		return fmt.Errorf("reading the container's %s: %w", CacheFile, err)
 	}
-
-	var ours []ldcache.Entry
-	for _, dir := range dirs {
-		entries, err := libraries(root, dir, flags, machine)
-		if err != nil {
-			return err
-		}
-		ours = append(ours, entries...)
-	}
 	cache.Entries = merge(ours, cache.Entries)
 	// ldcache's Sort is stable (slices.SortStableFunc): among entries of
 	// equal name and flags ours stay first, and the loader takes the first.
@@ -91,7 +126,7 @@ func UpdateLDCache(root *rootfs.Root, folders []string, warn func(string)) error
 	if err := root.WriteFileAtomic(CacheFile, out, 0o644); err != nil {
 		return fmt.Errorf("writing the container's %s: %w", CacheFile, err)
 	}
-	conf := "# Written by gantry hook update-ldcache: folders of libraries injected into\n# this container.\n" + strings.Join(dirs, "\n") + "\n"
+	conf := "# Written by Gantry: folders of libraries injected into this container\n# (CUDA forward-compatibility libraries first, when in use).\n" + strings.Join(dirs, "\n") + "\n"
 	if err := root.WriteFileAtomic(ConfFile, []byte(conf), 0o644); err != nil {
 		return fmt.Errorf("writing the container's %s: %w", ConfFile, err)
 	}
