@@ -1,0 +1,82 @@
+package shim
+
+import "testing"
+
+func TestParseArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want Invocation
+	}{
+		{"containerd's create", []string{"--root", "/run/containerd/runc/k8s.io", "--log", "/run/x/log.json", "--log-format", "json", "create", "--bundle", "/run/b", "--pid-file", "/run/b/init.pid", "abc"},
+			Invocation{Command: "create", Bundle: "/run/b", ContainerID: "abc", Log: "/run/x/log.json", LogFormat: "json"}},
+		{"equals forms", []string{"--log=/l", "--systemd-cgroup", "create", "--bundle=/b/", "--console-socket=/s", "id1"},
+			Invocation{Command: "create", Bundle: "/b", ContainerID: "id1", Log: "/l"}},
+		{"short bundle flag, relative", []string{"create", "-b", "bundle", "id"},
+			Invocation{Command: "create", Bundle: "/work/bundle", ContainerID: "id"}},
+		{"no bundle: the working directory", []string{"run", "-d", "id"},
+			Invocation{Command: "run", Bundle: "/work", ContainerID: "id"}},
+		{"flags after the ID", []string{"create", "id", "--bundle", "/b"},
+			Invocation{Command: "create", Bundle: "/b", ContainerID: "id"}},
+		{"single-dash long flag", []string{"-root", "/r", "create", "-bundle", "/b", "id"},
+			Invocation{Command: "create", Bundle: "/b", ContainerID: "id"}},
+		{"value that looks like a subcommand", []string{"--root", "create", "start", "id"},
+			Invocation{Command: "start"}},
+		{"pass-through", []string{"--root", "/r", "delete", "--force", "id"},
+			Invocation{Command: "delete"}},
+		{"version only", []string{"--version"}, Invocation{}},
+		{"nothing", nil, Invocation{}},
+		{"double dash before ID", []string{"create", "--bundle", "/b", "--", "-weird"},
+			Invocation{Command: "create", Bundle: "/b", ContainerID: "-weird"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseArgs(tt.args, "/work")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("ParseArgs(%q)\n got %+v\nwant %+v", tt.args, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseArgsErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--root"},
+		{"create", "--bundle"},
+		{"--log"},
+	} {
+		if _, err := ParseArgs(args, "/"); err == nil {
+			t.Errorf("ParseArgs(%q): no error", args)
+		}
+	}
+}
+
+func FuzzParseArgs(f *testing.F) {
+	f.Add("--root\x00/r\x00create\x00--bundle\x00/b\x00id")
+	f.Add("run\x00-b=x\x00--\x00id")
+	f.Fuzz(func(t *testing.T, s string) {
+		var args []string
+		for _, a := range splitNUL(s) {
+			args = append(args, a)
+		}
+		inv, err := ParseArgs(args, "/cwd")
+		if err == nil && inv.Modifies() && (inv.Bundle == "" || inv.Bundle[0] != '/') {
+			t.Fatalf("create without an absolute bundle: %+v", inv)
+		}
+	})
+}
+
+func splitNUL(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}

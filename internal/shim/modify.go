@@ -1,0 +1,317 @@
+package shim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/containerhook"
+	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/edits"
+	"github.com/gantry-gpu/gantry/internal/request"
+	"github.com/gantry-gpu/gantry/internal/rootfs"
+)
+
+// Result says what Modify did to a bundle.
+type Result struct {
+	// Changed is false when the container asked for nothing: config.json
+	// was not written and the root filesystem not touched.
+	Changed bool
+	// Source is where the request came from (env, annotations, mounts).
+	Source request.Source
+	// Devices are the selected devices' canonical names ("0", "1:0"), and
+	// CDI the names injected from other CDI specs.
+	Devices, CDI []string
+	// Inventory says whether the driver inventory came from the cache.
+	Inventory string
+	// Notes are warnings and decisions worth a log line (ignored
+	// capabilities, forward compatibility in use).
+	Notes []string
+}
+
+// Modify decides what the container in bundle asks for and, if anything,
+// applies it: SONAME links and ld.so.cache entries inside the root
+// filesystem (through root-confined paths, before runc mounts anything, so
+// the loader in the container finds libcuda.so.1 by its normal rules), then
+// device nodes, cgroup rules, mounts and env in config.json, rewritten
+// atomically. A container that asks for nothing is not touched at all.
+//
+// Any error leaves config.json as it was: the caller must then not start
+// the container.
+func Modify(bundle string, cfg config.Config) (*Result, error) {
+	specPath := filepath.Join(bundle, "config.json")
+	raw, err := os.ReadFile(specPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading the bundle's config.json: %w", err)
+	}
+	var spec ocispecs.Spec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return nil, fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
+	}
+	opts := request.DefaultOptions()
+	opts.AcceptEnvWhenUnprivileged = cfg.Runtime.AcceptEnvUnprivileged
+	opts.AcceptVolumeMounts = cfg.Runtime.AcceptVolumeMounts
+	opts.DefaultKind = cfg.CDI.Kind
+	req, err := request.Parse(request.InputFromSpec(&spec), opts)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Notes: req.Warnings}
+	if !req.Wants() {
+		return res, nil
+	}
+	res.Changed, res.Source = true, req.Source
+
+	// Names of our own kind are device IDs; other kinds go to the CDI registry.
+	others, err := ownCDINames(req, cfg.CDI.Kind)
+	if err != nil {
+		return nil, err
+	}
+
+	var e *edits.Edits
+	var inv *driver.Inventory
+	if req.Devices.Mode != request.Void {
+		sys, err := discover.GPUs(cfg, true)
+		if err != nil {
+			return nil, err
+		}
+		var src inventorySource
+		inv, src, err = loadInventory(cfg)
+		if err != nil {
+			return nil, err
+		}
+		res.Inventory = string(src)
+		if len(inv.Missing) > 0 {
+			return nil, fmt.Errorf("the driver under %s is incomplete (missing %s): fix the installation or set driver-root in %s", inv.Root, strings.Join(inv.Missing, ", "), config.DefaultPath)
+		}
+		sel, err := edits.Resolve(sys, req.Devices)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range sel {
+			res.Devices = append(res.Devices, s.Name())
+		}
+		if e, err = edits.Build(sys, inv, req, edits.Options{DevRoot: cfg.EffectiveDevRoot()}); err != nil {
+			return nil, err
+		}
+	}
+
+	if err := modifyRootfs(bundle, &spec, e, inv, res); err != nil {
+		return nil, err
+	}
+	if err := e.ApplyToSpec(&spec); err != nil {
+		return nil, err
+	}
+	if len(others) > 0 {
+		if err := injectCDI(&spec, cfg.CDI.SpecDirs, others); err != nil {
+			return nil, err
+		}
+		res.CDI = others
+	}
+	out, err := mergeJSON(raw, &spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(specPath, out); err != nil {
+		return nil, fmt.Errorf("writing %s: %w", specPath, err)
+	}
+	return res, nil
+}
+
+// ownCDINames moves the request's CDI names of kind into its device
+// selection (nvidia.com/gpu=1 is device 1) and returns the other names.
+func ownCDINames(req *request.Request, kind string) ([]string, error) {
+	var ids, others []string
+	for _, n := range req.CDIDevices {
+		if id, ok := strings.CutPrefix(n, kind+"="); ok {
+			ids = append(ids, id)
+		} else {
+			others = append(others, n)
+		}
+	}
+	req.CDIDevices = others
+	if len(ids) == 0 {
+		return others, nil
+	}
+	sel, _, err := request.ParseSelection("CDI device "+kind, strings.Join(ids, ","))
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Devices.Mode == request.All || sel.Mode == request.All:
+		req.Devices = request.Selection{Mode: request.All}
+	case sel.Mode == request.List:
+		if req.Devices.Mode == request.List {
+			sel.IDs = append(append([]string(nil), req.Devices.IDs...), sel.IDs...)
+		}
+		req.Devices = sel
+	case req.Devices.Mode == request.Void:
+		req.Devices = sel
+	}
+	return others, nil
+}
+
+// modifyRootfs makes the changes that must land in the image's root
+// filesystem: the SONAME links beside the libraries runc will mount, and
+// ld.so.cache entries for them (the image's CUDA forward-compatibility
+// libraries first when they are newer than the host driver).
+func modifyRootfs(bundle string, spec *ocispecs.Spec, e *edits.Edits, inv *driver.Inventory, res *Result) error {
+	if e == nil || (len(e.Symlinks) == 0 && len(e.LibraryDirs) == 0) {
+		return nil
+	}
+	if spec.Root == nil || spec.Root.Path == "" {
+		return errors.New("config.json has no root.path: cannot add the driver libraries to the container's loader cache")
+	}
+	rootPath := spec.Root.Path
+	if !filepath.IsAbs(rootPath) {
+		rootPath = filepath.Join(bundle, rootPath)
+	}
+	root, err := rootfs.Open(rootPath)
+	if err != nil {
+		return fmt.Errorf("opening the container's root filesystem: %w", err)
+	}
+	defer root.Close()
+
+	links := make([]containerhook.Link, 0, len(e.Symlinks))
+	for _, s := range e.Symlinks {
+		links = append(links, containerhook.Link{Target: s.Target, Link: s.Link})
+	}
+	if err := containerhook.CreateSymlinks(root, links); err != nil {
+		return err
+	}
+
+	byPath := map[string]driver.File{}
+	for _, f := range inv.Libraries {
+		byPath[f.ContainerPath] = f
+	}
+	var libs []containerhook.Library
+	cuda := false
+	for _, m := range e.Mounts {
+		f, ok := byPath[m.ContainerPath]
+		if !ok || f.SONAME == "" || f.Capability == driver.Compat32 {
+			continue
+		}
+		libs = append(libs, containerhook.Library{SONAME: f.SONAME, Path: path.Join(path.Dir(m.ContainerPath), f.SONAME)})
+		cuda = cuda || f.SONAME == "libcuda.so.1"
+	}
+	if len(libs) == 0 {
+		return nil
+	}
+	dirs := e.LibraryDirs
+	if cuda && inv.Version != "" {
+		compat, why, err := containerhook.ForwardCompat(root, inv.Version)
+		if err != nil {
+			return err
+		}
+		if len(compat) > 0 {
+			libs = append(compat, libs...)
+			dirs = append([]string{containerhook.CompatDir}, dirs...)
+			res.Notes = append(res.Notes, "CUDA forward compatibility: "+why)
+		}
+	}
+	if len(dirs) == 0 {
+		seen := map[string]bool{}
+		for _, l := range libs {
+			if d := path.Dir(l.Path); !seen[d] {
+				seen[d] = true
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return containerhook.AddToLDCache(root, libs, dirs, func(s string) { res.Notes = append(res.Notes, s) })
+}
+
+// injectCDI resolves CDI names of other vendors through the CDI registry.
+func injectCDI(spec *ocispecs.Spec, dirs []string, names []string) error {
+	cache, _ := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	if unresolved, err := cache.InjectDevices(spec, names...); err != nil {
+		if len(unresolved) > 0 {
+			return fmt.Errorf("CDI devices %s are not in any spec under %s: generate one (gantry cdi generate) or fix the names", strings.Join(unresolved, ", "), strings.Join(dirs, ", "))
+		}
+		return fmt.Errorf("injecting CDI devices %s: %w", strings.Join(names, ", "), err)
+	}
+	return nil
+}
+
+// mergeJSON serialises spec over the original config.json so that fields
+// this build's runtime-spec types do not know (a newer spec version's) are
+// kept: objects are merged key by key, spec's values winning.
+func mergeJSON(orig []byte, spec *ocispecs.Spec) ([]byte, error) {
+	typed, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	// Numbers stay json.Number: uids, device numbers and memory limits do
+	// not survive a trip through float64.
+	o, err := decodeNumbers(orig)
+	if err != nil {
+		return nil, err
+	}
+	t, err := decodeNumbers(typed)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(merge(o, t)); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func decodeNumbers(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
+}
+
+func merge(orig, typed any) any {
+	om, ok1 := orig.(map[string]any)
+	tm, ok2 := typed.(map[string]any)
+	if !ok1 || !ok2 {
+		return typed
+	}
+	for k, v := range tm {
+		om[k] = merge(om[k], v)
+	}
+	return om
+}
+
+// writeAtomic replaces p with data through a temporary file in the same
+// directory, keeping p's permissions.
+func writeAtomic(p string, data []byte) error {
+	mode := os.FileMode(0o644)
+	if st, err := os.Stat(p); err == nil {
+		mode = st.Mode().Perm()
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".config.json-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), p)
+}

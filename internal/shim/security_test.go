@@ -1,0 +1,196 @@
+package shim
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// snapshot returns every file under dir with its content or link target,
+// to prove a host directory was not touched.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.Mode()&os.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			m[p] = "-> " + l
+		case info.Mode().IsRegular():
+			b, _ := os.ReadFile(p)
+			m[p] = string(b)
+		default:
+			m[p] = info.Mode().String()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func sameSnapshot(t *testing.T, what string, before, after map[string]string) {
+	t.Helper()
+	if fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Errorf("%s changed on the host:\nbefore %v\nafter  %v", what, before, after)
+	}
+}
+
+// Images whose paths lead out of the root filesystem (the CVE-2024-0132
+// class): the library directory, /etc and the loader cache itself are
+// symlinks to host paths. Gantry's writes must land inside the image, the
+// host must stay as it was, and the container must still work.
+func TestHostileImageLinks(t *testing.T) {
+	host := t.TempDir()
+	hostLib := filepath.Join(host, "lib")
+	hostEtc := filepath.Join(host, "etc")
+	hostCache := filepath.Join(host, "precious-cache")
+	for _, d := range []string{hostLib, hostEtc} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, s := range map[string]string{
+		filepath.Join(hostLib, "libcuda.so.1"): "host file",
+		filepath.Join(hostEtc, "ld.so.cache"):  "host cache",
+		filepath.Join(hostEtc, "passwd"):       "root:x:0:0::/root:/bin/sh\n",
+		hostCache:                              "do not overwrite",
+	} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name   string
+		mutate func(rootfs string)
+	}{
+		{"library dir links to a host dir", func(r string) {
+			os.RemoveAll(filepath.Join(r, libDir))
+			os.Symlink(hostLib, filepath.Join(r, libDir))
+		}},
+		{"library dir links upwards", func(r string) {
+			os.RemoveAll(filepath.Join(r, libDir))
+			os.Symlink("../../../../../../../.."+hostLib, filepath.Join(r, libDir))
+		}},
+		{"/etc links to a host dir", func(r string) {
+			os.RemoveAll(filepath.Join(r, "etc"))
+			os.Symlink(hostEtc, filepath.Join(r, "etc"))
+		}},
+		{"library dir links to a host dir the image also has", func(r string) {
+			// The link resolves inside the root, where the directory exists.
+			os.MkdirAll(filepath.Join(r, hostLib), 0o755)
+			os.RemoveAll(filepath.Join(r, libDir))
+			os.Symlink(hostLib, filepath.Join(r, libDir))
+		}},
+		{"/etc/ld.so.cache links to a host file", func(r string) {
+			os.Symlink(hostCache, filepath.Join(r, "etc/ld.so.cache"))
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := snapshot(t, host)
+			c := newContainer(t, opts{
+				env:    []string{"NVIDIA_VISIBLE_DEVICES=0"},
+				args:   []string{"probe"},
+				mutate: tc.mutate,
+			})
+			out, stderr, err := c.run()
+			sameSnapshot(t, host, before, snapshot(t, host))
+			// Either outcome is safe: the link resolved inside the image
+			// and the container works, or (a link to a directory the
+			// image lacks) the create is refused with one line naming it.
+			switch {
+			case err == nil && strings.HasPrefix(out, "cuda="):
+			case err != nil && strings.Contains(stderr, "missing in the root") && strings.Count(strings.TrimSpace(stderr), "\n") == 0:
+			default:
+				t.Errorf("want a working libcuda or a clear refusal: %v\n%s\n%s", err, out, stderr)
+			}
+		})
+	}
+}
+
+// An image that sets LD_PRELOAD and LD_LIBRARY_PATH (the CVE-2025-23266
+// attack on hooks): nothing Gantry runs on the host may load the image's
+// library. evil.so leaves a mark at a host-only path when it is loaded by a
+// process that sees the host's file system; inside the container that path
+// does not exist.
+func TestImagePreloadNeverRunsOnHost(t *testing.T) {
+	f := need(t)
+	os.Remove(f.mark)
+	c := newContainer(t, opts{
+		env:  []string{"NVIDIA_VISIBLE_DEVICES=all", "LD_PRELOAD=/evil.so", "LD_LIBRARY_PATH=/"},
+		args: []string{"sh", "-c", "probe; test -e " + f.mark + " && echo mark-visible || echo mark-not-visible"},
+	})
+	out, stderr, err := c.run()
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, stderr)
+	}
+	if _, err := os.Stat(f.mark); err == nil {
+		t.Fatalf("the image's LD_PRELOAD library ran on the host")
+	}
+	// The control: evil.so does work, when loaded where the mark's
+	// directory exists (here: on the host, on purpose, by us).
+	cmd := exec.Command(filepath.Join(c.rootfs, "bin/true"))
+	cmd.Env = []string{"LD_PRELOAD=" + filepath.Join(c.rootfs, "evil.so")}
+	_ = cmd.Run() // busybox is static: the preload cannot take; use the probe
+	cmd = exec.Command(filepath.Join(f.imageDir, "bin/probe"))
+	cmd.Env = []string{"LD_PRELOAD=" + filepath.Join(f.imageDir, "evil.so")}
+	_ = cmd.Run()
+	if _, err := os.Stat(f.mark); err != nil {
+		t.Fatalf("control failed: evil.so leaves no mark even when preloaded on the host: the test proves nothing")
+	}
+	os.Remove(f.mark)
+}
+
+// CUDA forward compatibility: an image whose /usr/local/cuda/compat holds a
+// libcuda newer than the host driver uses it; an older one is ignored.
+func TestForwardCompat(t *testing.T) {
+	f := need(t)
+	src := filepath.Join(t.TempDir(), "compat.c")
+	if err := os.WriteFile(src, []byte(compatSrc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hostMajor := strings.Split(f.driver.Version, ".")[0]
+	for _, tc := range []struct {
+		version string
+		want    string
+	}{
+		{"999.1.2", "cuda=99990 path=/usr/local/cuda/compat/libcuda.so.1"},
+		{hostMajor + ".0.1", fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", f.driver.CUDAVersion, libDir)},
+		{"100.1.1", fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", f.driver.CUDAVersion, libDir)},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			c := newContainer(t, opts{
+				env:  []string{"NVIDIA_VISIBLE_DEVICES=0"},
+				args: []string{"probe"},
+				mutate: func(r string) {
+					dir := filepath.Join(r, "usr/local/cuda/compat")
+					if err := os.MkdirAll(dir, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					lib := filepath.Join(dir, "libcuda.so."+tc.version)
+					if err := run("gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", lib, src); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Symlink("libcuda.so."+tc.version, filepath.Join(dir, "libcuda.so.1")); err != nil {
+						t.Fatal(err)
+					}
+				},
+			})
+			out, stderr, err := c.run()
+			if err != nil {
+				t.Fatalf("%v\n%s\n%s", err, out, stderr)
+			}
+			if strings.TrimSpace(out) != tc.want {
+				t.Errorf("compat %s on a %s host: probe says %q, want %q", tc.version, f.driver.Version, strings.TrimSpace(out), tc.want)
+			}
+		})
+	}
+}

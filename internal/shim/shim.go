@@ -1,0 +1,198 @@
+// Package shim is gantry-runtime, the OCI runtime engines register (as
+// "nvidia" or "gantry") in place of runc.
+//
+// It takes runc's command line unchanged. For create and run it reads the
+// bundle's config.json, decides what GPUs the container asks for (package
+// request: NVIDIA_VISIBLE_DEVICES and the rest of NVIDIA's env contract, CDI
+// annotations and names, the volume-mount device list), applies the edits
+// (package edits) and rewrites config.json once, atomically; then, for every
+// subcommand, it replaces itself with the low-level runtime through
+// execve(2), so no extra process stays between the engine and runc.
+//
+// The hot path does no NVML initialisation and no file-system scan: GPUs come
+// from /proc/driver/nvidia (or the simulator), the driver's files from an
+// inventory cached in runtime.cache-dir and re-discovered only when the
+// driver version or the host's ld.so.cache changes. Device nodes and mounts
+// are left to runc; the SONAME links and ld.so.cache entries the image needs
+// are written in-process through root-confined paths (package rootfs), so no
+// hook program is forked per container and nothing from the image runs.
+//
+// A container that asks for nothing keeps a byte-identical config.json.
+package shim
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gantry-gpu/gantry/internal/cli"
+	"github.com/gantry-gpu/gantry/internal/config"
+)
+
+const usage = `gantry-runtime: an OCI runtime for NVIDIA GPUs that wraps runc.
+
+It takes runc's command line. On "create" and "run" it reads the bundle's
+config.json, injects the GPUs and driver files the container asks for
+(NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, NVIDIA_REQUIRE_*, CDI
+annotations and names), then executes the low-level runtime with the same
+arguments. Every other command goes to the low-level runtime untouched.
+
+Register it with an engine:
+  gantry runtime configure --runtime docker|containerd|crio [--set-as-default]
+then, for example:
+  docker run --rm --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=0 IMAGE nvidia-smi
+
+Configuration: %s (or $%s), table [runtime]:
+  low-level    the runtime executed (default runc; crun or an absolute path)
+  cache-dir    cached driver inventory (default /run/gantry)
+  log-file     one line per container handled (the engines hide stderr)
+See "gantry config default" for every key.
+`
+
+// Main runs gantry-runtime with runc's arguments (without the program name).
+// It returns only on failure, or after --help; otherwise it has become the
+// low-level runtime.
+func Main(args []string, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+		fmt.Fprintf(stderr, usage, config.DefaultPath, config.EnvPath)
+		return 0
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		cwd = "."
+	}
+	inv, perr := ParseArgs(args, cwd)
+	cfg, cfgPath, cerr := config.Load("")
+	if cerr != nil {
+		if perr == nil && inv.Modifies() {
+			report(stderr, inv, fmt.Errorf("%v", cerr))
+			return 1
+		}
+		// Never block state, kill or delete on a broken config file: the
+		// engine could not clean up its containers.
+		cfg = config.Default()
+	}
+	lowLevel, err := findRuntime(cfg.Runtime.LowLevel)
+	if err != nil {
+		report(stderr, inv, fmt.Errorf("%v (set runtime.low-level in %s)", err, orDefault(cfgPath)))
+		return 1
+	}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-v") {
+		fmt.Fprintf(os.Stdout, "gantry-runtime %s (low-level runtime %s)\n", cli.Version, lowLevel)
+	}
+	if perr == nil && inv.Modifies() {
+		start := time.Now()
+		res, err := Modify(inv.Bundle, cfg)
+		if err != nil {
+			report(stderr, inv, err)
+			logLine(cfg, inv, nil, err, time.Since(start))
+			return 1
+		}
+		logLine(cfg, inv, res, nil, time.Since(start))
+	}
+	argv := append([]string{lowLevel}, args...)
+	err = syscall.Exec(lowLevel, argv, os.Environ())
+	report(stderr, inv, fmt.Errorf("executing %s: %w", lowLevel, err))
+	return 1
+}
+
+func orDefault(p string) string {
+	if p == "" {
+		return config.DefaultPath
+	}
+	return p
+}
+
+// findRuntime resolves the low-level runtime: an absolute path as given, a
+// name through PATH, skipping any entry that is this executable (an
+// installer that put gantry-runtime in PATH as "runc" must not make us exec
+// ourselves forever).
+func findRuntime(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		if _, err := os.Stat(name); err != nil {
+			return "", fmt.Errorf("low-level runtime %s: %w", name, err)
+		}
+		return name, nil
+	}
+	self, _ := os.Stat("/proc/self/exe")
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		st, err := os.Stat(p)
+		if err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			continue
+		}
+		if self != nil && os.SameFile(self, st) {
+			continue
+		}
+		return p, nil
+	}
+	return "", fmt.Errorf("low-level runtime %q: %w in PATH (install runc or crun)", name, exec.ErrNotFound)
+}
+
+// report prints err on stderr and, when the engine passed --log, appends
+// it there in runc's format: containerd and Docker show the runtime's last
+// logged error to the user.
+func report(stderr io.Writer, inv Invocation, err error) {
+	msg := "gantry-runtime: " + err.Error()
+	if inv.ContainerID != "" {
+		msg = fmt.Sprintf("gantry-runtime: container %s: %v", inv.ContainerID, err)
+	}
+	fmt.Fprintln(stderr, msg)
+	if inv.Log == "" {
+		return
+	}
+	var line []byte
+	if inv.LogFormat == "json" {
+		line, _ = json.Marshal(map[string]string{"level": "error", "msg": msg, "time": time.Now().Format(time.RFC3339Nano)})
+	} else {
+		line = []byte(fmt.Sprintf("time=%q level=error msg=%q", time.Now().Format(time.RFC3339Nano), msg))
+	}
+	appendLine(inv.Log, line)
+}
+
+// logLine writes one line per handled container to runtime.log-file.
+func logLine(cfg config.Config, inv Invocation, res *Result, err error, took time.Duration) {
+	if cfg.Runtime.LogFile == "" {
+		return
+	}
+	rec := map[string]any{
+		"time": time.Now().Format(time.RFC3339Nano), "container": inv.ContainerID,
+		"bundle": inv.Bundle, "took_ms": float64(took.Microseconds()) / 1000,
+	}
+	if err != nil {
+		rec["error"] = err.Error()
+	}
+	if res != nil {
+		rec["changed"] = res.Changed
+		if res.Changed {
+			rec["source"], rec["devices"], rec["inventory"] = res.Source, res.Devices, res.Inventory
+		}
+		if len(res.CDI) > 0 {
+			rec["cdi"] = res.CDI
+		}
+		if len(res.Notes) > 0 {
+			rec["notes"] = res.Notes
+		}
+	}
+	b, _ := json.Marshal(rec)
+	appendLine(cfg.Runtime.LogFile, b)
+}
+
+func appendLine(p string, line []byte) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	// One write(2) per line: O_APPEND keeps concurrent writers' lines whole.
+	_, _ = f.Write(append(line, '\n'))
+	_ = f.Close()
+}
