@@ -35,7 +35,12 @@
 //   - WriteFileAtomic creates a temporary name with O_CREAT|O_EXCL|O_NOFOLLOW
 //     in the parent's descriptor, writes and syncs it, and renames it over
 //     the final name in the same directory: a symlink there is replaced,
-//     never written through.
+//     never written through;
+//   - MountTarget creates a mount point (file or directory) the same way and
+//     returns an O_PATH descriptor of what the whole path resolves to in the
+//     root, for move_mount(2) to mount on without another path lookup
+//     (package nsmount); Mknod makes a device node under a temporary name
+//     and renames it over the final one.
 //
 // Reads refuse anything but regular files. The file is first opened with
 // O_PATH (which opens nothing: no FIFO blocks, no device driver runs),

@@ -1,0 +1,191 @@
+package nsmount
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gantry-gpu/gantry/internal/edits"
+)
+
+// cgroupRoot is where cgroup file systems are mounted, as runc assumes.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// allowDevices grants the container's cgroup access to nodes.
+func allowDevices(pid int, cgPath string, nodes []edits.DeviceNode) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(cgroupRoot, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w (use --no-cgroups if this host has no cgroups)", cgroupRoot, err)
+	}
+	if st.Type == unix.CGROUP2_SUPER_MAGIC {
+		return allowV2(pid, cgPath, nodes)
+	}
+	return allowV1(pid, cgPath, nodes)
+}
+
+// rule is the devices.allow line for n: "c 195:0 rwm".
+func rule(n edits.DeviceNode) string {
+	return fmt.Sprintf("%s %d:%d %s", n.Type, n.Major, n.Minor, n.Permissions)
+}
+
+// procCgroup returns the path pid's /proc/PID/cgroup gives for the hierarchy
+// that controller is in ("" for the cgroup v2 hierarchy), and whether there
+// is such a line.
+func procCgroup(pid int, controller string) (string, bool, error) {
+	p := "/proc/" + strconv.Itoa(pid) + "/cgroup"
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", false, fmt.Errorf("reading the container's cgroup: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		// "5:devices:/docker/abc" (v1) or "0::/docker/abc" (v2).
+		f := strings.SplitN(sc.Text(), ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if controller == "" {
+			if f[0] == "0" && f[1] == "" {
+				return f[2], true, nil
+			}
+			continue
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			if c == controller {
+				return f[2], true, nil
+			}
+		}
+	}
+	return "", false, nil
+}
+
+// cgroupDir joins a cgroup path (as /proc/PID/cgroup shows it, relative to
+// the hierarchy's mount root mroot) to the mount point, refusing paths that
+// would climb out of it.
+func cgroupDir(mountPoint, mroot, cg string) (string, error) {
+	cg = path.Clean("/" + cg)
+	if mroot != "/" && mroot != "" {
+		if cg != mroot && !strings.HasPrefix(cg, mroot+"/") {
+			return "", fmt.Errorf("cgroup %s is outside the hierarchy mounted at %s (root %s)", cg, mountPoint, mroot)
+		}
+		cg = strings.TrimPrefix(cg, mroot)
+	}
+	return filepath.Join(mountPoint, cg), nil
+}
+
+// v1DevicesMount finds the mount of the v1 hierarchy with the devices
+// controller in our mountinfo: its mount point and the root it shows.
+func v1DevicesMount() (mountPoint, mroot string, err error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
+		line := sc.Text()
+		i := strings.Index(line, " - ")
+		if i < 0 {
+			continue
+		}
+		pre, post := strings.Fields(line[:i]), strings.Fields(line[i+3:])
+		if len(pre) < 5 || len(post) < 3 || post[0] != "cgroup" {
+			continue
+		}
+		for _, o := range strings.Split(post[2], ",") {
+			if o == "devices" {
+				return unescapeMountinfo(pre[4]), unescapeMountinfo(pre[3]), nil
+			}
+		}
+	}
+	return "", "", nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) of mountinfo.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func allowV1(pid int, cgPath string, nodes []edits.DeviceNode) error {
+	mp, mroot, err := v1DevicesMount()
+	if err != nil {
+		return fmt.Errorf("finding the devices cgroup: %w", err)
+	}
+	if mp == "" {
+		// No devices controller mounted: nothing restricts device access.
+		return nil
+	}
+	if cgPath == "" {
+		var ok bool
+		if cgPath, ok, err = procCgroup(pid, "devices"); err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+	}
+	dir, err := cgroupDir(mp, mroot, cgPath)
+	if err != nil {
+		return err
+	}
+	allow := filepath.Join(dir, "devices.allow")
+	f, err := os.OpenFile(allow, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("opening the container's device cgroup: %w (use --no-cgroups to leave device access to the runtime)", err)
+	}
+	defer f.Close()
+	for _, n := range nodes {
+		// One rule per write: the kernel parses each write as one rule.
+		if _, err := f.WriteString(rule(n)); err != nil {
+			return fmt.Errorf("writing %q to %s: %w", rule(n), allow, err)
+		}
+	}
+	return nil
+}
+
+func allowV2(pid int, cgPath string, nodes []edits.DeviceNode) error {
+	if cgPath == "" {
+		var ok bool
+		var err error
+		if cgPath, ok, err = procCgroup(pid, ""); err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("process %d has no cgroup v2 entry in /proc/%d/cgroup", pid, pid)
+		}
+	}
+	dir, err := cgroupDir(cgroupRoot, "/", cgPath)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening the container's cgroup %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	if err := allowBPF(fd, nodes); err != nil {
+		return fmt.Errorf("device cgroup %s: %w", dir, err)
+	}
+	return nil
+}
