@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test-deps demo test vet fmt-check fuzz bench gpu-check clean
+.PHONY: all build deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e clean
 
 all: build
 
@@ -51,6 +51,22 @@ bench: build
 # On a host with NVIDIA GPUs: compare gantry with nvidia-smi and time cdi generate.
 gpu-check: build
 	scripts/gpu-check.sh
+
+# Everything scripts/gpu-e2e.sh and bench/runtime-lifecycle.sh need on a GPU host
+# that has no compiler, no runc and no network, gathered under bin/ (~20 MB):
+# bin/gantry, bin/cuda-check (CUDA driver-API test, no CUDA needed to build it),
+# bin/runc (this machine's, e.g. Debian 12's runc package) and the libseccomp.so.2
+# it links, in bin/lib for hosts without one. Then, as root on the GPU host:
+#   scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh      (--sim: without a GPU)
+RUNC_BIN ?= $(shell command -v runc 2>/dev/null || ls /usr/sbin/runc 2>/dev/null)
+gpu-e2e: build
+	gcc -O2 -Wall -o $(BIN)/cuda-check scripts/cuda-check.c -ldl
+	@[ -n "$(RUNC_BIN)" ] || { echo "runc not found: apt-get install runc (or make gpu-e2e RUNC_BIN=/path/to/runc)"; exit 1; }
+	cp -L $(RUNC_BIN) $(BIN)/runc
+	@mkdir -p $(BIN)/lib
+	@lib=$$(ldd $(BIN)/runc | awk '$$1 == "libseccomp.so.2" {print $$3}'); \
+	if [ -n "$$lib" ]; then cp -L "$$lib" $(BIN)/lib/; fi
+	@du -sh $(BIN); echo "on the GPU host, as root: scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh"
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Container lifecycle cost of gantry-runtime against plain runc: create, start,
+# wait for exit, delete of a trivial container (/bin/true), the sequence an
+# engine drives, timed end to end from this script.
+#
+#   bench/runtime-lifecycle.sh [--sim] [--runs N]     (root; needs bin/ from `make gpu-e2e`)
+#
+# Variants, interleaved round by round (order rotated each round, after 3 untimed
+# warm-up rounds that also fill gantry's inventory cache):
+#   runc          plain runc
+#   gantry-none   gantry-runtime, no GPU requested (config.json left alone)
+#   gantry-all    gantry-runtime, NVIDIA_VISIBLE_DEVICES=all
+#   nvidia-all    NVIDIA's runtime, NVIDIA_VISIBLE_DEVICES=all, when NVIDIA_RUNTIME=PATH
+#                 is given (it finds runc in PATH: bin/runc is put first)
+# Every run starts from a fresh copy of its bundle (as an engine's fresh rootfs
+# overlay), made outside the timed window. Reports median, p90, min, max of the
+# whole lifecycle and the median of `create` alone, in ms; then gantry-all minus runc.
+# --sim: simulated GPUs (SIM_PROFILE, default h100x8) and a fake driver root, for
+# trying it without a GPU (the numbers then say nothing about a GPU host).
+#
+# Environment: RUNS (default 30), DRIVER_ROOT, NVIDIA_RUNTIME, GANTRY, RUNC.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+runs=${RUNS:-30} sim=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --sim) sim=--sim ;;
+    --runs) runs=${2:?--runs needs a number}; shift ;;
+    -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "unknown argument $1 (use --sim, --runs N)" >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs $runs: need a positive number" >&2; exit 2; }
+[[ ${EPOCHREALTIME:-} =~ ^[0-9]+[.,][0-9]{6}$ ]] || { echo "bash 5 or newer needed (EPOCHREALTIME)" >&2; exit 2; }
+WORK=$(mktemp -d /tmp/gantry-bench.XXXXXX)
+# shellcheck source=scripts/lib/bundle.sh
+. "$REPO/scripts/lib/bundle.sh"
+trap 'cleanup_containers; rm -rf "$WORK"' EXIT
+setup_env $sim
+
+variants=(runc gantry-none gantry-all)
+declare -A RT=([runc]=$RUNC [gantry-none]=$GANTRY_RUNTIME [gantry-all]=$GANTRY_RUNTIME)
+make_bundle "$WORK/tpl-runc" -- /bin/true
+make_bundle "$WORK/tpl-gantry-none" -- /bin/true
+make_bundle "$WORK/tpl-gantry-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+if [ -n "${NVIDIA_RUNTIME:-}" ]; then
+  [ -x "$NVIDIA_RUNTIME" ] || die "NVIDIA_RUNTIME=$NVIDIA_RUNTIME is not an executable"
+  # NVIDIA's runtime finds runc in PATH (every variant but it names its runtime by path).
+  mkdir -p "$WORK/path" && ln -s "$RUNC" "$WORK/path/runc"
+  export PATH=$WORK/path:$PATH
+  RT[nvidia-all]=$NVIDIA_RUNTIME
+  variants+=(nvidia-all)
+  make_bundle "$WORK/tpl-nvidia-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+fi
+
+# ms A B: the time from A to B (microseconds) in ms.
+ms() { echo "$((($2 - $1) / 1000)).$((($2 - $1) % 1000 / 100))"; }
+
+# lifecycle VARIANT: one timed create+start+wait+delete on a fresh bundle;
+# appends the times of the whole and of each step (ms) to the variant's files.
+lifecycle() {
+  local v=$1 rt=${RT[$1]} b=$WORK/b-$1 id=bench-$1 pid st t0 t1 t2 t3 t4
+  rm -rf "$b" && cp -a "$WORK/tpl-$v" "$b"
+  # Clock readings are EPOCHREALTIME without its point: microseconds, read by
+  # bash itself (a $(...) would fork a subshell inside the timed window).
+  t0=${EPOCHREALTIME/[.,]/}
+  "$rt" --root "$STATE" create --bundle "$b" --pid-file "$b/pid" "$id" </dev/null >"$WORK/$v.err" 2>&1 ||
+    { echo "$v: create failed: $(cat "$WORK/$v.err")" >&2; return 1; }
+  t1=${EPOCHREALTIME/[.,]/}
+  "$rt" --root "$STATE" start "$id" 2>>"$WORK/$v.err" || { echo "$v: start failed" >&2; return 1; }
+  t2=${EPOCHREALTIME/[.,]/}
+  read -r pid <"$b/pid"
+  # Wait for the container's process to exit: gone, or a zombie nobody reaped yet.
+  while read -r _ _ st _ <"/proc/$pid/stat"; do [ "$st" = Z ] && break; done 2>/dev/null
+  t3=${EPOCHREALTIME/[.,]/}
+  "$rt" --root "$STATE" delete "$id" 2>>"$WORK/$v.err" || { echo "$v: delete failed: $(cat "$WORK/$v.err")" >&2; return 1; }
+  t4=${EPOCHREALTIME/[.,]/}
+  ms "$t0" "$t4" >>"$WORK/$v.total"
+  ms "$t0" "$t1" >>"$WORK/$v.create"
+  ms "$t1" "$t2" >>"$WORK/$v.start"
+  ms "$t2" "$t3" >>"$WORK/$v.wait"
+  ms "$t3" "$t4" >>"$WORK/$v.delete"
+}
+
+echo "== warm-up (3 rounds, untimed)"
+for _ in 1 2 3; do
+  for v in "${variants[@]}"; do lifecycle "$v" || exit 1; done
+done
+# The variants must do what they claim: gantry-all edited config.json, gantry-none did not.
+cmp -s "$WORK/b-gantry-none/config.json" "$WORK/tpl-gantry-none/config.json" ||
+  die "gantry-none: config.json was changed for a container without a GPU request"
+grep -q '"/dev/nvidia' "$WORK/b-gantry-all/config.json" ||
+  die "gantry-all: config.json has no /dev/nvidia device: gantry-runtime did not add the GPUs"
+rm -f "$WORK"/*.total "$WORK"/*.create "$WORK"/*.start "$WORK"/*.wait "$WORK"/*.delete
+
+echo "== $runs rounds of ${variants[*]} (order rotated each round)"
+n=${#variants[@]}
+for ((r = 0; r < runs; r++)); do
+  for ((k = 0; k < n; k++)); do lifecycle "${variants[(r + k) % n]}" || exit 1; done
+done
+
+# stats FILE: median p90 min max (nearest-rank p90).
+stats() {
+  sort -n "$1" | awk '{ v[NR] = $1 } END {
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    p = int(0.9 * NR); if (p < 0.9 * NR) p++
+    printf "%8.1f %8.1f %8.1f %8.1f", m, v[p], v[1], v[NR] }'
+}
+median() { stats "$1" | awk '{print $1}'; }
+
+if [ -n "$sim" ]; then
+  host="simulated $SIM_PROFILE"
+else
+  host=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd, -)
+fi
+echo "== create+start+wait+delete of /bin/true, ms, $runs runs each ($host; $(nproc) CPUs)"
+printf '%-12s %8s %8s %8s %8s   %s\n' variant median p90 min max "median of each step: create start wait delete"
+for v in "${variants[@]}"; do
+  printf '%-12s %s   %8.1f %5.1f %4.1f %6.1f\n' "$v" "$(stats "$WORK/$v.total")" "$(median "$WORK/$v.create")" \
+    "$(median "$WORK/$v.start")" "$(median "$WORK/$v.wait")" "$(median "$WORK/$v.delete")"
+done
+awk -v a="$(median "$WORK/gantry-all.total")" -v r="$(median "$WORK/runc.total")" -v c="$(median "$WORK/gantry-all.create")" -v rc="$(median "$WORK/runc.create")" \
+  'BEGIN { printf "gantry-all - runc: %+.1f ms median lifecycle (%+.1f ms of it in create)\n", a - r, c - rc }'

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# GPU end to end through gantry-runtime and runc: real containers on a rootfs
+# made from this host's C library, checked against the host's own view.
+#
+#   scripts/gpu-e2e.sh           on a GPU host (root); needs bin/ from `make gpu-e2e`
+#   scripts/gpu-e2e.sh --sim     anywhere (root, gcc, ldconfig): simulated GPUs (SIM_PROFILE,
+#                                default h100x8) and a fake driver root from `gantry sim driver-root`
+#   --keep                       keep the scratch directory (bundles, configs, gantry.log)
+#
+# Checks (PASS/FAIL/SKIP each, summary, exit 1 on any FAIL, 2 when it cannot start):
+#   a  NVIDIA_VISIBLE_DEVICES=0: exactly GPU 0's device node; nvidia-smi -L shows exactly
+#      GPU 0's UUID (as the host's nvidia-smi names it); cuda-check runs a PTX kernel on it
+#   b  NVIDIA_VISIBLE_DEVICES=1 (2+ GPUs): only GPU 1
+#   c  NVIDIA_VISIBLE_DEVICES=all: every GPU; cuda-check on each
+#   d  no NVIDIA_VISIBLE_DEVICES: config.json byte-identical, no /dev/nvidia*, no
+#      nvidia-smi, cuda-check fails cleanly (cannot load libcuda.so.1)
+#   e  NVIDIA_VISIBLE_DEVICES=99: create fails with a one-line error, no container
+#      left (runc list), config.json untouched
+#   f  `gantry-runtime run` (foreground, as `docker run`-style callers use): GPU 0 again
+# In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
+# and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
+#
+# Environment: DRIVER_ROOT (default /), GANTRY, RUNC, CUDA_CHECK (default bin/...).
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+mode=gpu keep=0
+for arg; do
+  case $arg in
+    --sim) mode=sim ;;
+    --keep) keep=1 ;;
+    -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "unknown argument $arg (use --sim, --keep)" >&2; exit 2 ;;
+  esac
+done
+WORK=$(mktemp -d /tmp/gantry-e2e.XXXXXX)
+# shellcheck source=scripts/lib/bundle.sh
+. "$REPO/scripts/lib/bundle.sh"
+finish() {
+  cleanup_containers
+  if [ $keep = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap finish EXIT
+
+pass=0 fail=0 skip=0
+PASS() { echo "PASS $*"; pass=$((pass + 1)); }
+FAIL() { echo "FAIL $*"; fail=$((fail + 1)); }
+SKIP() { echo "SKIP $*"; skip=$((skip + 1)); }
+# show FILE: the container's output, indented, for the log.
+show() { sed 's/^/     | /;40q' "$1"; }
+
+if [ $mode = sim ]; then setup_env --sim; else setup_env; fi
+echo "== $mode mode, scratch $WORK"
+"$GANTRY" --version
+
+# What the host says: per GPU index, its UUID and device node.
+declare -a UUID NODE
+if [ $mode = gpu ]; then
+  command -v nvidia-smi >/dev/null || die "nvidia-smi not found: run on a GPU host, or use --sim"
+  nvidia-smi -L | sed 's/^/host: /'
+  while IFS=', ' read -r idx uuid bus; do
+    UUID[idx]=$uuid
+    # The device node follows the kernel module's minor number, which need
+    # not equal nvidia-smi's index; the driver's procfs says which it is.
+    bus=${bus,,}
+    minor=$(awk '/^Device Minor:/{print $3}' "/proc/driver/nvidia/gpus/${bus#0000}/information" 2>/dev/null)
+    NODE[idx]=/dev/nvidia${minor:-$idx}
+  done < <(nvidia-smi --query-gpu=index,uuid,pci.bus_id --format=csv,noheader)
+else
+  for ((i = 0; i < 64; i++)); do [ -e "$WORK/driver/dev/nvidia$i" ] && NODE[i]=/dev/nvidia$i; done
+fi
+ngpu=${#NODE[@]}
+# The driver version the injected libcuda must carry (a stale libcuda of another
+# driver, as some hosts have in /lib, must not be the one containers get).
+if [ $mode = gpu ]; then
+  drv=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)
+else
+  drv=$("$GANTRY" info --json | sed -n 's/^  "driverVersion": "\(.*\)",$/\1/p')
+fi
+[ -n "$drv" ] || die "could not read the driver version"
+[ "$ngpu" -gt 0 ] || die "no GPUs found on this host"
+echo "== $ngpu GPU(s), driver $drv"
+
+# The command every GPU container runs: its device nodes, nvidia-smi -L and cuda-check,
+# each tool's exit status on a line of its own.
+cc_args=
+[ $mode = sim ] && cc_args=--load-only
+probe="for f in /dev/nvidia*; do [ -e \"\$f\" ] && echo \"dev \$f\"; done
+nvidia-smi -L; echo \"smi-exit=\$?\"
+cuda-check $cc_args; echo \"cuda-exit=\$?\""
+
+# sanity: plain runc can run a container on this host at all.
+make_bundle "$WORK/b-sanity" -- /bin/sh -c 'echo hello from runc'
+if run_container "$RUNC" e2e-sanity "$WORK/b-sanity" "$WORK/sanity.out" && grep -q 'hello from runc' "$WORK/sanity.out"; then
+  PASS "plain runc runs a container on this host"
+else
+  FAIL "plain runc cannot run a container here (not Gantry's fault; fix runc first):"
+  show "$WORK/sanity.out"
+  exit 1
+fi
+
+# check_gpus NAME OUT INDEX...: the container saw exactly the GPUs INDEX...
+check_gpus() {
+  local name=$1 out=$2 ok=1 i want got
+  shift 2
+  want=$(for i in "$@"; do echo "${NODE[i]}"; done | sort)
+  got=$(sed -n 's/^dev \(\/dev\/nvidia[0-9][0-9]*\)$/\1/p' "$out" | sort)
+  if [ "$want" != "$got" ]; then
+    FAIL "$name: device nodes ${got//$'\n'/ } (want ${want//$'\n'/ })"; ok=0
+  fi
+  grep -qx 'dev /dev/nvidiactl' "$out" || { FAIL "$name: no /dev/nvidiactl"; ok=0; }
+  grep -qx 'smi-exit=0' "$out" || { FAIL "$name: nvidia-smi -L failed in the container"; ok=0; }
+  if [ $mode = gpu ]; then
+    grep -qx 'dev /dev/nvidia-uvm' "$out" || { FAIL "$name: no /dev/nvidia-uvm"; ok=0; }
+    want=$(for i in "$@"; do echo "${UUID[i]}"; done | sort)
+    got=$(grep '^GPU [0-9]*:' "$out" | sed -n 's/.*(UUID: \(GPU-[^)]*\)).*/\1/p' | sort)
+    [ "$want" = "$got" ] || { FAIL "$name: nvidia-smi -L shows ${got//$'\n'/ } (want ${want//$'\n'/ })"; ok=0; }
+    got=$(sed -n 's/^cuda-check: device [0-9]*: .*(UUID: \(GPU-[^)]*\)).*/\1/p' "$out" | sort)
+    [ "$want" = "$got" ] || { FAIL "$name: CUDA sees ${got//$'\n'/ } (want ${want//$'\n'/ })"; ok=0; }
+  else
+    want=$(for i in "$@"; do echo "GPU ${NODE[i]#/dev/nvidia}"; done | sort)
+    got=$(grep -o '^GPU [0-9]*' "$out" | sort)
+    [ "$want" = "$got" ] || { FAIL "$name: fake nvidia-smi -L lists ${got//$'\n'/ } (want ${want//$'\n'/ })"; ok=0; }
+  fi
+  grep -qx 'cuda-exit=0' "$out" || { FAIL "$name: cuda-check failed in the container"; ok=0; }
+  grep -q "^cuda-check: OK .*libcuda.so.$drv\$" "$out" ||
+    { FAIL "$name: the container's libcuda.so.1 is not driver $drv's"; ok=0; }
+  if [ $ok = 1 ]; then
+    PASS "$name: $(grep -c '^dev /dev/nvidia[0-9]' "$out") GPU node(s), nvidia-smi, cuda-check $(sed -n 's/^cuda-check: OK //p' "$out" | head -1)"
+  else
+    show "$out"
+  fi
+}
+
+# gpu_case NAME VALUE INDEX...: a container with NVIDIA_VISIBLE_DEVICES=VALUE through
+# gantry-runtime create/start/delete must see exactly GPUs INDEX...
+gpu_case() {
+  local name=$1 value=$2 id b
+  shift 2
+  id=e2e-$name b=$WORK/b-$name
+  make_bundle "$b" "NVIDIA_VISIBLE_DEVICES=$value" -- /bin/sh -c "$probe"
+  if ! run_container "$GANTRY_RUNTIME" "$id" "$b" "$WORK/$name.out"; then
+    FAIL "$name: gantry-runtime could not run the container (NVIDIA_VISIBLE_DEVICES=$value)"
+    show "$WORK/$name.out"
+    return
+  fi
+  check_gpus "$name (NVIDIA_VISIBLE_DEVICES=$value)" "$WORK/$name.out" "$@"
+}
+
+echo "== a: one GPU"
+gpu_case a 0 0
+
+echo "== b: the second GPU only"
+if [ "$ngpu" -ge 2 ]; then gpu_case b 1 1; else SKIP "b: one GPU on this host"; fi
+
+echo "== c: all GPUs"
+gpu_case c all $(seq 0 $((ngpu - 1)))
+
+echo "== d: no GPU requested"
+b=$WORK/b-d
+make_bundle "$b" -- /bin/sh -c "$probe"
+cp "$b/config.json" "$WORK/d.config.json"
+if run_container "$GANTRY_RUNTIME" e2e-d "$b" "$WORK/d.out"; then
+  ok=1
+  cmp -s "$b/config.json" "$WORK/d.config.json" || { FAIL "d: config.json was changed for a container without a GPU request"; ok=0; }
+  ! grep -q '^dev /dev/nvidia' "$WORK/d.out" || { FAIL "d: the container has $(sed -n 's/^dev //p' "$WORK/d.out" | tr '\n' ' ')"; ok=0; }
+  ! grep -qx 'smi-exit=0' "$WORK/d.out" || { FAIL "d: nvidia-smi ran in a container without a GPU request"; ok=0; }
+  if ! grep -qx 'cuda-exit=1' "$WORK/d.out" || ! grep -q 'cuda-check: FAIL: cannot load libcuda.so.1' "$WORK/d.out"; then
+    FAIL "d: cuda-check did not fail cleanly with 'cannot load libcuda.so.1'"; ok=0
+  fi
+  if [ $ok = 1 ]; then PASS "d: untouched container: same config.json, no /dev/nvidia*, no nvidia-smi, no libcuda"; else show "$WORK/d.out"; fi
+else
+  FAIL "d: gantry-runtime could not run a container without a GPU request"
+  show "$WORK/d.out"
+fi
+
+echo "== e: a GPU that does not exist"
+b=$WORK/b-e
+make_bundle "$b" NVIDIA_VISIBLE_DEVICES=99 -- /bin/sh -c "$probe"
+cp "$b/config.json" "$WORK/e.config.json"
+if "$GANTRY_RUNTIME" --root "$STATE" create --bundle "$b" e2e-e </dev/null >"$WORK/e.out" 2>&1; then
+  FAIL "e: create succeeded for NVIDIA_VISIBLE_DEVICES=99"
+  show "$WORK/e.out"
+else
+  ok=1
+  "$RUNC" --root "$STATE" list -q | grep -qx e2e-e && { FAIL "e: container e2e-e left behind after the failed create"; ok=0; }
+  cmp -s "$b/config.json" "$WORK/e.config.json" || { FAIL "e: config.json changed by the failed create"; ok=0; }
+  grep -q 99 "$WORK/e.out" || { FAIL "e: the error does not name the device 99"; ok=0; show "$WORK/e.out"; }
+  [ $ok = 1 ] && PASS "e: refused, no container left, config.json untouched: $(head -1 "$WORK/e.out")"
+fi
+
+echo "== f: gantry-runtime run (foreground)"
+b=$WORK/b-f
+make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 -- /bin/sh -c "$probe"
+if "$GANTRY_RUNTIME" --root "$STATE" run --bundle "$b" e2e-f </dev/null >"$WORK/f.out" 2>&1; then
+  check_gpus "f (run, NVIDIA_VISIBLE_DEVICES=0)" "$WORK/f.out" 0
+else
+  FAIL "f: gantry-runtime run failed"
+  show "$WORK/f.out"
+fi
+"$RUNC" --root "$STATE" list -q | grep -qx e2e-f && FAIL "f: run left container e2e-f behind"
+
+echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"
+if [ $fail -gt 0 ] && [ -s "$WORK/gantry.log" ]; then
+  echo "== gantry.log (last 20 lines)"
+  tail -20 "$WORK/gantry.log"
+fi
+[ $fail -eq 0 ]
