@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages Gantry needs, if missing:
 #   scripts/deps.sh          what the build and `make demo` need (failure is fatal)
-#   scripts/deps.sh --test   also the real engines the tests drive (containerd);
+#   scripts/deps.sh --test   also the real engines the tests drive (containerd, lxc, docker.io);
 #                            best effort: those tests skip with a reason without them
 set -euo pipefail
 tests=false
@@ -17,6 +17,15 @@ if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
 fi
 if $tests; then
   command -v containerd >/dev/null || optional+=(containerd)
+  # LXC and its nvidia hook (internal/nvcli)
+  [ -x /usr/share/lxc/hooks/nvidia ] || optional+=(lxc)
+  # runc containers of the hook and nsmount tests; a static busybox is their image
+  command -v runc >/dev/null || optional+=(runc)
+  dpkg -s busybox-static >/dev/null 2>&1 || optional+=(busybox-static)
+  # test/engines: a private dockerd (the runtime, --gpus through the hook) and
+  # Compose GPU reservations (docker-compose 1.29 has deploy.resources devices)
+  command -v dockerd >/dev/null || [ -x /usr/sbin/dockerd ] || optional+=(docker.io)
+  command -v docker-compose >/dev/null || optional+=(docker-compose)
 fi
 [ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
 sudo=""

@@ -1,12 +1,34 @@
-// Command gantry inspects GPU hosts and generates CDI specs. See `gantry --help`.
+// Command gantry is every Gantry front end in one binary. What it does depends
+// on the name it is run under (the installer makes the other names symlinks):
+//
+//	gantry                          the CLI: info, list, cdi, runtime configure, ... (see gantry --help)
+//	gantry-runtime                  the runc shim engines register as a runtime
+//	nvidia-container-runtime        the same shim under NVIDIA's name
+//	nvidia-container-cli            info, list, configure as LXC's nvidia hook runs them
+//	gantry-hook                     the OCI prestart hook (Docker's --gpus, hooks.d)
+//	nvidia-container-runtime-hook   the same hook under NVIDIA's name
+//
+// See each front end's --help.
 package main
 
 import (
 	"os"
+	"path/filepath"
 
 	"github.com/gantry-gpu/gantry/internal/cli"
+	"github.com/gantry-gpu/gantry/internal/hook"
+	"github.com/gantry-gpu/gantry/internal/nvcli"
+	"github.com/gantry-gpu/gantry/internal/shim"
 )
 
 func main() {
+	switch filepath.Base(os.Args[0]) {
+	case "gantry-runtime", "nvidia-container-runtime":
+		os.Exit(shim.Main(os.Args[1:], os.Stderr))
+	case "gantry-hook", "nvidia-container-runtime-hook":
+		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
+	case "nvidia-container-cli":
+		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 }
