@@ -17,6 +17,8 @@
 #   e  NVIDIA_VISIBLE_DEVICES=99: create fails with a one-line error, no container
 #      left (runc list), config.json untouched
 #   f  `gantry-runtime run` (foreground, as `docker run`-style callers use): GPU 0 again
+#   g  plain runc with gantry as nvidia-container-runtime-hook (Docker's --gpus path):
+#      GPU 0 through the prestart hook (mount namespace entry, device cgroup)
 # In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
@@ -198,6 +200,22 @@ else
   show "$WORK/f.out"
 fi
 "$RUNC" --root "$STATE" list -q | grep -qx e2e-f && FAIL "f: run left container e2e-f behind"
+
+echo "== g: Docker's --gpus path: plain runc with the prestart hook (nvidia-container-runtime-hook)"
+# Docker's --gpus adds exactly this hook to config.json and runs plain runc; the
+# hook enters the container's mount namespace and grants the device cgroup.
+HOOK=$WORK/nvidia-container-runtime-hook
+ln -sf "$GANTRY" "$HOOK"
+b=$WORK/b-g
+make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 -- /bin/sh -c "$probe"
+HOOKS="\"hooks\": {\"prestart\": [{\"path\": \"$HOOK\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"GANTRY_CONFIG=$GANTRY_CONFIG\"]}]},"
+HOOKS=$HOOKS awk '{ print } /"ociVersion"/ && !done { print ENVIRON["HOOKS"]; done = 1 }' "$b/config.json" >"$b/config.json.new" && mv "$b/config.json.new" "$b/config.json"
+if run_container "$RUNC" e2e-g "$b" "$WORK/g.out"; then
+  check_gpus "g (prestart hook, NVIDIA_VISIBLE_DEVICES=0)" "$WORK/g.out" 0
+else
+  FAIL "g: plain runc with the gantry prestart hook failed"
+  show "$WORK/g.out"
+fi
 
 echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"
 if [ $fail -gt 0 ] && [ -s "$WORK/gantry.log" ]; then

@@ -69,6 +69,7 @@ type fixture struct {
 	specTmpl  []byte
 	runc      string
 	skip, err string
+	t         testing.TB // the test that built the fixture (for buildGantry)
 }
 
 var (
@@ -81,13 +82,16 @@ func TestMain(m *testing.M) {
 	if fx.dir != "" {
 		os.RemoveAll(fx.dir)
 	}
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
 	os.Exit(code)
 }
 
 // setup builds the shared fixture once; tests that need it call need.
-func need(t *testing.T) *fixture {
+func need(t testing.TB) *fixture {
 	t.Helper()
-	fxOnce.Do(func() { fx.build() })
+	fxOnce.Do(func() { fx.t = t; fx.build() })
 	if fx.skip != "" {
 		t.Skip(fx.skip)
 	}
@@ -133,19 +137,45 @@ func run(name string, args ...string) error {
 	return nil
 }
 
+var (
+	binOnce          sync.Once
+	binDir, binErr   string
+	gantryBin, rtBin string
+)
+
+// buildGantry builds the gantry command from this tree once, and a
+// gantry-runtime symlink to it.
+func buildGantry(t testing.TB) (gantry, runtime string) {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gantry-shim-bin-")
+		if err != nil {
+			binErr = err.Error()
+			return
+		}
+		binDir = dir
+		goTool := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			goTool = "go"
+		}
+		gantryBin = filepath.Join(dir, "gantry")
+		if err := run(goTool, "build", "-o", gantryBin, "github.com/gantry-gpu/gantry/cmd/gantry"); err != nil {
+			binErr = err.Error()
+			return
+		}
+		rtBin = filepath.Join(dir, "gantry-runtime")
+		if err := os.Symlink("gantry", rtBin); err != nil {
+			binErr = err.Error()
+		}
+	})
+	if binErr != "" {
+		t.Fatal(binErr)
+	}
+	return gantryBin, rtBin
+}
+
 func (f *fixture) buildAll(busybox string) error {
-	goTool := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	f.gantry = filepath.Join(f.dir, "bin", "gantry")
-	if err := run(goTool, "build", "-o", f.gantry, "github.com/gantry-gpu/gantry/cmd/gantry"); err != nil {
-		return err
-	}
-	f.runtime = filepath.Join(f.dir, "bin", "gantry-runtime")
-	if err := os.Symlink("gantry", f.runtime); err != nil {
-		return err
-	}
+	f.gantry, f.runtime = buildGantry(f.t)
 	var err error
 	f.driver, err = fakedriver.Build(filepath.Join(f.dir, "driver"), fakedriver.Options{GPUs: 8, DeviceNodes: true})
 	if err != nil {

@@ -181,6 +181,7 @@ func modifyRootfs(bundle string, spec *ocispecs.Spec, e *edits.Edits, inv *drive
 		return fmt.Errorf("opening the container's root filesystem: %w", err)
 	}
 	defer root.Close()
+	root.SkipSync()
 
 	links := make([]containerhook.Link, 0, len(e.Symlinks))
 	for _, s := range e.Symlinks {
