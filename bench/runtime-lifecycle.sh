@@ -10,6 +10,8 @@
 #   runc          plain runc
 #   gantry-none   gantry-runtime, no GPU requested (config.json left alone)
 #   gantry-all    gantry-runtime, NVIDIA_VISIBLE_DEVICES=all
+#   runc-gpu      plain runc on the bundle gantry-all produced (the GPU container's
+#                 mounts and nodes without Gantry): gantry-all - runc-gpu is Gantry's own cost
 #   nvidia-all    NVIDIA's runtime, NVIDIA_VISIBLE_DEVICES=all, when NVIDIA_RUNTIME=PATH
 #                 is given (it finds runc in PATH: bin/runc is put first)
 # Every run starts from a fresh copy of its bundle (as an engine's fresh rootfs
@@ -36,7 +38,7 @@ done
 WORK=$(mktemp -d /tmp/gantry-bench.XXXXXX)
 # shellcheck source=scripts/lib/bundle.sh
 . "$REPO/scripts/lib/bundle.sh"
-trap 'cleanup_containers; rm -rf "$WORK"' EXIT
+trap 'cleanup_containers; [ -n "${KEEP_LOG:-}" ] && cp "$WORK/gantry.log" "$KEEP_LOG"; rm -rf "$WORK"' EXIT
 setup_env $sim
 
 variants=(runc gantry-none gantry-all)
@@ -92,6 +94,15 @@ cmp -s "$WORK/b-gantry-none/config.json" "$WORK/tpl-gantry-none/config.json" ||
   die "gantry-none: config.json was changed for a container without a GPU request"
 grep -q '"/dev/nvidia' "$WORK/b-gantry-all/config.json" ||
   die "gantry-all: config.json has no /dev/nvidia device: gantry-runtime did not add the GPUs"
+# runc-gpu: plain runc on the bundle exactly as gantry-runtime left it (edited
+# config.json, links and loader cache in the rootfs): what runc itself spends
+# on the GPU container's mounts and device nodes. gantry-all minus runc-gpu is
+# the cost of Gantry alone.
+cp -a "$WORK/b-gantry-all" "$WORK/tpl-runc-gpu"
+rm -f "$WORK/tpl-runc-gpu/pid"
+RT[runc-gpu]=$RUNC
+variants+=(runc-gpu)
+for _ in 1 2; do lifecycle runc-gpu || exit 1; done
 rm -f "$WORK"/*.total "$WORK"/*.create "$WORK"/*.start "$WORK"/*.wait "$WORK"/*.delete
 
 echo "== $runs rounds of ${variants[*]} (order rotated each round)"
@@ -122,3 +133,16 @@ for v in "${variants[@]}"; do
 done
 awk -v a="$(median "$WORK/gantry-all.total")" -v r="$(median "$WORK/runc.total")" -v c="$(median "$WORK/gantry-all.create")" -v rc="$(median "$WORK/runc.create")" \
   'BEGIN { printf "gantry-all - runc: %+.1f ms median lifecycle (%+.1f ms of it in create)\n", a - r, c - rc }'
+awk -v a="$(median "$WORK/gantry-all.total")" -v r="$(median "$WORK/runc-gpu.total")" -v c="$(median "$WORK/gantry-all.create")" -v rc="$(median "$WORK/runc-gpu.create")" \
+  'BEGIN { printf "gantry-all - runc-gpu (Gantry alone): %+.1f ms median lifecycle (%+.1f ms of it in create)\n", a - r, c - rc }'
+# Where gantry-runtime's own time goes on create, from its log (gantry-all runs):
+# startup = exec to Main (loader, Go runtime, package init), modify = all of its work.
+if [ -s "$WORK/gantry.log" ]; then
+  grep '"changed":true' "$WORK/gantry.log" | sed -n 's/.*"startup_ms":\([0-9.]*\).*/\1/p' >"$WORK/startup.ms"
+  grep '"changed":true' "$WORK/gantry.log" | sed -n 's/.*"took_ms":\([0-9.]*\).*/\1/p' >"$WORK/took.ms"
+  if [ -s "$WORK/startup.ms" ] && [ -s "$WORK/took.ms" ]; then
+    printf 'gantry-runtime create, in process (median ms): startup %s, modify %s\n' \
+      "$(median "$WORK/startup.ms" | tr -d ' ')" "$(median "$WORK/took.ms" | tr -d ' ')"
+    grep '"changed":true' "$WORK/gantry.log" | tail -1 | sed -n 's/.*"phases_ms":\({[^}]*}\).*/last create, phases (ms): \1/p'
+  fi
+fi

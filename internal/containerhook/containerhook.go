@@ -109,17 +109,34 @@ func ParseLink(s string) (Link, error) {
 // directories as needed. A file or symlink already at a link's path is
 // replaced (like ln -sf); one already pointing to the target is left alone.
 func CreateSymlinks(root *rootfs.Root, links []Link) error {
+	// Grouped by directory, in first-seen order: each directory is
+	// resolved (and made) once.
+	type group struct{ targets, names []string }
+	var dirs []string
+	groups := map[string]*group{}
 	done := map[Link]bool{}
 	for _, l := range links {
 		if done[l] {
 			continue
 		}
 		done[l] = true
-		if err := root.MkdirAll(path.Dir(l.Link), 0o755); err != nil {
-			return fmt.Errorf("creating the directory of link %s: %w", l.Link, err)
+		if !path.IsAbs(l.Link) || path.Clean(l.Link) == "/" {
+			return fmt.Errorf("link %q: want an absolute container path below /", l.Link)
 		}
-		if err := root.ReplaceSymlink(l.Target, l.Link); err != nil {
-			return fmt.Errorf("linking %s -> %s: %w", l.Link, l.Target, err)
+		dir, name := path.Split(path.Clean(l.Link))
+		g := groups[dir]
+		if g == nil {
+			g = &group{}
+			groups[dir] = g
+			dirs = append(dirs, dir)
+		}
+		g.targets = append(g.targets, l.Target)
+		g.names = append(g.names, name)
+	}
+	for _, dir := range dirs {
+		g := groups[dir]
+		if err := root.ReplaceSymlinksIn(dir, g.targets, g.names); err != nil {
+			return fmt.Errorf("linking %s in %s: %w", strings.Join(g.names, ", "), dir, err)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Engine names a container engine whose configuration this package edits.
@@ -101,7 +102,7 @@ type Options struct {
 
 // runtimeNamePattern keeps names usable as TOML bare keys, Docker runtime
 // names and Kubernetes RuntimeClass handlers alike.
-var runtimeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+var runtimeNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`) })
 
 // normalize fills defaults, validates, and returns the names to register
 // (main name first, duplicates dropped).
@@ -118,7 +119,7 @@ func (o Options) normalize(e Engine) (Options, []string, error) {
 	var names []string
 	seen := map[string]bool{}
 	for _, n := range append([]string{o.RuntimeName}, o.ExtraNames...) {
-		if !runtimeNamePattern.MatchString(n) {
+		if !runtimeNamePattern().MatchString(n) {
 			return o, nil, fmt.Errorf("%w: runtime name %q: use letters, digits, '-' and '_' only", ErrInvalidOptions, n)
 		}
 		// dockerd refuses to start when daemon.json redefines its built-in runc.

@@ -374,6 +374,31 @@ func (r *Root) ReplaceSymlink(target, link string) error {
 	return r.symlink(target, link, true)
 }
 
+// ReplaceSymlinksIn makes dir (creating it like MkdirAll) and, in it, each
+// name in names a symlink to the target at the same index, replacing what
+// is there as ReplaceSymlink does. The directory is resolved once: the
+// runtime shim links a dozen libraries into one directory per container.
+func (r *Root) ReplaceSymlinksIn(dir string, targets, names []string) error {
+	if len(targets) != len(names) {
+		return fmt.Errorf("ReplaceSymlinksIn: %d targets for %d names", len(targets), len(names))
+	}
+	dfd, err := r.mkdirAll(dir, 0o755)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	for i, name := range names {
+		link := path.Join("/", clean(dir), name)
+		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+			return r.pathErr("symlink", link, fmt.Errorf("invalid link name %q", name))
+		}
+		if err := r.symlinkAt(dfd, targets[i], name, link, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (r *Root) symlink(target, link string, replace bool) error {
 	if target == "" || strings.IndexByte(target, 0) >= 0 {
 		return r.pathErr("symlink", link, fmt.Errorf("invalid target %q", target))
@@ -383,6 +408,15 @@ func (r *Root) symlink(target, link string, replace bool) error {
 		return err
 	}
 	defer unix.Close(pfd)
+	return r.symlinkAt(pfd, target, base, link, replace)
+}
+
+// symlinkAt makes base in the directory pfd a symlink to target; link is
+// the full path, for errors.
+func (r *Root) symlinkAt(pfd int, target, base, link string, replace bool) error {
+	if target == "" || strings.IndexByte(target, 0) >= 0 {
+		return r.pathErr("symlink", link, fmt.Errorf("invalid target %q", target))
+	}
 	if cur, err := readlinkat(pfd, base); err == nil && cur == target {
 		return nil
 	}

@@ -150,7 +150,19 @@ static int resolve(const char *name, char *out, size_t size) {
 	return 0;
 }
 
+#include <time.h>
+
+// When the constructor ran, for the log's startup time.
+long long gantry_start_ns;
+
+static long long gantry_now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 __attribute__((constructor)) static void gantry_runtime_fastpath(int argc, char **argv, char **envp) {
+	gantry_start_ns = gantry_now_ns();
 	if (argc < 2 || !argv || !argv[0] || !is_runtime_name(argv[0])) return;
 	const char *e = getenv("GANTRY_NO_FASTPATH");
 	if (e && *e && strcmp(e, "0") != 0) return;
@@ -164,3 +176,8 @@ __attribute__((constructor)) static void gantry_runtime_fastpath(int argc, char 
 }
 */
 import "C"
+
+// startupMillis is the time since the constructor ran, in milliseconds.
+func startupMillis() float64 {
+	return float64(C.gantry_now_ns()-C.gantry_start_ns) / 1e6
+}

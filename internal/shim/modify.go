@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -37,6 +38,18 @@ type Result struct {
 	// Notes are warnings and decisions worth a log line (ignored
 	// capabilities, forward compatibility in use).
 	Notes []string
+	// Phases is where the time went, in milliseconds, for the log line.
+	Phases map[string]float64
+}
+
+// phase records the time since *t under name and restarts the clock.
+func (r *Result) phase(name string, t *time.Time) {
+	now := time.Now()
+	if r.Phases == nil {
+		r.Phases = map[string]float64{}
+	}
+	r.Phases[name] += float64(now.Sub(*t).Microseconds()) / 1000
+	*t = now
 }
 
 // Modify decides what the container in bundle asks for and, if anything,
@@ -49,28 +62,46 @@ type Result struct {
 // Any error leaves config.json as it was: the caller must then not start
 // the container.
 func Modify(bundle string, cfg config.Config) (*Result, error) {
+	clock := time.Now()
 	specPath := filepath.Join(bundle, "config.json")
 	raw, err := os.ReadFile(specPath)
 	if err != nil {
 		return nil, fmt.Errorf("reading the bundle's config.json: %w", err)
 	}
-	var spec ocispecs.Spec
-	if err := json.Unmarshal(raw, &spec); err != nil {
+	// The request needs four fields; decoding only them keeps the common
+	// case, a container without GPUs, cheap.
+	var peek requestFields
+	if err := json.Unmarshal(raw, &peek); err != nil {
 		return nil, fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
 	}
 	opts := request.DefaultOptions()
 	opts.AcceptEnvWhenUnprivileged = cfg.Runtime.AcceptEnvUnprivileged
 	opts.AcceptVolumeMounts = cfg.Runtime.AcceptVolumeMounts
 	opts.DefaultKind = cfg.CDI.Kind
-	req, err := request.Parse(request.InputFromSpec(&spec), opts)
+	req, err := request.Parse(request.InputFromSpec(peek.spec()), opts)
 	if err != nil {
 		return nil, err
 	}
 	res := &Result{Notes: req.Warnings}
+	res.phase("request", &clock)
 	if !req.Wants() {
 		return res, nil
 	}
 	res.Changed, res.Source = true, req.Source
+
+	// The whole spec. A spec with fields this build does not know (a newer
+	// runtime-spec) is merged back field by field when written, so nothing
+	// of it is lost; the usual spec is simply re-encoded.
+	var spec ocispecs.Spec
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	known := dec.Decode(&spec) == nil
+	if !known {
+		spec = ocispecs.Spec{}
+		if err := json.Unmarshal(raw, &spec); err != nil {
+			return nil, fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
+		}
+	}
 
 	// Names of our own kind are device IDs; other kinds go to the CDI registry.
 	others, err := ownCDINames(req, cfg.CDI.Kind)
@@ -85,11 +116,13 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		res.phase("gpus", &clock)
 		var src inventorySource
 		inv, src, err = loadInventory(cfg)
 		if err != nil {
 			return nil, err
 		}
+		res.phase("inventory", &clock)
 		res.Inventory = string(src)
 		if len(inv.Missing) > 0 {
 			return nil, fmt.Errorf("the driver under %s is incomplete (missing %s): fix the installation or set driver-root in %s", inv.Root, strings.Join(inv.Missing, ", "), config.DefaultPath)
@@ -104,11 +137,13 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 		if e, err = edits.Build(sys, inv, req, edits.Options{DevRoot: cfg.EffectiveDevRoot()}); err != nil {
 			return nil, err
 		}
+		res.phase("edits", &clock)
 	}
 
 	if err := modifyRootfs(bundle, &spec, e, inv, res); err != nil {
 		return nil, err
 	}
+	res.phase("rootfs", &clock)
 	if err := e.ApplyToSpec(&spec); err != nil {
 		return nil, err
 	}
@@ -118,14 +153,43 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 		}
 		res.CDI = others
 	}
-	out, err := mergeJSON(raw, &spec)
+	var out []byte
+	if known {
+		out, err = json.Marshal(&spec)
+	} else {
+		out, err = mergeJSON(raw, &spec)
+	}
 	if err != nil {
 		return nil, err
 	}
 	if err := writeAtomic(specPath, out); err != nil {
 		return nil, fmt.Errorf("writing %s: %w", specPath, err)
 	}
+	res.phase("spec", &clock)
 	return res, nil
+}
+
+// requestFields are the parts of config.json a request is read from.
+type requestFields struct {
+	Process *struct {
+		Env          []string `json:"env"`
+		Capabilities *struct {
+			Bounding []string `json:"bounding"`
+		} `json:"capabilities"`
+	} `json:"process"`
+	Mounts      []ocispecs.Mount  `json:"mounts"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+func (f *requestFields) spec() *ocispecs.Spec {
+	s := &ocispecs.Spec{Mounts: f.Mounts, Annotations: f.Annotations}
+	if f.Process != nil {
+		s.Process = &ocispecs.Process{Env: f.Process.Env}
+		if f.Process.Capabilities != nil {
+			s.Process.Capabilities = &ocispecs.LinuxCapabilities{Bounding: f.Process.Capabilities.Bounding}
+		}
+	}
+	return s
 }
 
 // ownCDINames moves the request's CDI names of kind into its device

@@ -87,14 +87,15 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintf(os.Stdout, "gantry-runtime %s (low-level runtime %s)\n", cli.Version, lowLevel)
 	}
 	if perr == nil && inv.Modifies() {
+		startup := startupMillis()
 		start := time.Now()
 		res, err := Modify(inv.Bundle, cfg)
 		if err != nil {
 			report(stderr, inv, err)
-			logLine(cfg, inv, nil, err, time.Since(start))
+			logLine(cfg, inv, nil, err, startup, time.Since(start))
 			return 1
 		}
-		logLine(cfg, inv, res, nil, time.Since(start))
+		logLine(cfg, inv, res, nil, startup, time.Since(start))
 	}
 	argv := append([]string{lowLevel}, args...)
 	err = syscall.Exec(lowLevel, argv, os.Environ())
@@ -160,13 +161,18 @@ func report(stderr io.Writer, inv Invocation, err error) {
 }
 
 // logLine writes one line per handled container to runtime.log-file.
-func logLine(cfg config.Config, inv Invocation, res *Result, err error, took time.Duration) {
+func logLine(cfg config.Config, inv Invocation, res *Result, err error, startup float64, took time.Duration) {
 	if cfg.Runtime.LogFile == "" {
 		return
 	}
 	rec := map[string]any{
 		"time": time.Now().Format(time.RFC3339Nano), "container": inv.ContainerID,
 		"bundle": inv.Bundle, "took_ms": float64(took.Microseconds()) / 1000,
+	}
+	if startup > 0 {
+		// From the first C constructor to Modify: Go runtime start, inits,
+		// reading the configuration.
+		rec["startup_ms"] = startup
 	}
 	if err != nil {
 		rec["error"] = err.Error()
@@ -181,6 +187,9 @@ func logLine(cfg config.Config, inv Invocation, res *Result, err error, took tim
 		}
 		if len(res.Notes) > 0 {
 			rec["notes"] = res.Notes
+		}
+		if len(res.Phases) > 0 {
+			rec["phases_ms"] = res.Phases
 		}
 	}
 	b, _ := json.Marshal(rec)

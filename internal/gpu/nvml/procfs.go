@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gantry-gpu/gantry/internal/gpu"
 )
@@ -157,7 +158,7 @@ func parseInformation(data []byte) (information, error) {
 	return info, nil
 }
 
-var versionRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)+$`)
+var versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]+(\.[0-9]+)+$`) })
 
 // ParseNVRMVersion returns the driver version ("580.159.04") from the text of
 // /proc/driver/nvidia/version, whose first line is e.g.
@@ -170,7 +171,7 @@ func ParseNVRMVersion(data []byte) (string, error) {
 			continue
 		}
 		for f := range strings.FieldsSeq(rest) {
-			if versionRE.MatchString(f) {
+			if versionRE().MatchString(f) {
 				return f, nil
 			}
 		}

@@ -266,7 +266,7 @@ func FuzzNVRMVersion(f *testing.F) {
 	f.Add([]byte("NVRM version: 1.2 x"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		v, err := ParseNVRMVersion(data)
-		if err == nil && !versionRE.MatchString(v) {
+		if err == nil && !versionRE().MatchString(v) {
 			t.Fatalf("version %q", v)
 		}
 	})

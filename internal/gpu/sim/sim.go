@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"sigs.k8s.io/yaml"
 
@@ -185,14 +186,14 @@ func cleanYAMLError(err error) string {
 }
 
 var (
-	versionRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+){1,2}$`)
+	versionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]+(\.[0-9]+){1,2}$`) })
 	uuidHex   = `[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`
-	gpuUUIDRE = regexp.MustCompile(`^GPU-` + uuidHex + `$`)
-	migUUIDRE = regexp.MustCompile(`^MIG-` + uuidHex + `$`)
+	gpuUUIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^GPU-` + uuidHex + `$`) })
+	migUUIDRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^MIG-` + uuidHex + `$`) })
 	// A MIG profile: [<c>c.]<g>g.<mem>gb[+<attribute>...], e.g. 1g.10gb,
 	// 1c.3g.20gb, 1g.10gb+me.
-	migProfileRE = regexp.MustCompile(`^([0-9]+c\.)?[0-9]+g\.[0-9]+gb(\+[a-z0-9.]+)*$`)
-	migMemRE     = regexp.MustCompile(`g\.([0-9]+)gb`)
+	migProfileRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^([0-9]+c\.)?[0-9]+g\.[0-9]+gb(\+[a-z0-9.]+)*$`) })
+	migMemRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`g\.([0-9]+)gb`) })
 )
 
 // wholeVersion turns "13" into "13.0": YAML reads an unquoted 13.0 as the
@@ -210,7 +211,7 @@ func (h *Host) build() (*gpu.System, error) {
 		CUDADriverVersion: wholeVersion(h.CUDADriverVersion),
 		Devices:           make([]gpu.Device, 0, len(h.Devices)),
 	}
-	if !versionRE.MatchString(sys.DriverVersion) {
+	if !versionRE().MatchString(sys.DriverVersion) {
 		return nil, invalidf("driverVersion: %q: want a driver version such as \"580.159.04\"", h.DriverVersion)
 	}
 	if _, _, err := gpu.ParseComputeCapability(sys.CUDADriverVersion); err != nil {
@@ -290,7 +291,7 @@ func (h *Host) device(i int) (gpu.Device, error) {
 	}
 	if d.UUID == "" {
 		d.UUID = "GPU-" + uuidFrom(h.Seed, "gpu", strconv.Itoa(i))
-	} else if !gpuUUIDRE.MatchString(d.UUID) {
+	} else if !gpuUUIDRE().MatchString(d.UUID) {
 		return bad("uuid", "%q: want GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in lower-case hex", d.UUID)
 	}
 	if s.PCIBusID == "" {
@@ -353,19 +354,19 @@ func (h *Host) migDevice(i, j int, parent gpu.Device, s MIGSpec) (gpu.MIGDevice,
 		ComputeInstance: s.ComputeInstance,
 		MemoryMiB:       s.MemoryMiB,
 	}
-	if !migProfileRE.MatchString(m.Profile) {
+	if !migProfileRE().MatchString(m.Profile) {
 		return bad("profile", "%q: want a MIG profile such as \"1g.10gb\" or \"1c.3g.20gb\"", s.Profile)
 	}
 	if s.GPUInstance != nil {
 		m.GPUInstance = *s.GPUInstance
 	}
 	if m.MemoryMiB == 0 {
-		gb, _ := strconv.ParseUint(migMemRE.FindStringSubmatch(m.Profile)[1], 10, 32)
+		gb, _ := strconv.ParseUint(migMemRE().FindStringSubmatch(m.Profile)[1], 10, 32)
 		m.MemoryMiB = gb * 1024
 	}
 	if m.UUID == "" {
 		m.UUID = "MIG-" + uuidFrom(h.Seed, "gpu", strconv.Itoa(i), "mig", strconv.Itoa(j))
-	} else if !migUUIDRE.MatchString(m.UUID) {
+	} else if !migUUIDRE().MatchString(m.UUID) {
 		return bad("uuid", "%q: want MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in lower-case hex", m.UUID)
 	}
 	var err error
