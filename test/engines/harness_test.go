@@ -144,7 +144,7 @@ log-level = 'debug'
 		return err
 	}
 	f.rootfs = filepath.Join(f.dir, "image")
-	if err := buildImageTree(f.rootfs, busybox, f.dir); err != nil {
+	if err := buildImageTree(f.rootfs, busybox); err != nil {
 		return err
 	}
 	layer, err := tarTree(f.rootfs)
@@ -195,7 +195,7 @@ func (f *fixture) runtimeLogTail() string {
 func buildGantry(dst string) error {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		goTool = "/usr/local/go/bin/go" // where the Makefile looks too
 	}
 	cmd := exec.Command(goTool, "build", "-o", dst, "github.com/gantry-gpu/gantry/cmd/gantry")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1", "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
@@ -213,7 +213,7 @@ const probeName = "/usr/bin/probe"
 // with the host's glibc, and an ld.so.cache made by the host's ldconfig, as
 // real images have. The image carries no NVIDIA file: whatever the probe
 // finds was put there by Gantry.
-func buildImageTree(root, busybox, scratch string) error {
+func buildImageTree(root, busybox string) error {
 	for _, d := range []string{"usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc/ld.so.conf.d",
 		"dev", "proc", "sys", "root", "run", "var", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
