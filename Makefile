@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e clean
+.PHONY: all build deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e install clean
 
 all: build
 
@@ -67,6 +67,18 @@ gpu-e2e: build
 	@lib=$$(ldd $(BIN)/runc | awk '$$1 == "libseccomp.so.2" {print $$3}'); \
 	if [ -n "$$lib" ]; then cp -L "$$lib" $(BIN)/lib/; fi
 	@du -sh $(BIN); echo "on the GPU host, as root: scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh"
+
+# Installs gantry and the names engines and scripts look for, as symlinks to it:
+# gantry-runtime and nvidia-container-runtime (the runc shim), gantry-hook and
+# nvidia-container-runtime-hook (Docker's --gpus), nvidia-container-cli (LXC's hook).
+#   sudo make install [PREFIX=/usr] [NVIDIA_NAMES=0 to skip NVIDIA's names]
+PREFIX ?= /usr
+NVIDIA_NAMES ?= 1
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN)/gantry $(DESTDIR)$(PREFIX)/bin/gantry
+	@for n in gantry-runtime gantry-hook $$([ "$(NVIDIA_NAMES)" = 1 ] && echo nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-cli); do \
+	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done
 
 clean:
 	rm -rf $(BIN)

@@ -468,3 +468,32 @@ func BenchmarkGenerate(b *testing.B) {
 		}
 	}
 }
+
+// Forward compatibility in the common edits: gantry's update-ldcache hook
+// gets the host driver version; with NVIDIA's nvidia-cdi-hook (whose
+// update-ldcache lacks the flag) an enable-cuda-compat hook runs first.
+func TestForwardCompatHooks(t *testing.T) {
+	version := testInventory().Version
+	spec, _ := generate(t, Options{})
+	var args []string
+	for _, h := range spec.ContainerEdits.Hooks {
+		if strings.Contains(strings.Join(h.Args, " "), "update-ldcache") {
+			args = h.Args
+		}
+	}
+	if n := len(args); n < 2 || args[n-2] != "--host-driver-version" || args[n-1] != version {
+		t.Errorf("gantry update-ldcache hook args %q: want --host-driver-version %s at the end", args, version)
+	}
+
+	spec, _ = generate(t, Options{HookPath: "/usr/bin/nvidia-cdi-hook"})
+	var names []string
+	for _, h := range spec.ContainerEdits.Hooks {
+		names = append(names, strings.Join(h.Args[1:], " "))
+	}
+	want := "enable-cuda-compat --host-driver-version=" + version
+	i := slices.Index(names, want)
+	j := slices.IndexFunc(names, func(s string) bool { return strings.HasPrefix(s, "update-ldcache") })
+	if i < 0 || j < 0 || i > j || strings.Contains(names[j], "host-driver-version") {
+		t.Errorf("nvidia-cdi-hook hooks %q: want %q before a plain update-ldcache", names, want)
+	}
+}

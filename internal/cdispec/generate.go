@@ -3,6 +3,8 @@ package cdispec
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"strconv"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -95,6 +97,7 @@ func Generate(sys *gpu.System, inv *driver.Inventory, opts Options) (*specs.Spec
 	common := edits.Common(inv, caps)
 	common.Merge(&edits.Edits{Env: []string{edits.VisibleDevicesVoid}})
 	spec.ContainerEdits = common.CDI(opts.HookPath)
+	addForwardCompat(&spec.ContainerEdits, opts.HookPath, inv.Version)
 
 	v, err := specs.MinimumRequiredVersion(spec)
 	if err != nil {
@@ -197,4 +200,26 @@ func Names(spec *specs.Spec) []string {
 		out = append(out, parser.QualifiedName(vendor, class, d.Name))
 	}
 	return out
+}
+
+// addForwardCompat makes the ld.so.cache hook of edits apply CUDA forward
+// compatibility for a host on driver version: gantry's update-ldcache takes
+// --host-driver-version; for NVIDIA's nvidia-cdi-hook, whose update-ldcache
+// does not, an enable-cuda-compat hook runs first, as NVIDIA's specs do.
+func addForwardCompat(e *specs.ContainerEdits, hookPath, version string) {
+	if version == "" {
+		return
+	}
+	for i, h := range e.Hooks {
+		if len(h.Args) == 0 || !slices.Contains(h.Args, "update-ldcache") {
+			continue
+		}
+		if filepath.Base(hookPath) == "nvidia-cdi-hook" {
+			compat := &specs.Hook{HookName: h.HookName, Path: h.Path, Args: []string{h.Args[0], "enable-cuda-compat", "--host-driver-version=" + version}}
+			e.Hooks = append(e.Hooks[:i], append([]*specs.Hook{compat}, e.Hooks[i:]...)...)
+			return
+		}
+		h.Args = append(h.Args, "--host-driver-version", version)
+		return
+	}
 }

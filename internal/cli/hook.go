@@ -58,7 +58,7 @@ fails the container: it must not start half configured.`,
 	register(&command{
 		name:    "hook update-ldcache",
 		summary: "OCI hook (CDI specs run it): add injected library folders to the container's ld.so.cache",
-		usage:   "--folder DIR [--folder ...]",
+		usage:   "--folder DIR [--folder ...] [--host-driver-version VERSION]",
 		help: `Run by the container runtime as a createContainer hook, with the container
 state on stdin. Adds the shared libraries in each --folder (a container path) to
 the container's /etc/ld.so.cache, ahead of the image's own entries of the same
@@ -66,10 +66,17 @@ name, and lists the folders in /etc/ld.so.conf.d/000-gantry.conf so that a later
 ldconfig in the container keeps them. No program from the image is run (nor
 ldconfig): Gantry reads and writes the cache itself, resolving every path inside
 the container's root. An unreadable cache in the image is replaced, with a
-warning; other errors fail the container.`,
+warning; other errors fail the container.
+
+With --host-driver-version (gantry cdi generate adds it), CUDA forward
+compatibility is applied: when the image's /usr/local/cuda/compat holds one
+libcuda.so.X.Y.Z whose major version X is greater than the host driver's, its
+libraries are put ahead of the host driver's, as NVIDIA's enable-cuda-compat hook
+arranges.`,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			var folders repeated
 			fs.Var(&folders, "folder", "container directory holding injected libraries (repeatable)")
+			hostDriver := fs.String("host-driver-version", "", "the host's driver version, e.g. 580.159.04: enables CUDA forward compatibility")
 			return func(e *env, args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
@@ -88,7 +95,7 @@ warning; other errors fail the container.`,
 				}
 				defer root.Close()
 				warn := func(w string) { fmt.Fprintf(e.stderr, "gantry hook update-ldcache: warning: %s\n", w) }
-				return containerhook.UpdateLDCache(root, folders, warn)
+				return containerhook.UpdateLDCacheCompat(root, folders, *hostDriver, warn)
 			}
 		},
 	})

@@ -40,6 +40,15 @@ var ErrUnsupportedArch = errors.New("update-ldcache supports amd64 and arm64 hos
 // warn is told (nil warn writes to os.Stderr). Other failures are errors:
 // the container should not start half configured.
 func UpdateLDCache(root *rootfs.Root, folders []string, warn func(string)) error {
+	return UpdateLDCacheCompat(root, folders, "", warn)
+}
+
+// UpdateLDCacheCompat is UpdateLDCache that, given the host's driver
+// version, also applies CUDA forward compatibility (ForwardCompat): when
+// the image's compat libcuda is newer than the host driver, its libraries
+// go ahead of the folders' and CompatDir heads ConfFile. An empty
+// hostDriver is UpdateLDCache.
+func UpdateLDCacheCompat(root *rootfs.Root, folders []string, hostDriver string, warn func(string)) error {
 	flags, machine, err := nativeABI()
 	if err != nil {
 		return err
@@ -49,6 +58,18 @@ func UpdateLDCache(root *rootfs.Root, folders []string, warn func(string)) error
 		return err
 	}
 	var ours []ldcache.Entry
+	if hostDriver != "" {
+		compat, _, err := ForwardCompat(root, hostDriver)
+		if err != nil {
+			return err
+		}
+		for _, l := range compat {
+			ours = append(ours, ldcache.Entry{Name: l.SONAME, Path: l.Path, Flags: flags})
+		}
+		if len(compat) > 0 {
+			dirs = append([]string{CompatDir}, dirs...)
+		}
+	}
 	for _, dir := range dirs {
 		entries, err := libraries(root, dir, flags, machine)
 		if err != nil {
