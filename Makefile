@@ -6,7 +6,7 @@
 GO      ?= go
 BIN     := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/gantry-gpu/gantry/internal/cli.Version=$(VERSION)
+LDFLAGS := -X github.com/gantry-gpu/gantry/internal/version.Version=$(VERSION)
 export CGO_ENABLED := 1
 # go-nvml's cgo wrappers name NVML calls deprecated in CUDA 13; the warnings are noise.
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations

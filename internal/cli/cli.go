@@ -17,10 +17,8 @@ import (
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/version"
 )
-
-// Version is set at build time with -ldflags "-X .../internal/cli.Version=...".
-var Version = "dev"
 
 // env carries what a command needs: its output streams and the resolved configuration.
 type env struct {
@@ -58,7 +56,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		if args[0] == "--version" || args[0] == "version" {
-			fmt.Fprintf(stdout, "gantry %s\n", Version)
+			fmt.Fprintf(stdout, "gantry %s\n", version.Version)
 			return 0
 		}
 		fmt.Fprintf(stderr, "gantry: unknown command %q\n\n", strings.Join(leadingWords(args), " "))

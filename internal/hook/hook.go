@@ -37,7 +37,6 @@ import (
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/gantry-gpu/gantry/internal/cli"
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/containerhook"
 	"github.com/gantry-gpu/gantry/internal/discover"
@@ -45,6 +44,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/nsmount"
 	"github.com/gantry-gpu/gantry/internal/request"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
+	"github.com/gantry-gpu/gantry/internal/version"
 )
 
 const help = `Usage: gantry-hook [--config FILE] [--no-cgroups] PHASE < STATE
@@ -96,7 +96,7 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	cfgPath := fs.String("config", "", "")
 	noCgroups := fs.Bool("no-cgroups", false, "")
-	version := fs.Bool("version", false, "")
+	showVersion := fs.Bool("version", false, "")
 	// NVIDIA's hook takes -debug FILE; accepted and ignored so that
 	// existing hook entries keep working.
 	fs.String("debug", "", "")
@@ -108,8 +108,8 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gantry-hook: %v (see gantry-hook --help)\n", err)
 		return 2
 	}
-	if *version {
-		fmt.Fprintf(stderr, "gantry-hook %s\n", cli.Version)
+	if *showVersion {
+		fmt.Fprintf(stderr, "gantry-hook %s\n", version.Version)
 		return 0
 	}
 	if fs.NArg() == 0 {

@@ -9,11 +9,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gantry-gpu/gantry/internal/cli"
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/version"
 )
 
 // Name is the program name this entry point answers to.
@@ -232,7 +232,7 @@ func printCommandHelp(w io.Writer, c *command) {
 // printVersion prints the lines NVIDIA's CLI prints, so that scripts reading
 // "cli-version:" find a version of the interface implemented here.
 func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "cli-version: %s\nlib-version: %s\nbuild revision: gantry %s\n", CLIVersion, CLIVersion, cli.Version)
+	fmt.Fprintf(w, "cli-version: %s\nlib-version: %s\nbuild revision: gantry %s\n", CLIVersion, CLIVersion, version.Version)
 }
 
 // busLocation formats a PCI bus id as NVIDIA's CLI prints it: lower-case

@@ -31,8 +31,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gantry-gpu/gantry/internal/cli"
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/version"
 )
 
 const usage = `gantry-runtime: an OCI runtime for NVIDIA GPUs that wraps runc.
@@ -84,7 +84,7 @@ func Main(args []string, stderr io.Writer) int {
 		return 1
 	}
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-v") {
-		fmt.Fprintf(os.Stdout, "gantry-runtime %s (low-level runtime %s)\n", cli.Version, lowLevel)
+		fmt.Fprintf(os.Stdout, "gantry-runtime %s (low-level runtime %s)\n", version.Version, lowLevel)
 	}
 	if perr == nil && inv.Modifies() {
 		startup := startupMillis()
