@@ -59,6 +59,21 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "gantry %s\n", version.Version)
 			return 0
 		}
+		// A command group without its subcommand ("gantry cdi", "gantry
+		// runtime --help"): list the group's commands.
+		if group := groupCommands(args[0]); len(group) > 0 {
+			w, code := stdout, 0
+			if len(args) == 1 || !isHelp(args[1]) {
+				w, code = stderr, 2
+				fmt.Fprintf(w, "gantry %s: name a subcommand\n\n", args[0])
+			}
+			fmt.Fprintf(w, "Usage: gantry %s SUBCOMMAND [flags]\n\nSubcommands:\n", args[0])
+			for _, c := range group {
+				fmt.Fprintf(w, "  %-22s %s\n", c.name, c.summary)
+			}
+			fmt.Fprintf(w, "\nSee gantry %s SUBCOMMAND --help.\n", args[0])
+			return code
+		}
 		fmt.Fprintf(stderr, "gantry: unknown command %q\n\n", strings.Join(leadingWords(args), " "))
 		printOverview(stderr)
 		return 2
@@ -100,6 +115,20 @@ func Main(args []string, stdout, stderr io.Writer) int {
 type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit code %d", int(e)) }
+
+// groupCommands returns the commands whose first word is word, sorted, when
+// they have more words ("cdi" for "cdi generate" and "cdi list").
+func groupCommands(word string) []*command {
+	var out []*command
+	for _, c := range commands {
+		parts := strings.Fields(c.name)
+		if len(parts) > 1 && parts[0] == word {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
 
 func isHelp(s string) bool { return s == "-h" || s == "--help" || s == "help" || s == "-help" }
 

@@ -282,3 +282,24 @@ func TestHookCommands(t *testing.T) {
 		t.Fatalf("no state: exit %d, %s", code, errOut)
 	}
 }
+
+// A command group without a subcommand lists the group instead of calling
+// it an unknown command.
+func TestCommandGroups(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"cdi", "--help"}, 0, "cdi generate"},
+		{[]string{"runtime", "-h"}, 0, "runtime configure"},
+		{[]string{"hook"}, 2, "hook update-ldcache"},
+		{[]string{"nonsense"}, 2, `unknown command "nonsense"`},
+	} {
+		var out, errb strings.Builder
+		code := Main(tc.args, &out, &errb)
+		if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.want) {
+			t.Errorf("gantry %q: exit %d, output %q; want exit %d and %q", tc.args, code, out.String()+errb.String(), tc.code, tc.want)
+		}
+	}
+}

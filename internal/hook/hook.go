@@ -198,7 +198,7 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) 
 		return res, err
 	}
 	if len(inv.Missing) > 0 {
-		return res, fmt.Errorf("the driver under %s is incomplete (missing %s): fix the installation or set driver-root in %s", inv.Root, strings.Join(inv.Missing, ", "), config.DefaultPath)
+		return res, fmt.Errorf("the driver under %s is incomplete (missing %s): fix the installation or set driver-root in the Gantry configuration (%s, or the file in $%s)", inv.Root, strings.Join(inv.Missing, ", "), config.DefaultPath, config.EnvPath)
 	}
 	sel, err := edits.Resolve(sys, req.Devices)
 	if err != nil {
@@ -223,13 +223,13 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) 
 	if err := nsmount.Apply(st.Pid, root, e, nsmount.Options{NoCgroups: noCgroups}); err != nil {
 		return res, err
 	}
-	return res, finishRootfs(st.Pid, root, e)
+	return res, finishRootfs(st.Pid, root, e, inv.Version)
 }
 
 // finishRootfs makes the SONAME links and the ld.so.cache entries, in the
 // root filesystem as the container's mount namespace shows it (with the
 // library mounts just made), reached through /proc/PID/root.
-func finishRootfs(pid int, root string, e *edits.Edits) error {
+func finishRootfs(pid int, root string, e *edits.Edits, hostDriver string) error {
 	if len(e.Symlinks) == 0 && len(e.LibraryDirs) == 0 {
 		return nil
 	}
@@ -251,7 +251,8 @@ func finishRootfs(pid int, root string, e *edits.Edits) error {
 	// A warning (an unreadable cache in the image, replaced) is not worth
 	// failing the container; it goes to stderr, which runc shows on failure
 	// only, and the log file.
-	return containerhook.UpdateLDCache(r, e.LibraryDirs, func(string) {})
+	// hostDriver turns on CUDA forward compatibility, as in gantry-runtime.
+	return containerhook.UpdateLDCacheCompat(r, e.LibraryDirs, hostDriver, func(string) {})
 }
 
 // logResult appends one line to runtime.log-file, if configured: the engines
@@ -269,11 +270,14 @@ func logResult(r *result, err error) {
 	default:
 		what = "devices " + r.devices
 	}
-	f, ferr := os.OpenFile(r.cfg.Runtime.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	// The same JSON lines as gantry-runtime's, in the same file.
+	rec := map[string]any{"time": time.Now().Format(time.RFC3339Nano), "front-end": "gantry-hook", "container": r.id, "result": what}
+	line, _ := json.Marshal(rec)
+	f, ferr := os.OpenFile(r.cfg.Runtime.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if ferr != nil {
 		return
 	}
-	fmt.Fprintf(f, "%s gantry-hook container %s: %s\n", time.Now().UTC().Format(time.RFC3339), r.id, what)
+	_, _ = f.Write(append(line, '\n'))
 	f.Close()
 }
 

@@ -201,7 +201,7 @@ func (req *Request) devicesFrom(in Input, env map[string]string, opts Options) e
 		return nil
 	}
 	if !in.Privileged && !opts.AcceptEnvWhenUnprivileged {
-		req.Warnings = append(req.Warnings, fmt.Sprintf("ignoring %s in an unprivileged container (accept-nvidia-visible-devices-envvar-when-unprivileged is false); use volume mounts or CDI annotations", name))
+		req.Warnings = append(req.Warnings, fmt.Sprintf("ignoring %s in an unprivileged container (runtime.accept-env-unprivileged is false; NVIDIA's accept-nvidia-visible-devices-envvar-when-unprivileged); use volume mounts or CDI annotations", name))
 		return nil
 	}
 	req.Source, req.Devices, req.CDIDevices = SourceEnv, sel, cdi

@@ -125,7 +125,7 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 		res.phase("inventory", &clock)
 		res.Inventory = string(src)
 		if len(inv.Missing) > 0 {
-			return nil, fmt.Errorf("the driver under %s is incomplete (missing %s): fix the installation or set driver-root in %s", inv.Root, strings.Join(inv.Missing, ", "), config.DefaultPath)
+			return nil, fmt.Errorf("the driver under %s is incomplete (missing %s): fix the installation or set driver-root in the Gantry configuration (%s, or the file in $%s)", inv.Root, strings.Join(inv.Missing, ", "), config.DefaultPath, config.EnvPath)
 		}
 		sel, err := edits.Resolve(sys, req.Devices)
 		if err != nil {

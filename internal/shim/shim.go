@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -136,7 +135,7 @@ func findRuntime(name string) (string, error) {
 		}
 		return p, nil
 	}
-	return "", fmt.Errorf("low-level runtime %q: %w in PATH (install runc or crun)", name, exec.ErrNotFound)
+	return "", fmt.Errorf("low-level runtime %q not found in PATH (install runc or crun)", name)
 }
 
 // report prints err on stderr and, when the engine passed --log, appends
