@@ -376,8 +376,10 @@ func TestLXCHook(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "gpu", "config"), []byte(plain), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("lxc-execute", "-P", dir, "-n", "gpu", "--", "/bin/true").CombinedOutput(); err != nil {
-		t.Skipf("skipping: LXC cannot start an unprivileged container on this host: %v: %s", err, lastLines(string(out), 1))
+	plainLog := filepath.Join(dir, "lxc-plain.log")
+	if out, err := exec.Command("lxc-execute", "-P", dir, "-n", "gpu", "-l", "ERROR", "-o", plainLog, "--", "/bin/sh", "-c", "exit 0").CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(plainLog)
+		t.Skipf("skipping: LXC cannot start an unprivileged container on this host: %v: %s %s", err, lastLines(string(out), 1), lastLines(string(log), 3))
 	}
 	cfg := strings.NewReplacer("ROOT", rootDir, "HOOK", hook).Replace(lxcConfig)
 	if err := os.WriteFile(filepath.Join(dir, "gpu", "config"), []byte(cfg), 0o644); err != nil {
