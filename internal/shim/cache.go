@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/gpu"
 )
 
 // cacheFormat changes whenever driver.Inventory's meaning changes, so a new
@@ -34,6 +35,11 @@ type cacheKey struct {
 type cacheFile struct {
 	Key       cacheKey          `json:"key"`
 	Inventory *driver.Inventory `json:"inventory"`
+	// GPUs is the GPU list the light discovery gave, valid while the
+	// driver's list of GPUs (GPUKey) is the same and no GPU has MIG
+	// instances; absent when that cannot be told (simulated GPUs, MIG).
+	GPUKey string      `json:"gpuKey,omitempty"`
+	GPUs   *gpu.System `json:"gpus,omitempty"`
 }
 
 // inventorySource says where an inventory came from, for the log.
@@ -44,19 +50,28 @@ const (
 	fromDiscover inventorySource = "discovery"
 )
 
-// loadInventory returns the driver inventory for cfg: from the cache in
-// cfg.Runtime.CacheDir when it matches the running driver, otherwise by
-// discovery (then written to the cache for the next container). Without a
-// driver version file (no kernel driver, or a driver root that does not
-// carry one) nothing is cached: there would be no way to notice an upgrade.
-func loadInventory(cfg config.Config) (*driver.Inventory, inventorySource, error) {
+// loadHost returns the GPUs and the driver inventory for cfg: from the
+// cache in cfg.Runtime.CacheDir when it matches the running driver,
+// otherwise by discovery (then written to the cache for the next
+// container). Without a driver version file (no kernel driver, or a driver
+// root that does not carry one) nothing is cached: there would be no way to
+// notice an upgrade. The sources say where each came from.
+func loadHost(cfg config.Config) (sys *gpu.System, inv *driver.Inventory, gpuSrc, invSrc inventorySource, err error) {
 	version, _, err := driver.CurrentVersion(cfg.DriverRoot)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", "", err
+	}
+	discoverGPUs := func() error {
+		sys, err = discover.GPUs(cfg, true)
+		gpuSrc = fromDiscover
+		return err
 	}
 	if cfg.Runtime.CacheDir == "" || version == "" {
-		inv, err := discover.Driver(cfg)
-		return inv, fromDiscover, err
+		if err := discoverGPUs(); err != nil {
+			return nil, nil, "", "", err
+		}
+		inv, err = discover.Driver(cfg)
+		return sys, inv, gpuSrc, fromDiscover, err
 	}
 	key := cacheKey{
 		Format:      cacheFormat,
@@ -66,17 +81,61 @@ func loadInventory(cfg config.Config) (*driver.Inventory, inventorySource, error
 		Version:     version,
 		LDCache:     fileStamp(filepath.Join(cfg.DriverRoot, "etc/ld.so.cache")),
 	}
+	gkey := gpuKey(cfg, "/proc")
 	path := cachePath(cfg.Runtime.CacheDir, key)
-	if inv := readCache(path, key); inv != nil {
-		return inv, fromCache, nil
+	c := readCache(path, key)
+	if c != nil && gkey != "" && c.GPUKey == gkey && c.GPUs != nil {
+		return c.GPUs, c.Inventory, fromCache, fromCache, nil
 	}
-	inv, err := discover.Driver(cfg)
-	if err != nil {
-		return nil, "", err
+	if err := discoverGPUs(); err != nil {
+		return nil, nil, "", "", err
+	}
+	invSrc = fromCache
+	if c == nil {
+		if inv, err = discover.Driver(cfg); err != nil {
+			return nil, nil, "", "", err
+		}
+		c = &cacheFile{Key: key, Inventory: inv}
+		invSrc = fromDiscover
+	}
+	if gkey != "" {
+		c.GPUKey, c.GPUs = gkey, sys
 	}
 	// A cache that cannot be written costs speed, not correctness.
-	_ = writeCache(path, cacheFile{Key: key, Inventory: inv})
-	return inv, fromDiscover, nil
+	_ = writeCache(path, *c)
+	return sys, c.Inventory, gpuSrc, invSrc, nil
+}
+
+// gpuKey names the driver's current set of GPUs for the cache: the PCI
+// addresses under PROC/driver/nvidia/gpus. It is empty, meaning "do not
+// cache", for simulated GPUs and whenever a GPU has MIG instances (they
+// change without the GPU set changing, and need NVML anyway).
+func gpuKey(cfg config.Config, proc string) string {
+	if cfg.GPUs != "nvml" {
+		return ""
+	}
+	base := filepath.Join(proc, "driver", "nvidia")
+	gpus, err := os.ReadDir(filepath.Join(base, "gpus"))
+	if err != nil || len(gpus) == 0 {
+		return ""
+	}
+	caps, _ := os.ReadDir(filepath.Join(base, "capabilities"))
+	for _, c := range caps {
+		if !strings.HasPrefix(c.Name(), "gpu") {
+			continue
+		}
+		mig, _ := os.ReadDir(filepath.Join(base, "capabilities", c.Name(), "mig"))
+		for _, m := range mig {
+			if strings.HasPrefix(m.Name(), "gi") {
+				return ""
+			}
+		}
+	}
+	names := make([]string, len(gpus))
+	for i, g := range gpus {
+		names[i] = g.Name()
+	}
+	return strings.Join(names, ",")
 }
 
 // cachePath names the cache file after the driver location, so hosts that
@@ -97,7 +156,7 @@ func fileStamp(p string) string {
 // readCache returns the cached inventory if the file is ours (owned by this
 // user, not writable by others: its paths are bind-mounted into containers)
 // and its key matches; nil otherwise.
-func readCache(path string, key cacheKey) *driver.Inventory {
+func readCache(path string, key cacheKey) *cacheFile {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
@@ -117,7 +176,7 @@ func readCache(path string, key cacheKey) *driver.Inventory {
 	if !sameKey(c.Key, key) {
 		return nil
 	}
-	return c.Inventory
+	return &c
 }
 
 func sameKey(a, b cacheKey) bool {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/containerhook"
-	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/request"
@@ -33,8 +32,9 @@ type Result struct {
 	// Devices are the selected devices' canonical names ("0", "1:0"), and
 	// CDI the names injected from other CDI specs.
 	Devices, CDI []string
-	// Inventory says whether the driver inventory came from the cache.
-	Inventory string
+	// Inventory and GPUs say whether the driver inventory and the GPU
+	// list came from the cache ("cache") or were discovered ("discovery").
+	Inventory, GPUs string
 	// Notes are warnings and decisions worth a log line (ignored
 	// capabilities, forward compatibility in use).
 	Notes []string
@@ -112,18 +112,13 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 	var e *edits.Edits
 	var inv *driver.Inventory
 	if req.Devices.Mode != request.Void {
-		sys, err := discover.GPUs(cfg, true)
+		sys, hostInv, gpuSrc, invSrc, err := loadHost(cfg)
 		if err != nil {
 			return nil, err
 		}
-		res.phase("gpus", &clock)
-		var src inventorySource
-		inv, src, err = loadInventory(cfg)
-		if err != nil {
-			return nil, err
-		}
-		res.phase("inventory", &clock)
-		res.Inventory = string(src)
+		inv = hostInv
+		res.phase("host", &clock)
+		res.Inventory, res.GPUs = string(invSrc), string(gpuSrc)
 		if len(inv.Missing) > 0 {
 			return nil, fmt.Errorf("the driver under %s is incomplete (missing %s): fix the installation or set driver-root in the Gantry configuration (%s, or the file in $%s)", inv.Root, strings.Join(inv.Missing, ", "), config.DefaultPath, config.EnvPath)
 		}

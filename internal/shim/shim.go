@@ -179,7 +179,7 @@ func logLine(cfg config.Config, inv Invocation, res *Result, err error, startup 
 	if res != nil {
 		rec["changed"] = res.Changed
 		if res.Changed {
-			rec["source"], rec["devices"], rec["inventory"] = res.Source, res.Devices, res.Inventory
+			rec["source"], rec["devices"], rec["inventory"], rec["gpus"] = res.Source, res.Devices, res.Inventory, res.GPUs
 		}
 		if len(res.CDI) > 0 {
 			rec["cdi"] = res.CDI
