@@ -62,7 +62,7 @@ RUNC_BIN ?= $(shell command -v runc 2>/dev/null || ls /usr/sbin/runc 2>/dev/null
 gpu-e2e: build
 	gcc -O2 -Wall -o $(BIN)/cuda-check scripts/cuda-check.c -ldl
 	@[ -n "$(RUNC_BIN)" ] || { echo "runc not found: apt-get install runc (or make gpu-e2e RUNC_BIN=/path/to/runc)"; exit 1; }
-	cp -L $(RUNC_BIN) $(BIN)/runc
+	cp -L --remove-destination $(RUNC_BIN) $(BIN)/runc
 	@mkdir -p $(BIN)/lib
 	@lib=$$(ldd $(BIN)/runc | awk '$$1 == "libseccomp.so.2" {print $$3}'); \
 	if [ -n "$$lib" ]; then cp -L "$$lib" $(BIN)/lib/; fi
