@@ -214,7 +214,7 @@ func (c Config) Encode() ([]byte, error) {
 const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in GANTRY_CONFIG).
 # Flags given on the command line override these values.
 #
-# gpus                 nvml | sim:PROFILE (sim:h100x1, sim:h100x8, sim:h200x8, sim:a100x2-mig) | sim:FILE
+# gpus                 nvml | sim:PROFILE (sim:h100x1, sim:h100x8, sim:h200x8, sim:l40sx8, sim:a100x2-mig) | sim:FILE
 # driver-root          where the driver is installed: / , /run/nvidia/driver, /usr/local/nvidia's parent, ...
 # dev-root             where dev/nvidia* are; empty = driver-root
 # library-search-paths extra library directories inside driver-root

@@ -17,7 +17,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 func TestProfilesLoadAndValidate(t *testing.T) {
-	want := []string{"a100x2-mig", "h100x1", "h100x8", "h200x8"}
+	want := []string{"a100x2-mig", "h100x1", "h100x8", "h200x8", "l40sx8"}
 	if got := Profiles(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("Profiles() = %v, want %v", got, want)
 	}
@@ -152,7 +152,7 @@ func TestGolden(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	if _, err := Load("x"); !errors.Is(err, ErrUnknownProfile) ||
-		err.Error() != `unknown simulated GPU profile "x": use one of a100x2-mig, h100x1, h100x8, h200x8 or a path to a YAML file` {
+		err.Error() != `unknown simulated GPU profile "x": use one of a100x2-mig, h100x1, h100x8, h200x8, l40sx8 or a path to a YAML file` {
 		t.Errorf("Load(x) = %v", err)
 	}
 	if _, err := Load("../profiles/h100x8"); err == nil || errors.Is(err, ErrUnknownProfile) {
