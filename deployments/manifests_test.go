@@ -1,0 +1,278 @@
+// Package deployments holds the Kubernetes manifests and the Helm chart;
+// this test checks that they decode into the API's typed objects.
+package deployments
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// strict decodes YAML into the typed objects of client-go's scheme and
+// fails on unknown or duplicate fields, as `kubectl apply --validate=strict`
+// does.
+var strict = json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+	json.SerializerOptions{Yaml: true, Strict: true})
+
+// decodeAll splits a multi-document YAML stream and decodes each document.
+// Kinds the scheme does not know (ServiceMonitor) come back unstructured.
+func decodeAll(data []byte) ([]runtime.Object, error) {
+	r := utilyaml.NewYAMLReader(bufioReader(data))
+	var objs []runtime.Object
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		var tm struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		if err := sigsyaml.Unmarshal(doc, &tm); err != nil {
+			return nil, err
+		}
+		gvk := schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind)
+		if !scheme.Scheme.Recognizes(gvk) {
+			u := &unstructured.Unstructured{}
+			if err := sigsyaml.Unmarshal(doc, &u.Object); err != nil {
+				return nil, fmt.Errorf("%s: %w", gvk, err)
+			}
+			objs = append(objs, u)
+			continue
+		}
+		obj, _, err := strict.Decode(doc, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", gvk, err)
+		}
+		objs = append(objs, obj)
+	}
+}
+
+func stripComments(doc []byte) []byte {
+	var out []byte
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			out = append(out, line...)
+			out = append(out, '\n')
+		}
+	}
+	return out
+}
+
+// check applies the rules every rendering must meet and returns the objects
+// by kind.
+func check(t *testing.T, objs []runtime.Object) map[string][]runtime.Object {
+	t.Helper()
+	byKind := map[string][]runtime.Object{}
+	for _, o := range objs {
+		kind := fmt.Sprintf("%T", o)
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			kind = u.GetKind()
+			if u.GetName() == "" {
+				t.Errorf("%s without a name", kind)
+			}
+		}
+		byKind[kind] = append(byKind[kind], o)
+	}
+	for _, want := range []string{"*v1.DaemonSet", "*v1.ServiceAccount", "*v1.ClusterRole", "*v1.ClusterRoleBinding", "*v1.ConfigMap", "*v1.RuntimeClass"} {
+		if len(byKind[want]) != 1 {
+			t.Errorf("%d objects of kind %s, want 1", len(byKind[want]), want)
+		}
+	}
+	if len(byKind["*v1.DaemonSet"]) != 1 || len(byKind["*v1.ConfigMap"]) != 1 {
+		return byKind
+	}
+	ds := byKind["*v1.DaemonSet"][0].(*appsv1.DaemonSet)
+	pod := ds.Spec.Template
+	for k, v := range ds.Spec.Selector.MatchLabels {
+		if pod.Labels[k] != v {
+			t.Errorf("DaemonSet selector %s=%s does not match the pod template's labels %v", k, v, pod.Labels)
+		}
+	}
+	if !slices.ContainsFunc(pod.Spec.Tolerations, func(tl corev1.Toleration) bool {
+		return tl.Key == "nvidia.com/gpu" && tl.Effect == corev1.TaintEffectNoSchedule && tl.Operator == corev1.TolerationOpExists
+	}) {
+		t.Errorf("no toleration of the nvidia.com/gpu NoSchedule taint: %v", pod.Spec.Tolerations)
+	}
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+	if !strings.HasPrefix(c.Image, "ghcr.io/gantry-gpu/gantry:") || len(c.Command) == 0 || c.Command[0] != "gantry-device-plugin" {
+		t.Errorf("container image %q command %v", c.Image, c.Command)
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+	}) {
+		t.Error("NODE_NAME is not set from spec.nodeName")
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Spec.Volumes {
+		volumes[v.Name] = v
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		v, ok := volumes[m.Name]
+		if !ok {
+			t.Errorf("mount %s names no volume", m.Name)
+			continue
+		}
+		mounts[m.MountPath] = m.Name
+		if v.HostPath != nil {
+			mounts["host:"+v.HostPath.Path] = m.Name
+		}
+	}
+	for _, p := range []string{"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources", "host:/dev", "host:/run/nvidia", "/etc/gantry"} {
+		if _, ok := mounts[p]; !ok {
+			t.Errorf("nothing mounted for %s (mounts %v)", p, mounts)
+		}
+	}
+	cm := byKind["*v1.ConfigMap"][0].(*corev1.ConfigMap)
+	var cfg map[string]any
+	if err := sigsyaml.UnmarshalStrict([]byte(cm.Data["config.yaml"]), &cfg); err != nil || cfg["version"] != "v1" {
+		t.Errorf("config.yaml in the ConfigMap: %v, %v", cfg, err)
+	}
+	if rcs := byKind["*v1.RuntimeClass"]; len(rcs) == 1 {
+		rc := rcs[0].(*nodev1.RuntimeClass)
+		if rc.Name != "nvidia" || rc.Handler != "nvidia" {
+			t.Errorf("RuntimeClass %s handler %s, want nvidia/nvidia", rc.Name, rc.Handler)
+		}
+	}
+	if crs := byKind["*v1.ClusterRole"]; len(crs) == 1 {
+		cr := crs[0].(*rbacv1.ClusterRole)
+		if !slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool {
+			return slices.Contains(r.Resources, "nodes") && slices.Contains(r.Verbs, "patch") && slices.Contains(r.Verbs, "get")
+		}) {
+			t.Errorf("ClusterRole cannot get and patch nodes: %v", cr.Rules)
+		}
+	}
+	return byKind
+}
+
+func TestStaticManifests(t *testing.T) {
+	files, err := filepath.Glob("static/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no static manifests: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := decodeAll(data)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			check(t, objs)
+		})
+	}
+}
+
+// TestStrictDecoderRejects makes sure the decoder is strict, so that the
+// other tests mean something.
+func TestStrictDecoderRejects(t *testing.T) {
+	for name, doc := range map[string]string{
+		"unknown field":   "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndataa: {a: b}\n",
+		"duplicate field": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {a: c}\n",
+		"wrong type":      "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: x}\nspec: {selector: [1]}\n",
+	} {
+		if _, err := decodeAll([]byte(doc)); err == nil {
+			t.Errorf("%s: decoded without error", name)
+		}
+	}
+}
+
+// TestHelmTemplate renders the chart with helm when it is installed.
+func TestHelmTemplate(t *testing.T) {
+	helm, err := exec.LookPath("helm")
+	if err != nil {
+		t.Skip("helm is not on PATH (Debian 12 has no helm package; `go install helm.sh/helm/v3/cmd/helm@v3.18.4` puts one in $GOPATH/bin); the static manifests are still checked")
+	}
+	render := func(t *testing.T, sets ...string) ([]byte, error) {
+		args := []string{"template", "gantry", "helm/gantry", "--namespace", "kube-system"}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		var stderr bytes.Buffer
+		cmd := exec.Command(helm, args...)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("helm %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+		}
+		return out, nil
+	}
+	for name, sets := range map[string][]string{
+		"defaults":        nil,
+		"service-monitor": {"metrics.serviceMonitor.enabled=true"},
+		"feature-file":    {"labels.output=file"},
+		"time-slicing":    {"config.sharing.strategy=time-slicing", "config.sharing.replicas=4", "config.migStrategy=mixed"},
+		"mps":             {"config.sharing.strategy=mps", "config.sharing.replicas=2"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := render(t, sets...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := decodeAll(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byKind := check(t, objs)
+			if name == "service-monitor" && len(byKind["ServiceMonitor"]) != 1 {
+				t.Errorf("no ServiceMonitor rendered")
+			}
+			if name == "defaults" && len(byKind["ServiceMonitor"]) != 0 {
+				t.Errorf("ServiceMonitor rendered by default")
+			}
+			if name == "time-slicing" {
+				cm := byKind["*v1.ConfigMap"][0].(*corev1.ConfigMap)
+				if !strings.Contains(cm.Data["config.yaml"], "replicas: 4") || !strings.Contains(cm.Data["config.yaml"], "timeSlicing:") {
+					t.Errorf("config.yaml:\n%s", cm.Data["config.yaml"])
+				}
+			}
+		})
+	}
+	for set, want := range map[string]string{
+		"config.migStrategy=split":      `config.migStrategy "split": use none, single or mixed`,
+		"config.sharing.strategy=share": `config.sharing.strategy "share"`,
+		"config.sharing.replicas=0":     "config.sharing.replicas 0",
+		"labels.output=configmap":       `labels.output "configmap"`,
+	} {
+		if _, err := render(t, set); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: error %v, want one containing %q", set, err, want)
+		}
+	}
+	if out, err := exec.Command(helm, "lint", "helm/gantry").CombinedOutput(); err != nil {
+		t.Errorf("helm lint: %v\n%s", err, out)
+	}
+}
+
+func bufioReader(data []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(data)) }
