@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e install clean
+.PHONY: all build build-device-plugin deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e install clean
 
 all: build
 
@@ -24,6 +24,10 @@ deps:
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry ./cmd/gantry
+
+# The Kubernetes device plugin: a binary of its own (client-go, Prometheus).
+build-device-plugin:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-device-plugin ./cmd/gantry-device-plugin
 
 demo: deps build
 	@scripts/demo.sh
@@ -70,13 +74,15 @@ gpu-e2e: build
 
 # Installs gantry and the names engines and scripts look for, as symlinks to it:
 # gantry-runtime and nvidia-container-runtime (the runc shim), gantry-hook and
-# nvidia-container-runtime-hook (Docker's --gpus), nvidia-container-cli (LXC's hook).
+# nvidia-container-runtime-hook (Docker's --gpus), nvidia-container-cli (LXC's hook);
+# and gantry-device-plugin, the Kubernetes device plugin (a binary of its own).
 #   sudo make install [PREFIX=/usr] [NVIDIA_NAMES=0 to skip NVIDIA's names]
 PREFIX ?= /usr
 NVIDIA_NAMES ?= 1
-install: build
+install: build build-device-plugin
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN)/gantry $(DESTDIR)$(PREFIX)/bin/gantry
+	install -m 0755 $(BIN)/gantry-device-plugin $(DESTDIR)$(PREFIX)/bin/gantry-device-plugin
 	@for n in gantry-runtime gantry-hook $$([ "$(NVIDIA_NAMES)" = 1 ] && echo nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-cli); do \
 	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done
 

@@ -1,0 +1,19 @@
+// Command gantry-device-plugin offers the node's NVIDIA GPUs to the kubelet
+// as Kubernetes resources (nvidia.com/gpu, MIG resources, time-sliced
+// replicas), with health, topology-aware allocation, GPU Feature Discovery
+// labels and Prometheus metrics. See `gantry-device-plugin --help`.
+//
+// It is a binary of its own, not a name of the gantry binary: it links the
+// Kubernetes client and Prometheus libraries, whose start-up cost the
+// container-create path (gantry-runtime) must not pay.
+package main
+
+import (
+	"os"
+
+	"github.com/gantry-gpu/gantry/internal/deviceplugin"
+)
+
+func main() {
+	os.Exit(deviceplugin.Main(os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,466 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/health"
+	"github.com/gantry-gpu/gantry/internal/topology"
+)
+
+// Options are what New needs.
+type Options struct {
+	// Config must be validated (Config.Validate).
+	Config Config
+	// System is the discovered GPUs (full discovery: NUMA nodes, NVLinks, MIG).
+	System *gpu.System
+	// Health watches the devices; nil runs no health checks.
+	Health health.Source
+	// Log receives the plugin's structured log; nil means slog.Default().
+	Log *slog.Logger
+	// Resync is how often the kubelet directory is checked besides its
+	// file-system events (a safety net for missed events); 0 means 5s.
+	Resync time.Duration
+}
+
+// Plugin serves every resource of a node to the kubelet: one gRPC server per
+// resource, registered with the kubelet and kept registered.
+type Plugin struct {
+	cfg     Config
+	sys     *gpu.System
+	graph   *topology.Graph
+	source  health.Source
+	log     *slog.Logger
+	resync  time.Duration
+	servers []*server
+
+	mu       sync.Mutex
+	states   map[string]health.Event // UUID -> latest event (healthy entries for never-reported devices)
+	xids     map[string]uint64       // UUID -> XID errors seen since start
+	onHealth func(health.Event)      // called on every state change (Kubernetes events)
+
+	kick chan struct{} // asks the reconcile loop to run now
+}
+
+// New builds the resources of opts.System and a server for each; nothing
+// is listening until Run.
+func New(opts Options) (*Plugin, error) {
+	if opts.System == nil {
+		return nil, errors.New("deviceplugin.New: no GPU system")
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg := opts.Config
+	res, err := BuildResources(opts.System, &cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plugin{
+		cfg: cfg, sys: opts.System, graph: topology.NewGraph(opts.System), source: opts.Health,
+		log: log, resync: opts.Resync, states: map[string]health.Event{}, kick: make(chan struct{}, 1),
+	}
+	if p.resync <= 0 {
+		p.resync = 5 * time.Second
+	}
+	for _, r := range res {
+		p.servers = append(p.servers, newServer(p, r))
+		for _, d := range r.Devices {
+			for _, u := range []string{d.UUID, d.GPU} {
+				if _, ok := p.states[u]; !ok {
+					p.states[u] = health.Event{UUID: u, Healthy: true}
+				}
+			}
+		}
+	}
+	return p, nil
+}
+
+// Resources are the resources the plugin serves, sorted by name.
+func (p *Plugin) Resources() []Resource {
+	out := make([]Resource, len(p.servers))
+	for i, s := range p.servers {
+		out[i] = s.res
+	}
+	return out
+}
+
+// XIDs is the number of critical XID events seen for the device since the
+// plugin started (the metrics' XID counter).
+func (p *Plugin) XIDs(uuid string) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.xids[uuid]
+}
+
+// OnHealthChange sets a function called after each health state change is
+// applied (the front end posts a Kubernetes event with it). Set it before Run.
+func (p *Plugin) OnHealthChange(f func(health.Event)) {
+	p.mu.Lock()
+	p.onHealth = f
+	p.mu.Unlock()
+}
+
+// Health is the latest health of every GPU and MIG device the plugin
+// advertises, by UUID. Devices that never had an event are healthy with an
+// empty Reason and a zero Time. The map is a copy.
+func (p *Plugin) Health() map[string]health.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.states)
+}
+
+// healthy reports whether d and its physical GPU are healthy.
+func (p *Plugin) healthy(d *Device) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.states[d.UUID].Healthy && p.states[d.GPU].Healthy
+}
+
+// Run serves until ctx is done: it starts every resource's server, registers
+// it with the kubelet, watches the kubelet directory to re-register after a
+// kubelet restart or a deleted socket, and feeds health events to the
+// ListAndWatch streams. It returns nil when ctx is done, after removing its
+// sockets; an error only when it cannot start at all.
+func (p *Plugin) Run(ctx context.Context) error {
+	dir := p.cfg.Gantry.KubeletDir
+	if len(p.servers) == 0 {
+		p.log.Warn("no devices to advertise; waiting for termination", "gpus", p.sys.Backend)
+		<-ctx.Done()
+		return nil
+	}
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", dir, err)
+	}
+	defer watcher.Close()
+	watching := false
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if p.source != nil {
+		events := make(chan health.Event, 16)
+		wg.Go(func() {
+			if err := p.source.Run(ctx, p.watchedUUIDs(), events); err != nil {
+				p.log.Error("health checks stopped; devices keep their last state", "err", err)
+			}
+		})
+		wg.Go(func() { p.consumeHealth(ctx, events) })
+	}
+	defer func() {
+		for _, s := range p.servers {
+			s.stop()
+		}
+	}()
+
+	tick := time.NewTicker(p.resync)
+	defer tick.Stop()
+	var retry <-chan time.Time
+	backoff := 500 * time.Millisecond
+	for {
+		if !watching {
+			if err := watcher.Add(dir); err == nil {
+				watching = true
+			} else {
+				p.log.Warn("cannot watch the kubelet directory yet; polling", "dir", dir, "err", err)
+			}
+		}
+		if err := p.reconcile(ctx); err != nil {
+			p.log.Warn("kubelet registration pending; retrying", "err", err, "in", backoff)
+			retry = time.After(backoff)
+			backoff = min(backoff*2, 30*time.Second)
+		} else {
+			retry, backoff = nil, 500*time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-watcher.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Name == filepath.Join(dir, KubeletSocketName) && ev.Op.Has(fsnotify.Create) {
+				p.log.Info("kubelet socket created (kubelet restarted); re-registering", "socket", ev.Name)
+				for _, s := range p.servers {
+					s.markUnregistered()
+				}
+			}
+			if ev.Name == dir && ev.Op.Has(fsnotify.Remove|fsnotify.Rename) {
+				watching = false
+			}
+		case err := <-watcher.Errors:
+			p.log.Warn("watching the kubelet directory", "err", err)
+		case <-tick.C:
+		case <-retry:
+		case <-p.kick:
+		}
+	}
+}
+
+// watchedUUIDs are the GPUs and MIG devices the health source watches.
+func (p *Plugin) watchedUUIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Sorted(maps.Keys(p.states))
+}
+
+// consumeHealth applies health events and wakes the affected streams.
+func (p *Plugin) consumeHealth(ctx context.Context, events <-chan health.Event) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-events:
+			p.mu.Lock()
+			prev, known := p.states[ev.UUID]
+			if known {
+				p.states[ev.UUID] = ev
+				if ev.XID != 0 && !ev.Healthy {
+					if p.xids == nil {
+						p.xids = map[string]uint64{}
+					}
+					p.xids[ev.UUID]++
+				}
+			}
+			hook := p.onHealth
+			p.mu.Unlock()
+			if !known {
+				p.log.Warn("health event for a device the plugin does not advertise; ignored", "uuid", ev.UUID)
+				continue
+			}
+			level := slog.LevelWarn
+			if ev.Healthy {
+				level = slog.LevelInfo
+			}
+			p.log.Log(ctx, level, "device health changed", "uuid", ev.UUID, "healthy", ev.Healthy,
+				"was_healthy", prev.Healthy, "reason", ev.Reason, "xid", ev.XID)
+			if hook != nil {
+				hook(ev)
+			}
+			for _, s := range p.servers {
+				if s.uses(ev.UUID) {
+					s.notify()
+				}
+			}
+		}
+	}
+}
+
+// reconcile makes every server listen on its socket and be registered with
+// the current kubelet. It returns an error when some registration failed.
+func (p *Plugin) reconcile(ctx context.Context) error {
+	for _, s := range p.servers {
+		if !s.socketIntact() {
+			if err := s.start(); err != nil {
+				return err
+			}
+		}
+	}
+	kubelet := p.cfg.KubeletSocket()
+	kid, err := fileID(kubelet)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			p.log.Debug("kubelet socket absent; waiting for it", "socket", kubelet)
+			return nil
+		}
+		return fmt.Errorf("kubelet socket: %w", err)
+	}
+	var errs []error
+	for _, s := range p.servers {
+		if s.registeredWith() == kid {
+			continue
+		}
+		if err := p.register(ctx, s); err != nil {
+			errs = append(errs, fmt.Errorf("registering %s: %w", s.res.Name, err))
+			continue
+		}
+		s.setRegistered(kid)
+		p.log.Info("registered with the kubelet", "resource", s.res.Name, "endpoint", s.res.SocketName(), "devices", len(s.res.Devices))
+	}
+	return errors.Join(errs...)
+}
+
+// register announces s to the kubelet.
+func (p *Plugin) register(ctx context.Context, s *server) error {
+	conn, err := grpc.NewClient("unix://"+p.cfg.KubeletSocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     s.res.SocketName(),
+		ResourceName: s.res.Name,
+		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
+	})
+	return err
+}
+
+// identity tells one file from another at the same path: a recreated socket
+// has a new inode or a new change time.
+type identity struct {
+	dev, ino uint64
+	ctime    int64
+}
+
+func fileID(path string) (identity, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return identity{}, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return identity{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano()}, nil
+}
+
+// server is the gRPC server of one resource.
+type server struct {
+	pluginapi.UnimplementedDevicePluginServer
+	p      *Plugin
+	res    Resource
+	socket string
+	byID   map[string]*Device
+	byUUID map[string]bool // UUIDs and GPU UUIDs of res's devices
+
+	mu         sync.Mutex
+	grpc       *grpc.Server
+	ln         *net.UnixListener
+	sockID     identity
+	registered identity // kubelet socket registered with; zero when not
+	watchers   map[chan struct{}]struct{}
+}
+
+func newServer(p *Plugin, r Resource) *server {
+	s := &server{
+		p: p, res: r, socket: filepath.Join(p.cfg.Gantry.KubeletDir, r.SocketName()),
+		byID: map[string]*Device{}, byUUID: map[string]bool{}, watchers: map[chan struct{}]struct{}{},
+	}
+	for i := range s.res.Devices {
+		d := &s.res.Devices[i]
+		s.byID[d.ID] = d
+		s.byUUID[d.UUID], s.byUUID[d.GPU] = true, true
+	}
+	return s
+}
+
+func (s *server) uses(uuid string) bool { return s.byUUID[uuid] }
+
+// socketIntact reports whether our socket is still the one we listen on.
+func (s *server) socketIntact() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpc == nil {
+		return false
+	}
+	id, err := fileID(s.socket)
+	return err == nil && id == s.sockID
+}
+
+// start (re)creates the socket and serves on it; the server must then be
+// registered again.
+func (s *server) start() error {
+	s.stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := os.Remove(s.socket); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing stale socket: %w", err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: s.socket, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("serving %s: %w; check that the kubelet directory exists and is writable", s.res.Name, err)
+	}
+	// We remove the socket ourselves, only if it is still ours: a closing
+	// listener must never unlink a newer socket at the same path.
+	ln.SetUnlinkOnClose(false)
+	id, err := fileID(s.socket)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	g := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(g, s)
+	s.grpc, s.ln, s.sockID, s.registered = g, ln, id, identity{}
+	go func() {
+		if err := g.Serve(ln); err != nil {
+			s.p.log.Warn("device plugin server stopped", "resource", s.res.Name, "err", err)
+		}
+	}()
+	s.p.log.Info("serving", "resource", s.res.Name, "socket", s.socket)
+	return nil
+}
+
+// stop stops serving and removes the socket if it is still ours.
+func (s *server) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.grpc == nil {
+		return
+	}
+	s.grpc.Stop()
+	s.ln.Close()
+	if id, err := fileID(s.socket); err == nil && id == s.sockID {
+		os.Remove(s.socket)
+	}
+	s.grpc, s.ln, s.registered = nil, nil, identity{}
+}
+
+func (s *server) registeredWith() identity {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.registered
+}
+
+func (s *server) setRegistered(id identity) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.registered = id
+}
+
+func (s *server) markUnregistered() { s.setRegistered(identity{}) }
+
+// notify wakes every ListAndWatch stream of s; a stream that is still busy
+// sending picks the latest state up on its next send.
+func (s *server) notify() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for w := range s.watchers {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (s *server) subscribe() chan struct{} {
+	w := make(chan struct{}, 1)
+	s.mu.Lock()
+	s.watchers[w] = struct{}{}
+	s.mu.Unlock()
+	return w
+}
+
+func (s *server) unsubscribe(w chan struct{}) {
+	s.mu.Lock()
+	delete(s.watchers, w)
+	s.mu.Unlock()
+}
