@@ -200,7 +200,9 @@ func postHealthEvent(c kubernetes.Interface, node string, ev health.Event, log *
 	}
 	now := metav1.NewTime(time.Now())
 	e := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{GenerateName: node + ".gantry-gpu-", Namespace: metav1.NamespaceDefault},
+		// A name of our own (not GenerateName): unique per change, and the
+		// same in every API implementation.
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.gantry-gpu.%x", node, now.UnixNano()), Namespace: metav1.NamespaceDefault},
 		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, UID: "", APIVersion: "v1"},
 		Reason:         reason,
 		Message:        fmt.Sprintf("GPU %s: %s", ev.UUID, ev.Reason),

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gantry-gpu/gantry/internal/health"
 )
@@ -145,5 +147,30 @@ func TestObservabilitySettings(t *testing.T) {
 	o, err := observabilityFromEnv(func(string) string { return "" })
 	if err != nil || o.labelsMode != "off" || o.metricsAddr != "" {
 		t.Errorf("defaults: %+v %v", o, err)
+	}
+}
+
+// A health change becomes an Event on the Node (client-go's fake clientset
+// keeps what the API server would).
+func TestHealthEventPosted(t *testing.T) {
+	c := fake.NewSimpleClientset()
+	postHealthEvent(c, "node-a", health.Event{UUID: "GPU-1", Healthy: false, Reason: "XID 79 (GPU has fallen off the bus)", XID: 79}, testLogger(t))
+	postHealthEvent(c, "node-a", health.Event{UUID: "GPU-1", Healthy: true, Reason: "recovered"}, testLogger(t))
+	evs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Items) != 2 {
+		t.Fatalf("%d events, want 2", len(evs.Items))
+	}
+	got := map[string]string{}
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "node-a" {
+			t.Errorf("event on %v", e.InvolvedObject)
+		}
+		got[e.Reason] = e.Type + ": " + e.Message
+	}
+	if got["GPUUnhealthy"] != "Warning: GPU GPU-1: XID 79 (GPU has fallen off the bus)" || got["GPUHealthy"] != "Normal: GPU GPU-1: recovered" {
+		t.Errorf("events %v", got)
 	}
 }
