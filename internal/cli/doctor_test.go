@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gantry-gpu/gantry/internal/doctor"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+)
+
+func TestDoctor(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "driver")
+	res, err := fakedriver.Build(root, fakedriver.Options{GPUs: 8, DeviceNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.RealDeviceNodes {
+		t.Skip("not root: the fake driver's device nodes are regular files")
+	}
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "bin")
+	write(filepath.Join(root, "proc/devices"), "Character devices:\n195 nvidia-frontend\n511 nvidia-uvm\n")
+	write(filepath.Join(bin, "gantry-runtime"), "#!/bin/sh\n")
+	write(filepath.Join(bin, "nvidia-container-runtime-hook"), "#!/bin/sh\n")
+	t.Setenv("PATH", bin)
+	cfgFile := filepath.Join(dir, "config.toml")
+	write(cfgFile, "[cdi]\nspec-dirs = [\""+filepath.Join(dir, "cdi")+"\"]\n[runtime]\ncache-dir = \""+filepath.Join(dir, "cache")+"\"\n")
+	daemon := filepath.Join(dir, "daemon.json")
+	write(daemon, `{"runtimes": {"nvidia": {"path": "`+filepath.Join(bin, "gantry-runtime")+`"}}}`)
+	args := []string{"--config", cfgFile, "--gpus", "sim:h100x8", "--driver-root", root, "doctor",
+		"--docker-config", daemon,
+		"--containerd-config", filepath.Join(dir, "none.toml"),
+		"--crio-dropins", filepath.Join(dir, "none.d")}
+
+	out, errOut, code := run(args...)
+	if code != 0 {
+		t.Fatalf("healthy host: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"PASS kernel driver: NVIDIA kernel module " + fakedriver.DefaultVersion, "SKIP nvml: ", "PASS driver files: ", "PASS docker config: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	write(daemon, `{"log-driver": "json-file"}`)
+	out, _, code = run(append(args, "--json")...)
+	if code != 1 {
+		t.Fatalf("daemon.json without the runtime: exit %d, want 1\n%s", code, out)
+	}
+	var checks []doctor.Check
+	if err := json.Unmarshal([]byte(out), &checks); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	var docker *doctor.Check
+	for i := range checks {
+		if checks[i].Name == doctor.CheckDocker {
+			docker = &checks[i]
+		}
+	}
+	if docker == nil || docker.Status != doctor.Fail || docker.OK || !strings.Contains(docker.Fix, "gantry runtime configure --runtime docker") {
+		t.Fatalf("docker check = %+v\n%s", docker, out)
+	}
+
+	out, _, code = run(args...) // text output, same failure
+	if code != 1 || !strings.Contains(out, "FAIL docker config: ") || !strings.Contains(out, "     fix: gantry runtime configure --runtime docker") {
+		t.Fatalf("exit %d, output:\n%s", code, out)
+	}
+
+	if _, _, code := run("doctor", "extra"); code != 2 {
+		t.Errorf("doctor extra: exit %d, want 2", code)
+	}
+}

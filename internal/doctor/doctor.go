@@ -1,0 +1,369 @@
+package doctor
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/gpu"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+const (
+	Pass Status = "PASS"
+	Fail Status = "FAIL"
+	Skip Status = "SKIP"
+)
+
+// Check is one link of the chain.
+type Check struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	// OK is false only for a failed check; a skipped check is not a failure.
+	OK       bool   `json:"ok"`
+	Evidence string `json:"evidence"`
+	// Fix says what to do about a failure.
+	Fix string `json:"fix,omitempty"`
+}
+
+// Check names, in chain order. Tests and scripts match on them.
+const (
+	CheckKernel          = "kernel driver"
+	CheckDeviceNodes     = "device nodes"
+	CheckNVML            = "nvml"
+	CheckVersions        = "driver and cuda versions"
+	CheckDriverFiles     = "driver files"
+	CheckInventoryCache  = "inventory cache"
+	CheckCDISpecs        = "cdi specs"
+	CheckDocker          = "docker config"
+	CheckContainerd      = "containerd config"
+	CheckCRIO            = "cri-o config"
+	CheckHook            = "hook on path"
+	CheckContainer       = "container request"
+	CheckContainerDevice = "container device access"
+)
+
+// Default locations of the engines' configuration.
+const (
+	DefaultDockerConfig     = "/etc/docker/daemon.json"
+	DefaultContainerdConfig = "/etc/containerd/config.toml"
+	DefaultCRIOConfig       = "/etc/crio/crio.conf"
+	DefaultCRIODropins      = "/etc/crio/crio.conf.d"
+)
+
+// Options says what to examine. Empty paths take the defaults above, so
+// tests point them at temporary files.
+type Options struct {
+	Config config.Config
+	// Proc is the host's procfs ("/proc").
+	Proc             string
+	DockerConfig     string
+	ContainerdConfig string
+	CRIOConfig       string
+	CRIODropins      string
+	// Container is a Docker container ID or name to examine; empty for none.
+	Container string
+	// Docker is the docker CLI ("docker", looked up in PATH).
+	Docker string
+}
+
+func (o *Options) defaults() {
+	def := func(p *string, v string) {
+		if *p == "" {
+			*p = v
+		}
+	}
+	def(&o.Proc, "/proc")
+	def(&o.DockerConfig, DefaultDockerConfig)
+	def(&o.ContainerdConfig, DefaultContainerdConfig)
+	def(&o.CRIOConfig, DefaultCRIOConfig)
+	def(&o.CRIODropins, DefaultCRIODropins)
+	def(&o.Docker, "docker")
+	if o.Config.DriverRoot == "" {
+		o.Config.DriverRoot = "/"
+	}
+}
+
+// Failed reports whether any check failed.
+func Failed(checks []Check) bool {
+	for _, c := range checks {
+		if !c.OK {
+			return true
+		}
+	}
+	return false
+}
+
+// Write prints one line per check, "STATUS name: evidence", and a
+// "fix:" line under each failure.
+func Write(w io.Writer, checks []Check) error {
+	var b bytes.Buffer
+	for _, c := range checks {
+		fmt.Fprintf(&b, "%s %s: %s\n", c.Status, c.Name, c.Evidence)
+		if c.Status == Fail && c.Fix != "" {
+			fmt.Fprintf(&b, "     fix: %s\n", c.Fix)
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+func pass(name, format string, a ...any) Check {
+	return Check{Name: name, Status: Pass, OK: true, Evidence: fmt.Sprintf(format, a...)}
+}
+
+func skip(name, format string, a ...any) Check {
+	return Check{Name: name, Status: Skip, OK: true, Evidence: fmt.Sprintf(format, a...)}
+}
+
+func fail(name, fix, format string, a ...any) Check {
+	return Check{Name: name, Status: Fail, Evidence: fmt.Sprintf(format, a...), Fix: fix}
+}
+
+// after returns a skip naming the failed prerequisite, or nil when all passed.
+func after(name string, prereqs ...Check) *Check {
+	for _, p := range prereqs {
+		if p.Status != Pass {
+			c := skip(name, "not checked: %s did not pass", p.Name)
+			return &c
+		}
+	}
+	return nil
+}
+
+// Run walks the chain and returns every check, in order.
+func Run(opts Options) []Check {
+	opts.defaults()
+	cfg := opts.Config
+	var out []Check
+
+	kernel, version := checkKernel(cfg)
+	out = append(out, kernel)
+	nodes := checkDeviceNodes(opts)
+	out = append(out, nodes)
+
+	var sys *gpu.System
+	nvmlCheck := skip(CheckNVML, "")
+	if c := after(CheckNVML, kernel, nodes); c != nil && !isSim(cfg) {
+		nvmlCheck = *c
+	} else {
+		nvmlCheck, sys = checkNVML(cfg)
+	}
+	out = append(out, nvmlCheck)
+
+	if c := after(CheckVersions, kernel); c != nil {
+		out = append(out, *c)
+	} else if !isSim(cfg) && nvmlCheck.Status != Pass {
+		out = append(out, *after(CheckVersions, nvmlCheck))
+	} else {
+		out = append(out, checkVersions(cfg, version, sys))
+	}
+
+	if c := after(CheckDriverFiles, kernel); c != nil {
+		out = append(out, *c)
+	} else {
+		out = append(out, checkDriverFiles(cfg))
+	}
+	if c := after(CheckInventoryCache, kernel); c != nil {
+		out = append(out, *c, *after(CheckCDISpecs, kernel))
+	} else {
+		out = append(out, checkInventoryCache(cfg, version), checkCDISpecs(cfg, version))
+	}
+
+	docker := dockerInstalled(opts)
+	out = append(out,
+		checkDocker(opts, docker),
+		checkContainerd(opts),
+		checkCRIO(opts),
+		checkHook(docker),
+	)
+	if opts.Container != "" {
+		out = append(out, checkContainer(opts)...)
+	}
+	return out
+}
+
+func isSim(cfg config.Config) bool { return strings.HasPrefix(cfg.GPUs, "sim:") }
+
+func checkKernel(cfg config.Config) (Check, string) {
+	version, file, err := driver.CurrentVersion(cfg.DriverRoot)
+	if err != nil {
+		return fail(CheckKernel, "check the file's permissions; it is written by the nvidia kernel module",
+			"reading the driver version: %v", err), ""
+	}
+	if version == "" {
+		return fail(CheckKernel,
+			"load the kernel module (modprobe nvidia, or start the driver container), or point --driver-root at the driver install",
+			"no proc/driver/nvidia/version under %s nor /proc/driver/nvidia/version or /sys/module/nvidia/version on the host: the nvidia kernel module is not loaded",
+			cfg.DriverRoot), ""
+	}
+	return pass(CheckKernel, "NVIDIA kernel module %s (%s)", version, file), version
+}
+
+// checkDeviceNodes checks the control nodes and counts the GPU nodes.
+func checkDeviceNodes(opts Options) Check {
+	devRoot := opts.Config.EffectiveDevRoot()
+	var problems, found []string
+	ctl, err := driver.StatDevice(devRoot, "/dev/nvidiactl")
+	switch {
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("/dev/nvidiactl: %v", err))
+	case ctl.Major != 195 || ctl.Minor != 255:
+		problems = append(problems, fmt.Sprintf("/dev/nvidiactl is %d:%d, want 195:255", ctl.Major, ctl.Minor))
+	default:
+		found = append(found, "nvidiactl 195:255")
+	}
+	uvmMajor, devicesFile := procDevicesMajor(opts, "nvidia-uvm")
+	uvm, err := driver.StatDevice(devRoot, "/dev/nvidia-uvm")
+	switch {
+	case uvmMajor < 0:
+		problems = append(problems, fmt.Sprintf("nvidia-uvm is not in %s: the nvidia-uvm module is not loaded (CUDA needs it)", devicesFile))
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("/dev/nvidia-uvm: %v", err))
+	case uvm.Major != int64(uvmMajor):
+		problems = append(problems, fmt.Sprintf("/dev/nvidia-uvm has major %d but %s gives nvidia-uvm major %d (a stale node from an earlier boot)", uvm.Major, devicesFile, uvmMajor))
+	default:
+		found = append(found, fmt.Sprintf("nvidia-uvm %d:%d", uvm.Major, uvm.Minor))
+	}
+	gpus := 0
+	entries, _ := os.ReadDir(filepath.Join(devRoot, "dev"))
+	for _, e := range entries {
+		n, ok := strings.CutPrefix(e.Name(), "nvidia")
+		if _, err := strconv.Atoi(n); !ok || err != nil {
+			continue
+		}
+		if f, err := driver.StatDevice(devRoot, "/dev/"+e.Name()); err == nil && f.Major == 195 {
+			gpus++
+		}
+	}
+	if gpus == 0 {
+		problems = append(problems, fmt.Sprintf("no /dev/nvidiaN GPU node with major 195 under %s", filepath.Join(devRoot, "dev")))
+	} else {
+		found = append(found, fmt.Sprintf("%d GPU nodes /dev/nvidiaN", gpus))
+	}
+	if len(problems) > 0 {
+		return fail(CheckDeviceNodes,
+			"create the nodes: nvidia-modprobe -c=0 -u (or modprobe nvidia-uvm, then nvidia-smi as root), or set --dev-root to where the driver container made them",
+			"%s", strings.Join(problems, "; "))
+	}
+	return pass(CheckDeviceNodes, "%s under %s", strings.Join(found, ", "), devRoot)
+}
+
+// procDevicesMajor returns the character major of name from the driver
+// root's proc/devices if it has one (a fake or containerised root), else the
+// host's; -1 when not listed.
+func procDevicesMajor(opts Options, name string) (int, string) {
+	file := filepath.Join(opts.Proc, "devices")
+	if r := filepath.Join(opts.Config.DriverRoot, "proc/devices"); opts.Config.DriverRoot != "/" {
+		if _, err := os.Stat(r); err == nil {
+			file = r
+		}
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return -1, file
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "Block devices") {
+			break
+		}
+		fields := strings.Fields(line)
+		if len(fields) == 2 && fields[1] == name {
+			if n, err := strconv.Atoi(fields[0]); err == nil {
+				return n, file
+			}
+		}
+	}
+	return -1, file
+}
+
+func checkNVML(cfg config.Config) (Check, *gpu.System) {
+	sys, err := discover.GPUs(cfg, false)
+	if isSim(cfg) {
+		if err != nil {
+			return fail(CheckNVML, "fix the --gpus value or the simulator file", "simulated GPUs %s: %v", cfg.GPUs, err), nil
+		}
+		return skip(CheckNVML, "not initialised: GPUs are simulated (--gpus %s, %d GPUs)", cfg.GPUs, len(sys.Devices)), sys
+	}
+	if err != nil {
+		return fail(CheckNVML,
+			"make sure libnvidia-ml.so.1 of the running driver is in the driver root's ld.so.cache; after a driver upgrade, reboot or reload the kernel modules",
+			"%v", err), nil
+	}
+	return pass(CheckNVML, "initialised: %d GPUs", len(sys.Devices)), sys
+}
+
+func checkVersions(cfg config.Config, kernel string, sys *gpu.System) Check {
+	if sys == nil {
+		return pass(CheckVersions, "driver %s (kernel module); CUDA version unknown without NVML", kernel)
+	}
+	if isSim(cfg) {
+		return pass(CheckVersions, "driver %s (kernel module); simulated GPUs report driver %s, CUDA %s",
+			kernel, sys.DriverVersion, sys.CUDADriverVersion)
+	}
+	if sys.DriverVersion != kernel {
+		return fail(CheckVersions,
+			"the user-space driver was upgraded but the old kernel module is still loaded: reboot, or unload and reload the nvidia modules",
+			"NVML reports driver %s but the kernel module is %s (Driver/library version mismatch)", sys.DriverVersion, kernel)
+	}
+	return pass(CheckVersions, "driver %s, CUDA %s", sys.DriverVersion, sys.CUDADriverVersion)
+}
+
+// checkDriverFiles discovers the files a container would get and checks
+// that the core ones exist and every library's SONAME link leads to it.
+func checkDriverFiles(cfg config.Config) Check {
+	inv, err := discover.Driver(cfg)
+	if err != nil {
+		return fail(CheckDriverFiles, "point --driver-root at the driver install", "%v", err)
+	}
+	var problems []string
+	if len(inv.Missing) > 0 {
+		problems = append(problems, fmt.Sprintf("driver %s under %s: not found: %s", inv.Version, inv.Root, strings.Join(inv.Missing, ", ")))
+	}
+	var badLinks []string
+	for _, lib := range inv.Libraries {
+		if lib.SONAME == "" || lib.SONAME == filepath.Base(lib.ContainerPath) {
+			continue
+		}
+		link := filepath.Join(filepath.Dir(lib.ContainerPath), lib.SONAME)
+		got, err := driver.ResolveInRoot(inv.Root, link)
+		if err == nil {
+			if st, serr := os.Stat(got); serr != nil || !st.Mode().IsRegular() {
+				err = fmt.Errorf("dangling")
+			} else if got != lib.HostPath {
+				err = fmt.Errorf("leads to %s, not %s", got, lib.HostPath)
+			}
+		}
+		if err != nil {
+			badLinks = append(badLinks, fmt.Sprintf("%s (%v)", link, err))
+		}
+	}
+	if len(badLinks) > 0 {
+		problems = append(problems, "SONAME links that do not resolve to the driver's library: "+strings.Join(badLinks, ", "))
+	}
+	if len(problems) > 0 {
+		fix := "reinstall the driver's user-space libraries for version " + inv.Version
+		if len(inv.Missing) == 0 {
+			fix = "recreate the SONAME links: ldconfig"
+			if inv.Root != "/" {
+				fix = "recreate the SONAME links: ldconfig -r " + inv.Root
+			}
+		}
+		return fail(CheckDriverFiles, fix, "%s", strings.Join(problems, "; "))
+	}
+	return pass(CheckDriverFiles, "driver %s under %s: %d libraries (SONAME links resolve), %d programs, %d firmware files",
+		inv.Version, inv.Root, len(inv.Libraries), len(inv.Binaries), len(inv.Firmware))
+}

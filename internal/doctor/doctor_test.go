@@ -1,0 +1,326 @@
+package doctor
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gantry-gpu/gantry/internal/cdispec"
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/gpu/sim"
+)
+
+// host is one test host: a fake driver root with real device nodes,
+// simulated GPUs, and every engine file in a temporary directory.
+type host struct {
+	res  *fakedriver.Result
+	dir  string
+	bin  string // the only directory on PATH
+	opts Options
+}
+
+func newHost(t *testing.T) *host {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed: cannot build a fake driver root (scripts/deps.sh --test installs it)")
+	}
+	dir := t.TempDir()
+	res, err := fakedriver.Build(filepath.Join(dir, "driver"), fakedriver.Options{GPUs: 8, DeviceNodes: true})
+	if err != nil {
+		t.Fatalf("building fake driver: %v", err)
+	}
+	if !res.RealDeviceNodes {
+		t.Skip("not root: the fake driver's device nodes are regular files, which doctor rightly rejects")
+	}
+	h := &host{res: res, dir: dir, bin: filepath.Join(dir, "bin")}
+	// The kernel's character majors, as a fake root's own proc/devices.
+	h.write(t, filepath.Join(res.Root, "proc/devices"),
+		"Character devices:\n  1 mem\n195 nvidia-frontend\n511 nvidia-uvm\n\nBlock devices:\n  8 sd\n")
+	h.write(t, filepath.Join(h.bin, "gantry-runtime"), "#!/bin/sh\n")
+	h.write(t, filepath.Join(h.bin, "nvidia-container-runtime-hook"), "#!/bin/sh\n")
+	t.Setenv("PATH", h.bin)
+
+	cfg := config.Default()
+	cfg.GPUs = "sim:h100x8"
+	cfg.DriverRoot = res.Root
+	cfg.CDI.SpecDirs = []string{filepath.Join(dir, "cdi")}
+	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+	h.opts = Options{
+		Config:           cfg,
+		Proc:             filepath.Join(dir, "proc"), // the host's /proc must not matter
+		DockerConfig:     filepath.Join(dir, "docker/daemon.json"),
+		ContainerdConfig: filepath.Join(dir, "containerd/config.toml"),
+		CRIOConfig:       filepath.Join(dir, "crio/crio.conf"),
+		CRIODropins:      filepath.Join(dir, "crio/crio.conf.d"),
+	}
+	h.write(t, h.opts.DockerConfig, `{"runtimes": {"nvidia": {"path": "`+filepath.Join(h.bin, "gantry-runtime")+`"}}}`)
+	h.writeSpec(t)
+	return h
+}
+
+func (h *host) write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeSpec generates the CDI spec for the fake driver as it is now.
+func (h *host) writeSpec(t *testing.T) {
+	t.Helper()
+	sys, err := sim.Load("h100x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := driver.Discover(driver.Options{Root: h.res.Root, DevRoot: h.res.Root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cdispec.Generate(sys, inv, cdispec.Options{DevRoot: h.res.Root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(h.opts.Config.CDI.SpecDirs[0], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := cdispec.Write(spec, filepath.Join(h.opts.Config.CDI.SpecDirs[0], "nvidia.yaml"), ""); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// find returns the named check, failing the test when it is absent.
+func find(t *testing.T, checks []Check, name string) Check {
+	t.Helper()
+	for _, c := range checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no check %q in %s", name, dump(checks))
+	return Check{}
+}
+
+func dump(checks []Check) string {
+	var b bytes.Buffer
+	_ = Write(&b, checks)
+	return b.String()
+}
+
+// expect asserts a check's status and that its evidence (and fix) contain the given words.
+func expect(t *testing.T, checks []Check, name string, status Status, evidence []string, fix string) Check {
+	t.Helper()
+	c := find(t, checks, name)
+	if c.Status != status || c.OK != (status != Fail) {
+		t.Fatalf("%s: status %s (ok %v), want %s\n%s", name, c.Status, c.OK, status, dump(checks))
+	}
+	for _, w := range evidence {
+		if !strings.Contains(c.Evidence, w) {
+			t.Errorf("%s: evidence %q lacks %q", name, c.Evidence, w)
+		}
+	}
+	if !strings.Contains(c.Fix, fix) {
+		t.Errorf("%s: fix %q lacks %q", name, c.Fix, fix)
+	}
+	return c
+}
+
+func TestHealthyHost(t *testing.T) {
+	h := newHost(t)
+	checks := Run(h.opts)
+	if Failed(checks) {
+		t.Fatalf("a healthy host has failures:\n%s", dump(checks))
+	}
+	for _, name := range []string{CheckKernel, CheckDeviceNodes, CheckVersions, CheckDriverFiles, CheckCDISpecs, CheckDocker, CheckHook} {
+		expect(t, checks, name, Pass, nil, "")
+	}
+	expect(t, checks, CheckKernel, Pass, []string{fakedriver.DefaultVersion}, "")
+	expect(t, checks, CheckDeviceNodes, Pass, []string{"nvidiactl 195:255", "nvidia-uvm 511:0", "8 GPU nodes"}, "")
+	expect(t, checks, CheckNVML, Skip, []string{"simulated"}, "")
+	expect(t, checks, CheckContainerd, Skip, nil, "")
+	expect(t, checks, CheckCRIO, Skip, nil, "")
+	// Every check is present, in chain order.
+	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckVersions, CheckDriverFiles,
+		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook}
+	if len(checks) != len(want) {
+		t.Fatalf("%d checks, want %d:\n%s", len(checks), len(want), dump(checks))
+	}
+	for i, c := range checks {
+		if c.Name != want[i] {
+			t.Errorf("check %d is %q, want %q", i, c.Name, want[i])
+		}
+	}
+}
+
+func TestMissingLibrary(t *testing.T) {
+	h := newHost(t)
+	libs, _ := filepath.Glob(filepath.Join(h.res.Root, h.res.LibDir, "libnvidia-ml.so*"))
+	if len(libs) == 0 {
+		t.Fatalf("fake driver has no libnvidia-ml.so* in %s", h.res.LibDir)
+	}
+	for _, l := range libs {
+		if err := os.Remove(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checks := Run(h.opts)
+	expect(t, checks, CheckDriverFiles, Fail, []string{"libnvidia-ml.so", "not found"}, "reinstall")
+	// Independent links are still checked.
+	expect(t, checks, CheckKernel, Pass, nil, "")
+	expect(t, checks, CheckDocker, Pass, nil, "")
+}
+
+func TestBrokenSONAMELink(t *testing.T) {
+	h := newHost(t)
+	link := filepath.Join(h.res.Root, h.res.LibDir, "libcuda.so.1")
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("libcuda.so.1.0.0-gone", link); err != nil {
+		t.Fatal(err)
+	}
+	checks := Run(h.opts)
+	expect(t, checks, CheckDriverFiles, Fail, []string{"libcuda.so.1", "do not resolve"}, "ldconfig -r "+h.res.Root)
+}
+
+func TestStaleCDISpec(t *testing.T) {
+	h := newHost(t)
+	const upgraded = "560.35.03"
+	h.write(t, filepath.Join(h.res.Root, "proc/driver/nvidia/version"),
+		"NVRM version: NVIDIA UNIX x86_64 Kernel Module  "+upgraded+"  Tue Aug 13 00:00:00 UTC 2024\n")
+	checks := Run(h.opts)
+	c := expect(t, checks, CheckCDISpecs, Fail,
+		[]string{"nvidia.yaml", "generated for driver " + fakedriver.DefaultVersion, "running driver is " + upgraded},
+		"gantry cdi generate --output "+filepath.Join(h.opts.Config.CDI.SpecDirs[0], "nvidia.yaml"))
+	t.Log(c.Evidence)
+	expect(t, checks, CheckKernel, Pass, []string{upgraded}, "")
+}
+
+func TestStaleInventoryCacheIsReported(t *testing.T) {
+	h := newHost(t)
+	h.write(t, filepath.Join(h.opts.Config.Runtime.CacheDir, "inventory-0123456789ab.json"),
+		`{"key":{"driverRoot":"`+h.res.Root+`","version":"535.1.1"},"inventory":{}}`)
+	checks := Run(h.opts)
+	expect(t, checks, CheckInventoryCache, Pass, []string{"stale", "535.1.1"}, "")
+}
+
+func TestDockerConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, content string
+		status        Status
+		evidence      []string
+		fix           string
+	}{
+		{"no runtime", `{"log-driver": "json-file", "runtimes": {"crun": {"path": "/usr/bin/crun"}}}`, Fail,
+			[]string{"registers no runtime", "crun"}, "gantry runtime configure --runtime docker"},
+		{"empty", ``, Fail, []string{"registers no runtime"}, "gantry runtime configure --runtime docker"},
+		{"missing program", `{"runtimes": {"nvidia": {"path": "/nonexistent/nvidia-container-runtime"}}}`, Fail,
+			[]string{`"nvidia"`, "/nonexistent/nvidia-container-runtime", "does not exist"}, "gantry runtime configure --runtime docker"},
+		{"relative on PATH", `{"runtimes": {"gantry": {"path": "gantry-runtime"}}, "default-runtime": "gantry"}`, Pass,
+			[]string{`"gantry" -> `, `default runtime "gantry"`}, ""},
+		{"malformed", `{"runtimes": `, Fail, []string{"daemon.json"}, "correct the JSON"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHost(t)
+			h.write(t, h.opts.DockerConfig, tc.content)
+			expect(t, Run(h.opts), CheckDocker, tc.status, tc.evidence, tc.fix)
+		})
+	}
+	t.Run("absent", func(t *testing.T) {
+		h := newHost(t)
+		os.Remove(h.opts.DockerConfig)
+		checks := Run(h.opts)
+		expect(t, checks, CheckDocker, Skip, []string{"not installed"}, "")
+		h.write(t, filepath.Join(h.bin, "dockerd"), "#!/bin/sh\n")
+		checks = Run(h.opts)
+		expect(t, checks, CheckDocker, Fail, []string{"does not exist"}, "gantry runtime configure --runtime docker")
+	})
+}
+
+func TestHookMissing(t *testing.T) {
+	h := newHost(t)
+	os.Remove(filepath.Join(h.bin, "nvidia-container-runtime-hook"))
+	expect(t, Run(h.opts), CheckHook, Fail, []string{"not on PATH", "could not select device driver"}, "nvidia-container-runtime-hook")
+	os.Remove(h.opts.DockerConfig) // no Docker: the hook is not needed
+	expect(t, Run(h.opts), CheckHook, Skip, []string{"Docker is not installed"}, "")
+}
+
+func TestContainerdAndCRIO(t *testing.T) {
+	h := newHost(t)
+	rt := filepath.Join(h.bin, "gantry-runtime")
+	h.write(t, h.opts.ContainerdConfig, `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+`)
+	expect(t, Run(h.opts), CheckContainerd, Fail, []string{"registers no runtime", "runc"}, "gantry runtime configure --runtime containerd")
+	h.write(t, h.opts.ContainerdConfig, `version = 3
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]
+    BinaryName = "`+rt+`"
+`)
+	expect(t, Run(h.opts), CheckContainerd, Pass, []string{`"nvidia" -> ` + rt}, "")
+
+	h.write(t, filepath.Join(h.opts.CRIODropins, "10-other.conf"), "[crio.runtime]\ndefault_runtime = \"runc\"\n")
+	expect(t, Run(h.opts), CheckCRIO, Fail, []string{"registers no runtime"}, "gantry runtime configure --runtime crio")
+	h.write(t, filepath.Join(h.opts.CRIODropins, "99-nvidia.toml"),
+		"[crio.runtime.runtimes.nvidia]\nruntime_path = \""+rt+"\"\nruntime_type = \"oci\"\n")
+	expect(t, Run(h.opts), CheckCRIO, Pass, []string{`"nvidia" -> ` + rt}, "")
+}
+
+func TestDeviceNodeMajors(t *testing.T) {
+	h := newHost(t)
+	// After a reboot the kernel gave nvidia-uvm another major than the
+	// node (made by hand, or in a driver container's /dev) carries.
+	h.write(t, filepath.Join(h.res.Root, "proc/devices"), "Character devices:\n195 nvidia-frontend\n500 nvidia-uvm\n")
+	checks := Run(h.opts)
+	expect(t, checks, CheckDeviceNodes, Fail, []string{"/dev/nvidia-uvm has major 511", "nvidia-uvm major 500"}, "nvidia-modprobe")
+	// NVML (here: simulated) and the driver files do not depend on it.
+	expect(t, checks, CheckDriverFiles, Pass, nil, "")
+
+	h.write(t, filepath.Join(h.res.Root, "proc/devices"), "Character devices:\n195 nvidia-frontend\n")
+	expect(t, Run(h.opts), CheckDeviceNodes, Fail, []string{"nvidia-uvm module is not loaded"}, "modprobe nvidia-uvm")
+}
+
+func TestNoKernelDriverSkipsDependents(t *testing.T) {
+	if _, err := os.Stat("/proc/driver/nvidia/version"); err == nil {
+		t.Skip("this host has a loaded NVIDIA driver, which every driver root falls back to")
+	}
+	if _, err := os.Stat("/sys/module/nvidia/version"); err == nil {
+		t.Skip("this host has a loaded NVIDIA driver, which every driver root falls back to")
+	}
+	h := newHost(t)
+	if err := os.Remove(filepath.Join(h.res.Root, "proc/driver/nvidia/version")); err != nil {
+		t.Fatal(err)
+	}
+	checks := Run(h.opts)
+	expect(t, checks, CheckKernel, Fail, []string{"not loaded"}, "modprobe nvidia")
+	for _, name := range []string{CheckDriverFiles, CheckCDISpecs, CheckVersions} {
+		expect(t, checks, name, Skip, []string{"kernel driver did not pass"}, "")
+	}
+	expect(t, checks, CheckDocker, Pass, nil, "")
+	if !strings.HasPrefix(dump(checks), "FAIL kernel driver: ") {
+		t.Errorf("output does not start with the kernel failure:\n%s", dump(checks))
+	}
+	if !strings.Contains(dump(checks), "\n     fix: load the kernel module") {
+		t.Errorf("no fix line:\n%s", dump(checks))
+	}
+}
+
+func TestNVMLBackendNeedsKernel(t *testing.T) {
+	if _, err := os.Stat("/proc/driver/nvidia/version"); err == nil {
+		t.Skip("this host has a loaded NVIDIA driver")
+	}
+	h := newHost(t)
+	h.opts.Config.GPUs = "nvml"
+	os.Remove(filepath.Join(h.res.Root, "proc/driver/nvidia/version"))
+	checks := Run(h.opts)
+	expect(t, checks, CheckNVML, Skip, []string{"kernel driver did not pass"}, "")
+}

@@ -1,0 +1,137 @@
+//go:build linux
+
+package engines
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gantry-gpu/gantry/internal/doctor"
+)
+
+// TestDoctorContainer runs `gantry doctor --container` against real Docker
+// containers: one that got the GPU from gantry-runtime, the same one after
+// its device cgroup rule for /dev/nvidiactl is taken away (what systemd's
+// daemon-reload does to hook-injected devices), and one with the node
+// bind-mounted but never allowed.
+func TestDoctorContainer(t *testing.T) {
+	e := startDocker(t)
+	f := e.f
+	start := func(opts ...string) string {
+		t.Helper()
+		args := []string{"run", "-d", "--network", "none"}
+		if apparmorUnusable() {
+			args = append(args, "--security-opt", "apparmor=unconfined")
+		}
+		args = append(append(args, opts...), dockerImage, "busybox", "sleep", "600")
+		out, err := e.docker(args...)
+		if err != nil {
+			t.Fatalf("%v\n%s\n%s", err, out, f.runtimeLogTail())
+		}
+		id := strings.TrimSpace(out)
+		if i := strings.LastIndexByte(id, '\n'); i >= 0 {
+			id = id[i+1:]
+		}
+		t.Cleanup(func() { e.docker("rm", "-f", id) })
+		return id
+	}
+	diagnose := func(id string) map[string]doctor.Check {
+		t.Helper()
+		cmd := exec.Command(f.gantry, "doctor", "--json", "--container", id)
+		cmd.Env = e.cli
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != 1) {
+			t.Fatalf("gantry doctor: %v\n%s", err, stderr.String())
+		}
+		var checks []doctor.Check
+		if err := json.Unmarshal(stdout.Bytes(), &checks); err != nil {
+			t.Fatalf("gantry doctor --json: %v\n%s%s", err, stdout.String(), stderr.String())
+		}
+		m := map[string]doctor.Check{}
+		for _, c := range checks {
+			m[c.Name] = c
+		}
+		return m
+	}
+	const cgroupBroken = "Failed to initialize NVML: Unknown Error"
+
+	id := start("--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=all")
+	got := diagnose(id)
+	if c := got[doctor.CheckContainer]; c.Status != doctor.Pass || !strings.Contains(c.Evidence, "runtime nvidia") ||
+		!strings.Contains(c.Evidence, "NVIDIA_VISIBLE_DEVICES=all") {
+		t.Errorf("container request: %+v", c)
+	}
+	// The fake node is 195:255 with no driver behind it on a host without a
+	// GPU: the open then fails with ENXIO, past the cgroup check.
+	if c := got[doctor.CheckContainerDevice]; strings.Contains(c.Evidence, cgroupBroken) {
+		t.Fatalf("healthy container diagnosed as cgroup-broken: %+v", c)
+	} else {
+		t.Logf("healthy container: %s %s", c.Status, c.Evidence)
+	}
+
+	t.Run("RuleRemoved", func(t *testing.T) {
+		deny := devicesDenyFile(t, e, id)
+		if err := os.WriteFile(deny, []byte("c 195:255 rwm"), 0); err != nil {
+			t.Fatalf("removing the container's rule: %v", err)
+		}
+		c := diagnose(id)[doctor.CheckContainerDevice]
+		if c.Status != doctor.Fail || !strings.Contains(c.Evidence, cgroupBroken) ||
+			!strings.Contains(c.Evidence, "daemon-reload") || !strings.Contains(c.Fix, "docker restart "+id) {
+			t.Fatalf("after the rule was removed: %+v", c)
+		}
+		if strings.Contains(c.Evidence, "c 195:255 rwm") {
+			t.Errorf("devices.list still shows the removed rule: %s", c.Evidence)
+		}
+		t.Logf("%s\nfix: %s", c.Evidence, c.Fix)
+		// The fix works: a restart rebuilds the cgroup from the container's config.
+		if out, err := e.docker("restart", "-t", "0", id); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if c := diagnose(id)[doctor.CheckContainerDevice]; strings.Contains(c.Evidence, cgroupBroken) {
+			t.Fatalf("still broken after docker restart: %+v", c)
+		}
+	})
+
+	t.Run("NodeWithoutRule", func(t *testing.T) {
+		id := start("-v", filepath.Join(f.driver.Root, "dev/nvidiactl")+":/dev/nvidiactl")
+		got := diagnose(id)
+		if c := got[doctor.CheckContainer]; c.Status != doctor.Fail || !strings.Contains(c.Evidence, "no GPU request") {
+			t.Errorf("container request: %+v", c)
+		}
+		if c := got[doctor.CheckContainerDevice]; c.Status != doctor.Fail || !strings.Contains(c.Evidence, cgroupBroken) {
+			t.Errorf("container device access: %+v", c)
+		}
+	})
+}
+
+// devicesDenyFile is the cgroup v1 devices.deny of the container; it skips
+// on cgroup v2, where the rules are a BPF program runc attached.
+func devicesDenyFile(t *testing.T, e *dockerEngine, id string) string {
+	t.Helper()
+	out, err := e.docker("inspect", "-f", "{{.State.Pid}}", id)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	f, err := os.Open("/proc/" + strings.TrimSpace(out) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) == 3 && strings.Contains(","+parts[1]+",", ",devices,") {
+			return filepath.Join("/sys/fs/cgroup/devices", parts[2], "devices.deny")
+		}
+	}
+	t.Skip("cgroup v2: a single device rule cannot be removed from outside (it is a BPF program); NodeWithoutRule covers the same state")
+	return ""
+}
