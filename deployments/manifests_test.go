@@ -234,7 +234,6 @@ func TestHelmTemplate(t *testing.T) {
 		"service-monitor": {"metrics.serviceMonitor.enabled=true"},
 		"feature-file":    {"labels.output=file"},
 		"time-slicing":    {"config.sharing.strategy=time-slicing", "config.sharing.replicas=4", "config.migStrategy=mixed"},
-		"mps":             {"config.sharing.strategy=mps", "config.sharing.replicas=2"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := render(t, sets...)
@@ -261,10 +260,11 @@ func TestHelmTemplate(t *testing.T) {
 		})
 	}
 	for set, want := range map[string]string{
-		"config.migStrategy=split":      `config.migStrategy "split": use none, single or mixed`,
-		"config.sharing.strategy=share": `config.sharing.strategy "share"`,
-		"config.sharing.replicas=0":     "config.sharing.replicas 0",
-		"labels.output=configmap":       `labels.output "configmap"`,
+		"config.migStrategy=split":                                       `config.migStrategy "split": use none, single or mixed`,
+		"config.sharing.strategy=share":                                  `config.sharing.strategy "share"`,
+		"config.sharing.strategy=time-slicing,config.sharing.replicas=1": "config.sharing.replicas 1",
+		"config.sharing.strategy=mps":                                    "gantry-device-plugin has no MPS",
+		"labels.output=configmap":                                        `labels.output "configmap"`,
 	} {
 		if _, err := render(t, set); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--set %s: error %v, want one containing %q", set, err, want)

@@ -30,9 +30,9 @@ import (
 //	GANTRY_METRICS_ADDR  host:port for Prometheus /metrics (empty: off)
 //	GANTRY_POD_RESOURCES_SOCKET  the kubelet's pod-resources socket
 //	                     (default /var/lib/kubelet/pod-resources/kubelet.sock)
-//	NODE_NAME            this node (downward API spec.nodeName); with it, and
-//	                     in a cluster, health changes are posted as Kubernetes
-//	                     Events on the Node as well as logged
+//	NODE_NAME            this node (downward API spec.nodeName); with
+//	                     GANTRY_LABELS=node, health changes are also posted as
+//	                     Kubernetes Events on the Node
 type observability struct {
 	labelsMode, featureFile, metricsAddr, podResources, nodeName string
 }

@@ -523,6 +523,12 @@ func (b *builder) files() error {
 	if err := b.write("/proc/driver/nvidia/version", procVersion, 0o444); err != nil {
 		return err
 	}
+	// The kernel's character-device majors, as /proc/devices lists them, so
+	// tools that check node numbers (gantry doctor) see the fake ones.
+	procDevices := fmt.Sprintf("Character devices:\n  1 mem\n%d nvidia-frontend\n%d nvidia-caps\n%d nvidia-uvm\n\nBlock devices:\n  8 sd\n", NvidiaMajor, CapsMajor, UVMMajor)
+	if err := b.write("/proc/devices", procDevices, 0o444); err != nil {
+		return err
+	}
 
 	fwDir := "/usr/lib/firmware/nvidia/" + v // /lib/firmware through the /lib link
 	if gke {

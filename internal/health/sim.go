@@ -28,7 +28,7 @@ import (
 // `gantry sim` and internal/gpu/sim). Each line is answered "ok" or
 // "error: <why>". InjectSim sends one command; from a shell,
 //
-//	echo "xid GPU-... 79" | socat - UNIX-CONNECT:/run/gantry/health.sock
+//	echo "xid GPU-... 79" | socat - UNIX-CONNECT:/run/gantry/sim-health.sock
 //
 // does the same.
 func NewSim(path string, p Policy) Source {

@@ -41,7 +41,7 @@ var (
 	descMemTotal = desc("gantry_gpu_memory_total_bytes", "Total GPU memory, in bytes.")
 	descTemp     = desc("gantry_gpu_temperature_celsius", "GPU core temperature, in degrees Celsius.")
 	descPower    = desc("gantry_gpu_power_watts", "GPU power draw, in watts.")
-	descXID      = desc("gantry_gpu_xid_errors_total", "XID errors the device plugin has seen on the GPU since it started.")
+	descXID      = desc("gantry_gpu_xid_errors_total", "Critical XID errors that made the GPU unhealthy since the device plugin started (ignored XIDs and XIDs on an already unhealthy GPU are not counted).")
 	descHealthy  = desc("gantry_gpu_healthy", "1 when the device plugin considers the GPU healthy, 0 when not.")
 	descPRUp     = prometheus.NewDesc("gantry_pod_resources_up", "1 when the kubelet's pod-resources API answered this scrape, 0 when not (the pod labels are then empty).", nil, nil)
 )
