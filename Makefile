@@ -24,6 +24,7 @@ deps:
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry ./cmd/gantry
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-runtime ./cmd/gantry-runtime
 
 # The Kubernetes device plugin: a binary of its own (client-go, Prometheus).
 build-device-plugin:
@@ -72,18 +73,23 @@ gpu-e2e: build
 	if [ -n "$$lib" ]; then cp -L "$$lib" $(BIN)/lib/; fi
 	@du -sh $(BIN); echo "on the GPU host, as root: scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh"
 
-# Installs gantry and the names engines and scripts look for, as symlinks to it:
-# gantry-runtime and nvidia-container-runtime (the runc shim), gantry-hook and
-# nvidia-container-runtime-hook (Docker's --gpus), nvidia-container-cli (LXC's hook);
-# and gantry-device-plugin, the Kubernetes device plugin (a binary of its own).
+# Installs three binaries and the names engines and scripts look for:
+# gantry (the CLI; also nvidia-container-cli for LXC's hook and the nvidia-docker
+# wrapper), gantry-runtime (the runc shim, also nvidia-container-runtime, and the
+# prestart hook gantry-hook / nvidia-container-runtime-hook for Docker's --gpus: the
+# per-container path, kept lean), and gantry-device-plugin (Kubernetes).
 #   sudo make install [PREFIX=/usr] [NVIDIA_NAMES=0 to skip NVIDIA's names]
 PREFIX ?= /usr
 NVIDIA_NAMES ?= 1
 install: build build-device-plugin
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN)/gantry $(DESTDIR)$(PREFIX)/bin/gantry
+	install -m 0755 $(BIN)/gantry-runtime $(DESTDIR)$(PREFIX)/bin/gantry-runtime
 	install -m 0755 $(BIN)/gantry-device-plugin $(DESTDIR)$(PREFIX)/bin/gantry-device-plugin
-	@for n in gantry-runtime gantry-hook $$([ "$(NVIDIA_NAMES)" = 1 ] && echo nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-cli); do \
+	@nv=$$([ "$(NVIDIA_NAMES)" = 1 ] && echo yes); \
+	for n in gantry-hook $${nv:+nvidia-container-runtime nvidia-container-runtime-hook}; do \
+	  ln -sfn gantry-runtime $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-runtime"; done; \
+	for n in $${nv:+nvidia-container-cli nvidia-docker}; do \
 	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done
 
 clean:

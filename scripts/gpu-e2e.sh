@@ -205,7 +205,7 @@ echo "== g: Docker's --gpus path: plain runc with the prestart hook (nvidia-cont
 # Docker's --gpus adds exactly this hook to config.json and runs plain runc; the
 # hook enters the container's mount namespace and grants the device cgroup.
 HOOK=$WORK/nvidia-container-runtime-hook
-ln -sf "$GANTRY" "$HOOK"
+ln -sf "$(readlink "$GANTRY_RUNTIME")" "$HOOK"  # the same binary as the runtime
 b=$WORK/b-g
 make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 -- /bin/sh -c "$probe"
 HOOKS="\"hooks\": {\"prestart\": [{\"path\": \"$HOOK\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"GANTRY_CONFIG=$GANTRY_CONFIG\"]}]},"

@@ -7,6 +7,7 @@
 //	nvidia-container-cli            info, list, configure as LXC's nvidia hook runs them
 //	gantry-hook                     the OCI prestart hook (Docker's --gpus, hooks.d)
 //	nvidia-container-runtime-hook   the same hook under NVIDIA's name
+//	nvidia-docker                   docker with NV_GPU's GPUs on run/create (nvidia-docker 1.0/2.0)
 //
 // See each front end's --help.
 package main
@@ -18,6 +19,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/cli"
 	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/nvcli"
+	"github.com/gantry-gpu/gantry/internal/nvdocker"
 	"github.com/gantry-gpu/gantry/internal/shim"
 )
 
@@ -29,6 +31,8 @@ func main() {
 		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
 	case "nvidia-container-cli":
 		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	case "nvidia-docker":
+		os.Exit(nvdocker.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -38,7 +38,12 @@ setup_env() {
   fi
   "$RUNC" --version >/dev/null || die "$RUNC does not run on this host"
   mkdir -p "$STATE" "$WORK/cache"
-  ln -sf "$GANTRY" "$GANTRY_RUNTIME"
+  # The lean per-container binary when built (make build), else gantry itself.
+  if [ -x "$REPO/bin/gantry-runtime" ] && [ "$GANTRY" = "$REPO/bin/gantry" ]; then
+    ln -sf "$REPO/bin/gantry-runtime" "$GANTRY_RUNTIME"
+  else
+    ln -sf "$GANTRY" "$GANTRY_RUNTIME"
+  fi
 
   local gpus=nvml driver_root=${DRIVER_ROOT:-/}
   if [ $SIM = 1 ]; then

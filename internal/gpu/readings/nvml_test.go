@@ -1,6 +1,6 @@
 //go:build cgo
 
-package metrics
+package readings
 
 import (
 	"testing"

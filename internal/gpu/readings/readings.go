@@ -1,4 +1,8 @@
-package metrics
+// Package readings reads a GPU's live values (utilisation, memory,
+// temperature, power) through NVML, or deterministic ones for simulated
+// GPUs. It is kept apart from package metrics so that front ends that only
+// need readings (gantry serve) do not link Prometheus and gRPC.
+package readings
 
 import (
 	"fmt"
@@ -29,10 +33,6 @@ func Unknown() Sample {
 type Reader interface {
 	Read(uuid string) (Sample, error)
 }
-
-// HealthFunc reports what the device plugin knows of a GPU: whether it is
-// healthy and how many XID errors it has seen since the plugin started.
-type HealthFunc func(uuid string) (healthy bool, xids uint64)
 
 // simReader gives simulated GPUs steady values made from their UUIDs, so
 // that dashboards and tests see distinct, repeatable numbers.

@@ -1,0 +1,28 @@
+// Command gantry-runtime holds the front ends that run on every container
+// start, in a binary that links only what they need (no HTTP server, no CLI,
+// no Kubernetes client), so that each call starts as fast as a Go program can:
+//
+//	gantry-runtime, nvidia-container-runtime   the runc shim engines register
+//	                                           (see gantry-runtime --help)
+//	gantry-hook, nvidia-container-runtime-hook the OCI prestart hook Docker's
+//	                                           --gpus runs (see gantry-hook --help)
+//
+// `make install` links the names to it. The gantry binary answers to the
+// same names too, for installs that link everything to gantry.
+package main
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/gantry-gpu/gantry/internal/hook"
+	"github.com/gantry-gpu/gantry/internal/shim"
+)
+
+func main() {
+	switch filepath.Base(os.Args[0]) {
+	case "gantry-hook", "nvidia-container-runtime-hook":
+		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
+	}
+	os.Exit(shim.Main(os.Args[1:], os.Stderr))
+}

@@ -1,0 +1,44 @@
+// Package legacyapi serves the REST API of nvidia-docker 1.0's plugin
+// (nvidia-docker-plugin, localhost:3476), for the scripts, schedulers and
+// wrappers of that generation that still ask it which docker run arguments give
+// a container the GPUs, and what the GPUs are doing.
+//
+// The endpoints, each also under the /v1.0 prefix as the original served them:
+//
+//	/docker/cli        the docker run arguments, one line, words separated by single spaces
+//	/docker/cli/json   {"VolumeDriver": "", "Volumes": [...], "Devices": [...]}
+//	/gpu/info          driver and CUDA versions and each GPU, as aligned text
+//	/gpu/info/json     {"Version": {"Driver", "CUDA"}, "Devices": [...]}
+//	/gpu/status        each GPU's power, temperature, utilisation, memory, clocks, processes
+//	/gpu/status/json   {"Devices": [...]}
+//
+// The JSON field names are the original's; a value the backend cannot give is
+// null, and "N/A" in the text forms, as there.
+//
+// /docker/cli takes the original's query parameters: dev, the GPUs by index or
+// by (a prefix of) UUID, separated by spaces ("?dev=0+1", "+" being a space in a
+// query) or, as an extension, commas; empty or "*" means all. vol, the volumes
+// by name: the only one is nvidia_driver; empty or "*" means all. A bad value is
+// answered 400 with "invalid device: X" or "invalid volume: X".
+//
+// The one difference in the arguments: the original named a Docker volume,
+// nvidia_driver_<version>, that its volume plugin filled with copies of the
+// driver's programs and libraries and that Docker mounted read-only at
+// /usr/local/nvidia (--volume-driver=nvidia-docker
+// --volume=nvidia_driver_<version>:/usr/local/nvidia:ro). Gantry has no
+// volume plugin, so the arguments bind the host's files read-only instead, at
+// the same place: when the driver lives in a directory of its own (GKE's
+// /usr/local/nvidia, /home/kubernetes/bin/nvidia) that directory is bound at
+// /usr/local/nvidia; otherwise each program is bound at /usr/local/nvidia/bin/<name>
+// and each library at /usr/local/nvidia/lib64/<SONAME> (32-bit ones under
+// lib), which is the original volume's layout, so the CUDA images of that era,
+// whose PATH and LD_LIBRARY_PATH name those directories, find them.
+// VolumeDriver is the empty string and the text form has no --volume-driver.
+//
+// Device nodes are /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools
+// (when present) and /dev/nvidiaN of each GPU, as in the original; when the
+// configuration puts them under a dev root other than / (a driver container),
+// each is given as HOSTPATH:/dev/NAME.
+//
+// The server is read-only: GET and HEAD only, anything else is 405.
+package legacyapi
