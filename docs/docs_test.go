@@ -1,0 +1,834 @@
+// Package docs tests the documentation against the programs it documents,
+// so the docs cannot rot:
+//
+//   - every command line in a ```sh block of docs/*.md and README.md (and
+//     every "$ " line of a transcript block) that runs one of our programs is
+//     checked against the program built from this tree: the subcommand
+//     exists and every flag on the line is in that command's --help; make
+//     targets exist in the Makefile; scripts/*.sh and bench/*.sh exist and
+//     are executable;
+//   - blocks preceded by "<!-- doctest -->" are run, in order, with bash in a
+//     sandbox (simulated GPUs, a fake driver root, temporary HOME and
+//     TMPDIR) and must exit 0; in a transcript block (no language, "$ "
+//     lines followed by their output) each command's output must match, a
+//     line "..." standing for any number of lines;
+//   - troubleshooting.md is generated from internal/doctor's Catalog:
+//     go test ./docs -update rewrites it, and the test fails when it is stale.
+package docs
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantry-gpu/gantry/internal/doctor"
+)
+
+var update = flag.Bool("update", false, "rewrite troubleshooting.md from internal/doctor's Catalog")
+
+// binDir holds gantry, gantry-device-plugin and gantry's other names, built
+// from this tree by TestMain.
+var binDir string
+
+const repoRoot = ".."
+
+// gantryNames are the names gantry answers to (cmd/gantry dispatches on argv0).
+var gantryNames = []string{"gantry-runtime", "gantry-hook", "nvidia-container-runtime",
+	"nvidia-container-runtime-hook", "nvidia-container-cli"}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "gantry-docs-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = filepath.Join(dir, "bin")
+	code := func() int {
+		defer os.RemoveAll(dir)
+		for _, pkg := range []string{"gantry", "gantry-device-plugin"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "./cmd/"+pkg)
+			cmd.Dir = repoRoot
+			cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "go build ./cmd/%s: %v\n%s", pkg, err, out)
+				return 1
+			}
+		}
+		for _, n := range gantryNames {
+			if err := os.Symlink("gantry", filepath.Join(binDir, n)); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+var trackOnce sync.Once
+
+// trackSources reads every Go file, script, manifest and the Makefile of
+// the tree. go test caches a passing run by the files the test opened (once
+// testing has started, so not in TestMain); the binaries are built from the
+// whole tree, so a change anywhere must invalidate the cached result.
+func trackSources() {
+	trackOnce.Do(func() {
+		filepath.WalkDir(repoRoot, func(p string, d os.DirEntry, err error) error {
+			if err != nil || (d.IsDir() && p != repoRoot && strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			if !d.IsDir() && (strings.HasSuffix(p, ".go") || strings.HasSuffix(p, ".sh") ||
+				strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".c") || d.Name() == "Makefile") {
+				os.ReadFile(p)
+			}
+			return nil
+		})
+	})
+}
+
+// block is one fenced code block of a markdown file.
+type block struct {
+	file    string // relative to the repository root
+	line    int    // of the opening fence
+	lang    string
+	text    string
+	doctest bool
+}
+
+func (b block) where() string { return fmt.Sprintf("%s:%d", b.file, b.line) }
+
+// docFiles are the markdown files the tests read, relative to the repository root.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []string{"README.md"}
+	for _, f := range files {
+		out = append(out, filepath.Join("docs", filepath.Base(f)))
+	}
+	return out
+}
+
+var fenceRe = regexp.MustCompile("^```\\s*([A-Za-z0-9_+-]*)\\s*$")
+
+// readBlocks returns the fenced blocks of a markdown file. A block is a
+// doctest when the last non-blank line before its fence is <!-- doctest -->.
+func readBlocks(t *testing.T, file string) []block {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []block
+	var cur *block
+	var body []string
+	lastNonBlank := ""
+	for i, line := range strings.Split(string(b), "\n") {
+		if cur != nil {
+			if strings.TrimSpace(line) == "```" {
+				cur.text = strings.Join(body, "\n") + "\n"
+				blocks = append(blocks, *cur)
+				cur, body = nil, nil
+				lastNonBlank = ""
+				continue
+			}
+			body = append(body, line)
+			continue
+		}
+		if m := fenceRe.FindStringSubmatch(line); m != nil {
+			cur = &block{file: file, line: i + 1, lang: m[1],
+				doctest: lastNonBlank == "<!-- doctest -->"}
+			continue
+		}
+		if strings.TrimSpace(line) != "" {
+			lastNonBlank = strings.TrimSpace(line)
+		}
+	}
+	if cur != nil {
+		t.Fatalf("%s: unterminated code block", cur.where())
+	}
+	return blocks
+}
+
+func isShell(lang string) bool { return lang == "sh" || lang == "bash" || lang == "shell" }
+
+// isTranscript: a block without a language whose first line is a "$ " command.
+func isTranscript(b block) bool {
+	return b.lang == "" && strings.HasPrefix(b.text, "$ ")
+}
+
+// commandLines returns the shell command lines of a block (continuations
+// joined) with the line number of each in the markdown file.
+func commandLines(b block) (lines []string, at []int) {
+	raw := strings.Split(strings.TrimSuffix(b.text, "\n"), "\n")
+	transcript := isTranscript(b)
+	for i := 0; i < len(raw); i++ {
+		line := raw[i]
+		if transcript {
+			c, ok := strings.CutPrefix(line, "$ ")
+			if !ok {
+				continue
+			}
+			line = c
+		}
+		start := b.line + 1 + i
+		for strings.HasSuffix(line, "\\") && i+1 < len(raw) {
+			i++
+			line = strings.TrimSuffix(line, "\\") + " " + strings.TrimSpace(raw[i])
+		}
+		lines = append(lines, line)
+		at = append(at, start)
+	}
+	return lines, at
+}
+
+// splitCommands splits a shell line into simple commands, each a list of
+// words: quotes are removed, comments dropped, redirections and their
+// targets left out, and |, ||, &&, ;, & and parentheses separate commands.
+// $(...) stays inside its word. Enough shell for documentation lines.
+func splitCommands(line string) [][]string {
+	var cmds [][]string
+	var words []string
+	var w strings.Builder
+	inWord, skipNext := false, false
+	endWord := func() {
+		if !inWord {
+			return
+		}
+		if skipNext {
+			skipNext = false
+		} else {
+			words = append(words, w.String())
+		}
+		w.Reset()
+		inWord = false
+	}
+	endCmd := func() {
+		endWord()
+		if len(words) > 0 {
+			cmds = append(cmds, words)
+		}
+		words = nil
+	}
+	r := []rune(line)
+	for i := 0; i < len(r); i++ {
+		c := r[i]
+		switch {
+		case c == '\'':
+			inWord = true
+			j := i + 1
+			for j < len(r) && r[j] != '\'' {
+				j++
+			}
+			w.WriteString(string(r[i+1 : min(j, len(r))]))
+			i = j
+		case c == '"':
+			inWord = true
+			j := i + 1
+			for j < len(r) && r[j] != '"' {
+				if r[j] == '\\' && j+1 < len(r) {
+					j++
+				}
+				w.WriteRune(r[j])
+				j++
+			}
+			i = j
+		case c == '\\' && i+1 < len(r):
+			inWord = true
+			i++
+			w.WriteRune(r[i])
+		case c == '$' && i+1 < len(r) && r[i+1] == '(':
+			inWord = true
+			depth := 0
+			j := i
+			for ; j < len(r); j++ {
+				w.WriteRune(r[j])
+				if r[j] == '(' {
+					depth++
+				} else if r[j] == ')' {
+					depth--
+					if depth == 0 {
+						break
+					}
+				}
+			}
+			i = j
+		case c == '#' && !inWord:
+			endCmd()
+			return cmds
+		case c == ' ' || c == '\t':
+			endWord()
+		case c == '|' || c == ';' || c == '(' || c == ')':
+			endCmd()
+		case c == '&':
+			if i+1 < len(r) && r[i+1] == '>' { // &> file
+				endWord()
+				i++
+				skipNext = true
+				continue
+			}
+			endCmd()
+		case c == '>' || c == '<':
+			// a redirection: drop a leading fd number, the operator and its target
+			if inWord && regexp.MustCompile(`^[0-9]+$`).MatchString(w.String()) {
+				w.Reset()
+				inWord = false
+			}
+			endWord()
+			for i+1 < len(r) && (r[i+1] == '>' || r[i+1] == '&') {
+				i++
+			}
+			if i+1 < len(r) && r[i] == '&' && r[i+1] >= '0' && r[i+1] <= '9' { // 2>&1
+				i++
+				continue
+			}
+			skipNext = true
+		default:
+			inWord = true
+			w.WriteRune(c)
+		}
+	}
+	endCmd()
+	return cmds
+}
+
+var envAssign = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
+// program strips what runs a command without being it (VAR=value, sudo,
+// env, time, exec) and returns the program and its arguments.
+func program(words []string) (string, []string) {
+	for len(words) > 0 {
+		switch w := words[0]; {
+		case envAssign.MatchString(w), w == "env", w == "time", w == "exec", w == "command", w == "nohup":
+			words = words[1:]
+		case w == "sudo":
+			words = words[1:]
+			for len(words) > 0 && strings.HasPrefix(words[0], "-") {
+				words = words[1:]
+			}
+		default:
+			return w, words[1:]
+		}
+	}
+	return "", nil
+}
+
+// helpCache runs NAME ARGS... --help once per argument list.
+type helpCache struct {
+	mu  sync.Mutex
+	out map[string]string
+}
+
+var helps = helpCache{out: map[string]string{}}
+
+func (h *helpCache) get(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	key := name + " " + strings.Join(args, " ")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if out, ok := h.out[key]; ok {
+		return out
+	}
+	cmd := exec.Command(filepath.Join(binDir, name), append(args, "--help")...)
+	cmd.Env = append(os.Environ(), "GANTRY_CONFIG=/dev/null")
+	out, _ := cmd.CombinedOutput() // some exit 2 after printing help
+	if len(bytes.TrimSpace(out)) == 0 {
+		t.Fatalf("%s --help printed nothing", key)
+	}
+	h.out[key] = string(out)
+	return string(out)
+}
+
+var helpFlag = regexp.MustCompile(`(?:^|[\s,\[|])--?([A-Za-z?][A-Za-z0-9-]*)`)
+
+// helpFlags returns the flag names a help text lists: from each option line
+// (a line whose text starts with "-"), the flags before the description.
+func helpFlags(help string) map[string]bool {
+	flags := map[string]bool{"help": true, "h": true}
+	for _, line := range strings.Split(help, "\n") {
+		s := strings.TrimSpace(line)
+		if !strings.HasPrefix(s, "-") {
+			continue
+		}
+		if i := strings.Index(s, "  "); i > 0 {
+			s = s[:i]
+		}
+		for _, m := range helpFlag.FindAllStringSubmatch(" "+s, -1) {
+			flags[m[1]] = true
+		}
+	}
+	return flags
+}
+
+var twoSpaces = regexp.MustCompile(`\s{2,}`)
+
+// helpCommands returns the commands a help text lists under its heading:
+// the name (up to words words) before the description of each indented
+// line of that section.
+func helpCommands(help, heading string, words int) map[string]bool {
+	cmds := map[string]bool{}
+	in := false
+	for _, line := range strings.Split(help, "\n") {
+		if strings.HasPrefix(line, heading) {
+			in = true
+			continue
+		}
+		if !in {
+			continue
+		}
+		if !strings.HasPrefix(line, "  ") {
+			if strings.TrimSpace(line) != "" {
+				in = false
+			}
+			continue
+		}
+		name := strings.TrimSpace(twoSpaces.Split(strings.TrimSpace(line), 2)[0])
+		if f := strings.Fields(name); len(f) >= 1 && len(f) <= words {
+			cmds[strings.Join(f, " ")] = true
+			cmds[f[0]] = true // a group's first word (cdi of cdi generate)
+		}
+	}
+	return cmds
+}
+
+// flagsOf returns the flag names used in args, up to a "--".
+func flagsOf(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if len(a) > 1 && a[0] == '-' && a != "-" {
+			name := strings.TrimLeft(a, "-")
+			if i := strings.IndexByte(name, '='); i >= 0 {
+				name = name[:i]
+			}
+			if name != "" {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// gantryGlobalValue are gantry's global flags that take a value.
+var gantryGlobalValue = map[string]bool{"gpus": true, "driver-root": true, "dev-root": true, "config": true}
+
+// checkGantry: the command exists and its help lists every flag used.
+func checkGantry(t *testing.T, args []string) error {
+	top := helps.get(t, "gantry")
+	cmds := helpCommands(top, "Commands:", 2)
+	var rest []string
+	var cmd []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if strings.HasPrefix(a, "-") {
+			name := strings.TrimLeft(a, "-")
+			if gantryGlobalValue[name] && len(cmd) == 0 {
+				i++ // its value
+			}
+			rest = append(rest, a)
+			continue
+		}
+		switch {
+		case len(cmd) == 0:
+			if !cmds[a] {
+				return fmt.Errorf("gantry has no command %q (gantry --help lists the commands)", a)
+			}
+			cmd = append(cmd, a)
+		case len(cmd) == 1 && cmds[cmd[0]+" "+a]:
+			cmd = append(cmd, a)
+		case len(cmd) == 1 && hasGroup(cmds, cmd[0]):
+			return fmt.Errorf("gantry %s has no subcommand %q", cmd[0], a)
+		}
+	}
+	help := top
+	if len(cmd) > 0 {
+		if hasGroup(cmds, cmd[0]) && len(cmd) == 1 {
+			return fmt.Errorf("gantry %s needs a subcommand", cmd[0])
+		}
+		help = helps.get(t, "gantry", cmd...)
+	}
+	known := helpFlags(help)
+	if len(cmd) == 0 { // gantry [global flags]: the global flags of the top-level help
+		for _, m := range regexp.MustCompile(`(?m)^\s+--([a-z-]+)`).FindAllStringSubmatch(top, -1) {
+			known[m[1]] = true
+		}
+	}
+	for _, f := range flagsOf(rest) {
+		if !known[f] {
+			return fmt.Errorf("gantry %s: flag -%s is not in its --help", strings.Join(cmd, " "), f)
+		}
+	}
+	return nil
+}
+
+// hasGroup: name is the first word of two-word commands (cdi, hook, ...).
+func hasGroup(cmds map[string]bool, name string) bool {
+	for c := range cmds {
+		if strings.HasPrefix(c, name+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+func checkFlagsAgainst(t *testing.T, prog string, args []string, helpArgs ...string) error {
+	known := helpFlags(helps.get(t, prog, helpArgs...))
+	for _, f := range flagsOf(args) {
+		if !known[f] {
+			return fmt.Errorf("%s: flag -%s is not in %s --help", prog, f, strings.Join(append([]string{prog}, helpArgs...), " "))
+		}
+	}
+	return nil
+}
+
+// checkNvcli: nvidia-container-cli [OPTION...] COMMAND [OPTION...].
+func checkNvcli(t *testing.T, args []string) error {
+	top := helps.get(t, "nvidia-container-cli")
+	cmds := helpCommands(top, "Commands:", 1)
+	for i, a := range args {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		if !cmds[a] {
+			return fmt.Errorf("nvidia-container-cli has no command %q", a)
+		}
+		if err := checkFlagsAgainst(t, "nvidia-container-cli", args[:i]); err != nil {
+			return err
+		}
+		return checkFlagsAgainst(t, "nvidia-container-cli", args[i+1:], a)
+	}
+	return checkFlagsAgainst(t, "nvidia-container-cli", args)
+}
+
+var makeTargetRe = regexp.MustCompile(`(?m)^([A-Za-z0-9_.-]+(?:[ \t]+[A-Za-z0-9_.-]+)*)[ \t]*:([^=]|$)`)
+
+func makeTargets(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range makeTargetRe.FindAllStringSubmatch(string(b), -1) {
+		for _, tg := range strings.Fields(m[1]) {
+			targets[tg] = true
+		}
+	}
+	return targets
+}
+
+// checkCommand checks one simple command; ok is false when it is not one of ours.
+func checkCommand(t *testing.T, words []string, targets map[string]bool) (ours bool, err error) {
+	prog, args := program(words)
+	if prog == "" {
+		return false, nil
+	}
+	base := filepath.Base(prog)
+	switch {
+	case base == "gantry" && (prog == "gantry" || strings.HasSuffix(prog, "bin/gantry")):
+		return true, checkGantry(t, args)
+	case base == "gantry-device-plugin":
+		return true, checkFlagsAgainst(t, "gantry-device-plugin", args)
+	case base == "gantry-hook" || base == "nvidia-container-runtime-hook":
+		return true, checkFlagsAgainst(t, base, args)
+	case base == "gantry-runtime" || base == "nvidia-container-runtime":
+		// runc's command line: only gantry-runtime's own --help/--version are checked.
+		for _, f := range flagsOf(args) {
+			if f == "version" || f == "help" {
+				continue
+			}
+			if _, err := exec.LookPath("runc"); err != nil {
+				continue
+			}
+			out, _ := exec.Command("runc", "--help").CombinedOutput()
+			if !helpFlags(string(out))[f] {
+				return true, fmt.Errorf("%s: flag -%s is neither runc's nor its own", base, f)
+			}
+		}
+		return true, nil
+	case base == "nvidia-container-cli":
+		return true, checkNvcli(t, args)
+	case prog == "make":
+		for _, a := range args {
+			if strings.HasPrefix(a, "-") || strings.Contains(a, "=") {
+				continue
+			}
+			if !targets[a] {
+				return true, fmt.Errorf("make: no target %q in the Makefile", a)
+			}
+		}
+		return true, nil
+	case strings.HasSuffix(prog, ".sh") && (strings.HasPrefix(strings.TrimPrefix(prog, "./"), "scripts/") || strings.HasPrefix(strings.TrimPrefix(prog, "./"), "bench/")):
+		st, err := os.Stat(filepath.Join(repoRoot, prog))
+		if err != nil {
+			return true, fmt.Errorf("%s does not exist", prog)
+		}
+		if st.Mode()&0o111 == 0 {
+			return true, fmt.Errorf("%s is not executable", prog)
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// TestCommandsExist checks every documented command line that runs one of
+// our programs against the program.
+func TestCommandsExist(t *testing.T) {
+	trackSources()
+	targets := makeTargets(t)
+	checked := 0
+	for _, file := range docFiles(t) {
+		for _, b := range readBlocks(t, file) {
+			if !isShell(b.lang) && !isTranscript(b) {
+				continue
+			}
+			lines, at := commandLines(b)
+			for i, line := range lines {
+				for _, words := range splitCommands(line) {
+					ours, err := checkCommand(t, words, targets)
+					if ours {
+						checked++
+					}
+					if err != nil {
+						t.Errorf("%s:%d: %s\n\t%s", file, at[i], err, line)
+					}
+				}
+			}
+		}
+	}
+	if checked < 40 {
+		t.Errorf("only %d command lines of ours found in the docs; the extraction is broken", checked)
+	}
+	t.Logf("%d documented command lines checked", checked)
+}
+
+// sandbox is where doctest blocks run: simulated GPUs, a fake driver root,
+// and temporary HOME, TMPDIR, CDI spec directory and inventory cache.
+type sandbox struct {
+	work string
+	env  []string
+}
+
+func newSandbox(t *testing.T) *sandbox {
+	t.Helper()
+	root := t.TempDir()
+	s := &sandbox{work: filepath.Join(root, "work")}
+	home, tmp := filepath.Join(root, "home"), filepath.Join(root, "tmp")
+	for _, d := range []string{s.work, home, tmp} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// bin/gantry as README's commands run it from the repository root.
+	if err := os.Symlink(binDir, filepath.Join(s.work, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	driverRoot := filepath.Join(root, "driver")
+	if out, err := exec.Command(filepath.Join(binDir, "gantry"), "sim", "driver-root", driverRoot).CombinedOutput(); err != nil {
+		t.Fatalf("gantry sim driver-root: %v\n%s", err, out)
+	}
+	cfg := filepath.Join(root, "gantry.toml")
+	conf := fmt.Sprintf(`gpus = "sim:h100x8"
+driver-root = %q
+
+[cdi]
+spec-dirs = [%q]
+
+[runtime]
+cache-dir = %q
+`, driverRoot, filepath.Join(tmp, "cdi"), filepath.Join(root, "cache"))
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.env = []string{
+		"PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"HOME=" + home, "TMPDIR=" + tmp, "GANTRY_CONFIG=" + cfg,
+		"LANG=C", "LC_ALL=C",
+	}
+	return s
+}
+
+// prepare drops "make build" lines: TestMain built those binaries from this
+// tree, into the directory the sandbox's bin/ and PATH point at.
+var makeBuildLine = regexp.MustCompile(`(?m)^\s*make (build|build-device-plugin)\s*(#.*)?$`)
+
+func (s *sandbox) run(t *testing.T, script string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", "set -euo pipefail\n"+makeBuildLine.ReplaceAllString(script, ":"))
+	cmd.Dir = s.work
+	cmd.Env = s.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestDoctests runs the blocks marked <!-- doctest -->, file by file, each
+// file's blocks in order in one sandbox.
+func TestDoctests(t *testing.T) {
+	trackSources()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash not found")
+	}
+	total := 0
+	for _, file := range docFiles(t) {
+		var tests []block
+		for _, b := range readBlocks(t, file) {
+			if b.doctest {
+				tests = append(tests, b)
+			}
+		}
+		if len(tests) == 0 {
+			continue
+		}
+		total += len(tests)
+		t.Run(file, func(t *testing.T) {
+			s := newSandbox(t)
+			for _, b := range tests {
+				switch {
+				case isShell(b.lang):
+					if out, err := s.run(t, b.text); err != nil {
+						t.Errorf("%s: doctest failed: %v\n--- block\n%s--- output\n%s", b.where(), err, b.text, out)
+					}
+				case isTranscript(b):
+					checkTranscript(t, s, b)
+				default:
+					t.Errorf("%s: <!-- doctest --> on a %q block: only sh blocks and $ transcripts run", b.where(), b.lang)
+				}
+			}
+		})
+	}
+	if total == 0 {
+		t.Fatal("no <!-- doctest --> blocks found")
+	}
+}
+
+// checkTranscript runs each "$ " command of a transcript block and compares
+// its output (stdout and stderr) with the lines below it: whitespace runs
+// compare equal, and a line "..." matches any number of lines. The exit
+// status is not checked (transcripts show errors too).
+func checkTranscript(t *testing.T, s *sandbox, b block) {
+	type step struct {
+		cmd  string
+		want []string
+		line int
+	}
+	var steps []step
+	for i, line := range strings.Split(strings.TrimSuffix(b.text, "\n"), "\n") {
+		if c, ok := strings.CutPrefix(line, "$ "); ok {
+			steps = append(steps, step{cmd: c, line: b.line + 1 + i})
+			continue
+		}
+		steps[len(steps)-1].want = append(steps[len(steps)-1].want, line)
+	}
+	for _, st := range steps {
+		out, _ := s.run(t, st.cmd)
+		got := strings.Split(strings.TrimRight(out, "\n"), "\n")
+		if !matchLines(st.want, got) {
+			t.Errorf("%s:%d: output of %q differs from the docs\n--- docs\n%s\n--- got\n%s",
+				b.file, st.line, st.cmd, strings.Join(st.want, "\n"), out)
+		}
+	}
+}
+
+func norm(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func matchLines(want, got []string) bool {
+	if len(want) == 0 {
+		return len(got) == 0 || (len(got) == 1 && got[0] == "")
+	}
+	if strings.TrimSpace(want[0]) == "..." {
+		for i := 0; i <= len(got); i++ {
+			if matchLines(want[1:], got[i:]) {
+				return true
+			}
+		}
+		return false
+	}
+	return len(got) > 0 && norm(want[0]) == norm(got[0]) && matchLines(want[1:], got[1:])
+}
+
+// TestTroubleshootingGenerated: troubleshooting.md is what Catalog renders.
+func TestTroubleshootingGenerated(t *testing.T) {
+	want := renderTroubleshooting()
+	const file = "troubleshooting.md"
+	if *update {
+		if err := os.WriteFile(file, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(file)
+	if err != nil || string(got) != want {
+		t.Fatalf("docs/%s is stale or missing (%v): run go test ./docs -update", file, err)
+	}
+}
+
+func renderTroubleshooting() string {
+	var b strings.Builder
+	b.WriteString(`# Troubleshooting: what ` + "`gantry doctor`" + ` checks
+
+<!-- Generated from internal/doctor's Catalog by ` + "`go test ./docs -update`" + `; edit the Catalog, not this file. -->
+
+"Why can't my container see the GPU?" ` + "`gantry doctor`" + ` walks the chain a GPU container
+depends on, from the kernel module to the engine's configuration and, with ` + "`--container`" + `,
+one running Docker container. It prints one line per check, ` + "`PASS`" + `, ` + "`FAIL`" + ` or ` + "`SKIP`" + `,
+with its evidence, and a ` + "`fix:`" + ` line under each failure; a check whose prerequisite failed
+is skipped and names it, so the first ` + "`FAIL`" + ` is the one to fix. The exit code is 0 when
+nothing failed, 1 otherwise.
+
+` + "```sh" + `
+sudo gantry doctor                        # the host: driver, device nodes, NVML, files, engines
+sudo gantry doctor --container my-app     # and what one Docker container got
+gantry doctor --json                      # the same checks as JSON (name, status, ok, evidence, fix)
+` + "```" + `
+
+It reads Docker's, containerd's and CRI-O's configuration at their standard paths;
+` + "`--docker-config`, `--containerd-config` and `--crio-dropins`" + ` point it elsewhere. On
+simulated GPUs and a fake driver root, with the engines' files registered in a scratch
+directory:
+
+<!-- doctest -->
+` + "```sh" + `
+gantry sim driver-root $TMPDIR/driver
+rt=$(command -v gantry-runtime)
+gantry runtime configure --runtime docker --config-file $TMPDIR/daemon.json --runtime-path $rt
+gantry runtime configure --runtime containerd --config-file $TMPDIR/containerd.toml --runtime-path $rt
+gantry runtime configure --runtime crio --config-file $TMPDIR/crio.d/99-nvidia.toml --runtime-path $rt
+gantry --gpus sim:h100x8 --driver-root $TMPDIR/driver doctor \
+    --docker-config $TMPDIR/daemon.json --containerd-config $TMPDIR/containerd.toml --crio-dropins $TMPDIR/crio.d
+` + "```" + `
+
+The checks, in the order doctor runs them:
+
+`)
+	for _, c := range doctor.Catalog {
+		fmt.Fprintf(&b, "## %s\n\n%s\n\n", c.Name, c.Verifies)
+		if len(c.Failures) == 0 {
+			b.WriteString("Never fails.\n\n")
+			continue
+		}
+		b.WriteString("| doctor reports | fix |\n| --- | --- |\n")
+		for _, f := range c.Failures {
+			fmt.Fprintf(&b, "| %s | %s |\n", cell(f.Reports), cell(f.Fix))
+		}
+		b.WriteString("\n")
+	}
+	return strings.TrimRight(b.String(), "\n") + "\n"
+}
+
+func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
