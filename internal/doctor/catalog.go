@@ -47,6 +47,10 @@ var Catalog = []CheckDoc{
 		},
 	},
 	{
+		Name:     CheckPersistence,
+		Verifies: "Every GPU has persistence mode on (NVML). Advice, never a failure: without it the driver tears a GPU down when its last client exits, so each container start initialises it again; the evidence names the GPUs with it off, and says to run `nvidia-smi -pm 1` or `nvidia-persistenced`. Skipped when the GPUs are simulated or NVML did not pass.",
+	},
+	{
 		Name:     CheckVersions,
 		Verifies: "The driver version NVML reports is the kernel module's, and the CUDA version the driver supports.",
 		Failures: []FailureDoc{
@@ -142,6 +146,37 @@ var Catalog = []CheckDoc{
 				"load the nvidia kernel module on the host (see " + CheckKernel + ")"},
 			{"the container has no `/dev/nvidiactl`", "the container got no GPU: see " + CheckContainer},
 			{"`docker exec` fails otherwise", "see the error; `docker exec` must work for this check"},
+		},
+	},
+	{
+		Name:     CheckDevicePlugin,
+		Verifies: "On a Kubernetes node (the kubelet directory, `--kubelet-dir`, exists; skipped otherwise): a device plugin's socket is in `device-plugins/` next to the kubelet's registration socket `kubelet.sock`.",
+		Failures: []FailureDoc{
+			{"no `kubelet.sock` socket, or no `device-plugins/` directory",
+				"is the kubelet running (`systemctl status kubelet`; `journalctl -u kubelet`), and is `--kubelet-dir` its root directory?"},
+			{"no plugin socket next to `kubelet.sock`",
+				"the device plugin is not running or not registered: `kubectl -n kube-system get pods -l app=gantry-device-plugin`; see its logs"},
+		},
+	},
+	{
+		Name:     CheckAllocatable,
+		Verifies: "On a Kubernetes node: the kubelet's pod-resources API (`pod-resources/kubelet.sock`) lists allocatable `nvidia.com/` devices (`nvidia.com/gpu`, `nvidia.com/mig-…`); reports how many of each are allocatable and how many the node's pods hold.",
+		Failures: []FailureDoc{
+			{"no allocatable `nvidia.com/` device",
+				"the device plugin is not running or not registered: `kubectl -n kube-system get pods -l app=gantry-device-plugin`; see its logs"},
+			{"the pod-resources socket is missing or does not answer",
+				"is the kubelet running (`systemctl status kubelet`), and is `--kubelet-dir` its root directory?"},
+			{"the kubelet does not implement `GetAllocatableResources`",
+				"upgrade the kubelet to 1.28 or later, or enable the `KubeletPodResourcesGetAllocatable` feature gate"},
+		},
+	},
+	{
+		Name:     CheckPod,
+		Verifies: "With `--pod NAMESPACE/NAME`: the `nvidia.com/` devices (resource and device IDs) each of the pod's containers holds, from the kubelet's pod-resources API.",
+		Failures: []FailureDoc{
+			{"the pod holds no GPU", "give its containers `resources.limits` `nvidia.com/gpu: N` (or a MIG resource) and recreate the pod"},
+			{"the pod is not among the kubelet's pods, or this is not a Kubernetes node",
+				"run doctor on the node the pod runs on (`kubectl get pod -n NAMESPACE NAME -o wide`), or point `--kubelet-dir` at the kubelet's root directory"},
 		},
 	},
 }

@@ -79,6 +79,8 @@ func TestCatalogCoversChecks(t *testing.T) {
 		"CheckInventoryCache": CheckInventoryCache, "CheckCDISpecs": CheckCDISpecs,
 		"CheckDocker": CheckDocker, "CheckContainerd": CheckContainerd, "CheckCRIO": CheckCRIO,
 		"CheckHook": CheckHook, "CheckContainer": CheckContainer, "CheckContainerDevice": CheckContainerDevice,
+		"CheckPersistence": CheckPersistence, "CheckDevicePlugin": CheckDevicePlugin,
+		"CheckAllocatable": CheckAllocatable, "CheckPod": CheckPod,
 	}
 	for ident := range failing {
 		name, ok := consts[ident]

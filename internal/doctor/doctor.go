@@ -41,6 +41,7 @@ const (
 	CheckKernel          = "kernel driver"
 	CheckDeviceNodes     = "device nodes"
 	CheckNVML            = "nvml"
+	CheckPersistence     = "persistence mode"
 	CheckVersions        = "driver and cuda versions"
 	CheckDriverFiles     = "driver files"
 	CheckInventoryCache  = "inventory cache"
@@ -51,6 +52,9 @@ const (
 	CheckHook            = "hook on path"
 	CheckContainer       = "container request"
 	CheckContainerDevice = "container device access"
+	CheckDevicePlugin    = "device plugin registration"
+	CheckAllocatable     = "kubelet gpu resources"
+	CheckPod             = "pod devices"
 )
 
 // Default locations of the engines' configuration.
@@ -75,6 +79,11 @@ type Options struct {
 	Container string
 	// Docker is the docker CLI ("docker", looked up in PATH).
 	Docker string
+	// KubeletDir is the kubelet's root (DefaultKubeletDir); the Kubernetes
+	// checks run only when it exists.
+	KubeletDir string
+	// Pod is NAMESPACE/NAME of a pod whose devices to report; empty for none.
+	Pod string
 }
 
 func (o *Options) defaults() {
@@ -89,6 +98,7 @@ func (o *Options) defaults() {
 	def(&o.CRIOConfig, DefaultCRIOConfig)
 	def(&o.CRIODropins, DefaultCRIODropins)
 	def(&o.Docker, "docker")
+	def(&o.KubeletDir, DefaultKubeletDir)
 	if o.Config.DriverRoot == "" {
 		o.Config.DriverRoot = "/"
 	}
@@ -160,6 +170,7 @@ func Run(opts Options) []Check {
 		nvmlCheck, sys = checkNVML(cfg)
 	}
 	out = append(out, nvmlCheck)
+	out = append(out, checkPersistence(cfg, nvmlCheck))
 
 	if c := after(CheckVersions, kernel); c != nil {
 		out = append(out, *c)
@@ -190,6 +201,7 @@ func Run(opts Options) []Check {
 	if opts.Container != "" {
 		out = append(out, checkContainer(opts)...)
 	}
+	out = append(out, checkKubernetes(opts)...)
 	return out
 }
 

@@ -57,6 +57,7 @@ func newHost(t *testing.T) *host {
 		ContainerdConfig: filepath.Join(dir, "containerd/config.toml"),
 		CRIOConfig:       filepath.Join(dir, "crio/crio.conf"),
 		CRIODropins:      filepath.Join(dir, "crio/crio.conf.d"),
+		KubeletDir:       filepath.Join(dir, "kubelet"), // not a Kubernetes node
 	}
 	h.write(t, h.opts.DockerConfig, `{"runtimes": {"nvidia": {"path": "`+filepath.Join(h.bin, "gantry-runtime")+`"}}}`)
 	h.writeSpec(t)
@@ -144,11 +145,13 @@ func TestHealthyHost(t *testing.T) {
 	expect(t, checks, CheckKernel, Pass, []string{fakedriver.DefaultVersion}, "")
 	expect(t, checks, CheckDeviceNodes, Pass, []string{"nvidiactl 195:255", "nvidia-uvm 511:0", "8 GPU nodes"}, "")
 	expect(t, checks, CheckNVML, Skip, []string{"simulated"}, "")
+	expect(t, checks, CheckPersistence, Skip, []string{"simulated"}, "")
 	expect(t, checks, CheckContainerd, Skip, nil, "")
 	expect(t, checks, CheckCRIO, Skip, nil, "")
 	// Every check is present, in chain order.
-	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckVersions, CheckDriverFiles,
-		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook}
+	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckPersistence, CheckVersions, CheckDriverFiles,
+		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook,
+		CheckDevicePlugin, CheckAllocatable}
 	if len(checks) != len(want) {
 		t.Fatalf("%d checks, want %d:\n%s", len(checks), len(want), dump(checks))
 	}
