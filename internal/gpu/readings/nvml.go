@@ -4,23 +4,12 @@ package readings
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-)
 
-// libDirs are where NVML lives under a driver root, in the layouts
-// internal/gpu/nvml supports.
-var libDirs = []string{
-	"usr/local/nvidia/lib64",
-	"usr/lib/x86_64-linux-gnu",
-	"usr/lib/aarch64-linux-gnu",
-	"usr/lib64",
-	"lib",
-	"lib64",
-}
+	gpunvml "github.com/gantry-gpu/gantry/internal/gpu/nvml"
+)
 
 // nvmlReader keeps NVML loaded for the life of the exporter (a scrape must
 // not pay for NVML's start) and caches device handles.
@@ -30,36 +19,17 @@ type nvmlReader struct {
 	handles map[string]nvml.Device
 }
 
-// NewNVML loads NVML (first as the dynamic loader finds it, then from the
-// library directories under driverRoot) and returns a Reader and the
-// function that unloads NVML again.
+// NewNVML loads NVML the way GPU discovery does (internal/gpu/nvml.Open:
+// the dynamic loader first, then the library directories under driverRoot,
+// under the lock that go-nvml's process-wide state needs) and returns a
+// Reader and the function that unloads NVML again.
 func NewNVML(driverRoot string) (Reader, func(), error) {
-	if driverRoot == "" {
-		driverRoot = "/"
+	lib, shutdown, err := gpunvml.Open(driverRoot)
+	if err != nil {
+		return nil, nil, fmt.Errorf("GPU readings: %w", err)
 	}
-	paths := []string{""}
-	for _, dir := range libDirs {
-		p := filepath.Join(driverRoot, dir, "libnvidia-ml.so.1")
-		if _, err := os.Stat(p); err == nil {
-			paths = append(paths, p)
-		}
-	}
-	for _, p := range paths {
-		lib := nvml.New()
-		if p != "" {
-			lib = nvml.New(nvml.WithLibraryPath(p))
-		}
-		switch ret := lib.Init(); ret {
-		case nvml.SUCCESS:
-			r := &nvmlReader{lib: lib, handles: map[string]nvml.Device{}}
-			return r, func() { r.mu.Lock(); lib.Shutdown(); r.mu.Unlock() }, nil
-		case nvml.ERROR_LIBRARY_NOT_FOUND:
-			continue
-		default:
-			return nil, nil, fmt.Errorf("initialising NVML for metrics: %s; check the driver with nvidia-smi, or use simulated GPUs", nvml.ErrorString(ret))
-		}
-	}
-	return nil, nil, fmt.Errorf("NVML (libnvidia-ml.so.1) not found under %s; metrics need the NVIDIA driver", driverRoot)
+	r := &nvmlReader{lib: lib, handles: map[string]nvml.Device{}}
+	return r, func() { r.mu.Lock(); shutdown(); r.mu.Unlock() }, nil
 }
 
 func (r *nvmlReader) Read(uuid string) (Sample, error) {
