@@ -40,6 +40,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/containerhook"
 	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/nsmount"
 	"github.com/gantry-gpu/gantry/internal/request"
@@ -223,13 +224,15 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) 
 	if err := nsmount.Apply(st.Pid, root, e, nsmount.Options{NoCgroups: noCgroups}); err != nil {
 		return res, err
 	}
-	return res, finishRootfs(st.Pid, root, e, inv.Version)
+	return res, finishRootfs(st.Pid, root, e, inv)
 }
 
-// finishRootfs makes the SONAME links and the ld.so.cache entries, in the
-// root filesystem as the container's mount namespace shows it (with the
-// library mounts just made), reached through /proc/PID/root.
-func finishRootfs(pid int, root string, e *edits.Edits, hostDriver string) error {
+// finishRootfs makes the SONAME links and the ld.so.cache entries (with
+// CUDA forward compatibility, as gantry-runtime does), in the root filesystem
+// as the container's mount namespace shows it, reached through /proc/PID/root.
+// A warning (an unreadable cache in the image, replaced) does not fail the
+// container.
+func finishRootfs(pid int, root string, e *edits.Edits, inv *driver.Inventory) error {
 	if len(e.Symlinks) == 0 && len(e.LibraryDirs) == 0 {
 		return nil
 	}
@@ -238,21 +241,7 @@ func finishRootfs(pid int, root string, e *edits.Edits, hostDriver string) error
 		return fmt.Errorf("opening the container's root filesystem: %w", err)
 	}
 	defer r.Close()
-	links := make([]containerhook.Link, 0, len(e.Symlinks))
-	for _, s := range e.Symlinks {
-		links = append(links, containerhook.Link{Target: s.Target, Link: s.Link})
-	}
-	if err := containerhook.CreateSymlinks(r, links); err != nil {
-		return err
-	}
-	if len(e.LibraryDirs) == 0 {
-		return nil
-	}
-	// A warning (an unreadable cache in the image, replaced) is not worth
-	// failing the container; it goes to stderr, which runc shows on failure
-	// only, and the log file.
-	// hostDriver turns on CUDA forward compatibility, as in gantry-runtime.
-	return containerhook.UpdateLDCacheCompat(r, e.LibraryDirs, hostDriver, func(string) {})
+	return containerhook.ApplyEdits(r, e, inv, true, nil)
 }
 
 // logResult appends one line to runtime.log-file, if configured: the engines

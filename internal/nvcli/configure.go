@@ -230,11 +230,6 @@ func runConfigure(c *ctx, sets []setting, operands []string) error {
 		return fmt.Errorf("container root %s of process %d: %w", r.rootfs, r.pid, err)
 	}
 	defer root.Close()
-	// Decided before anything is mounted: it reads only the image.
-	libs, dirs, err := loaderEntries(root, e, inv, r.compat, c)
-	if err != nil {
-		return err
-	}
 
 	if standalone {
 		err = applyStandalone(r.pid, r.rootfs, e)
@@ -250,56 +245,17 @@ func runConfigure(c *ctx, sets []setting, operands []string) error {
 	for _, n := range e.DeviceNodes {
 		c.log.Debug("device", "path", n.Path, "major", n.Major, "minor", n.Minor)
 	}
-	links := make([]containerhook.Link, 0, len(e.Symlinks))
-	for _, s := range e.Symlinks {
-		links = append(links, containerhook.Link{Target: s.Target, Link: s.Link})
+	note := func(s string) {
+		if strings.HasPrefix(s, "CUDA forward compatibility") {
+			c.log.Info(s)
+			return
+		}
+		c.log.Warn(s)
+		fmt.Fprintf(c.stderr, "%s configure: warning: %s\n", Name, s)
 	}
-	if err := containerhook.CreateSymlinks(root, links); err != nil {
+	if err := containerhook.ApplyEdits(root, e, inv, r.compat, note); err != nil {
 		return err
-	}
-	if len(libs) > 0 {
-		warn := func(s string) {
-			c.log.Warn(s)
-			fmt.Fprintf(c.stderr, "%s configure: warning: %s\n", Name, s)
-		}
-		if err := containerhook.AddToLDCache(root, libs, dirs, warn); err != nil {
-			return err
-		}
 	}
 	c.log.Info("configured", "pid", r.pid, "rootfs", r.rootfs)
 	return nil
-}
-
-// loaderEntries is what the container's ld.so.cache gets: each injected
-// 64-bit library under its SONAME, and, when the image carries CUDA forward
-// compatibility libraries newer than the host driver (and compat is on),
-// those first.
-func loaderEntries(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, compat bool, c *ctx) ([]containerhook.Library, []string, error) {
-	byPath := map[string]driver.File{}
-	for _, f := range inv.Libraries {
-		byPath[f.ContainerPath] = f
-	}
-	var libs []containerhook.Library
-	cuda := false
-	for _, m := range e.Mounts {
-		f, ok := byPath[m.ContainerPath]
-		if !ok || f.SONAME == "" || f.Capability == driver.Compat32 {
-			continue
-		}
-		libs = append(libs, containerhook.Library{SONAME: f.SONAME, Path: path.Join(path.Dir(m.ContainerPath), f.SONAME)})
-		cuda = cuda || f.SONAME == "libcuda.so.1"
-	}
-	dirs := append([]string(nil), e.LibraryDirs...)
-	if cuda && compat && inv.Version != "" {
-		extra, why, err := containerhook.ForwardCompat(root, inv.Version)
-		if err != nil {
-			return nil, nil, err
-		}
-		c.log.Info("CUDA forward compatibility", "decision", why)
-		if len(extra) > 0 {
-			libs = append(extra, libs...)
-			dirs = append([]string{containerhook.CompatDir}, dirs...)
-		}
-	}
-	return libs, dirs, nil
 }

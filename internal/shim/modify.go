@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -241,54 +240,7 @@ func modifyRootfs(bundle string, spec *ocispecs.Spec, e *edits.Edits, inv *drive
 	}
 	defer root.Close()
 	root.SkipSync()
-
-	links := make([]containerhook.Link, 0, len(e.Symlinks))
-	for _, s := range e.Symlinks {
-		links = append(links, containerhook.Link{Target: s.Target, Link: s.Link})
-	}
-	if err := containerhook.CreateSymlinks(root, links); err != nil {
-		return err
-	}
-
-	byPath := map[string]driver.File{}
-	for _, f := range inv.Libraries {
-		byPath[f.ContainerPath] = f
-	}
-	var libs []containerhook.Library
-	cuda := false
-	for _, m := range e.Mounts {
-		f, ok := byPath[m.ContainerPath]
-		if !ok || f.SONAME == "" || f.Capability == driver.Compat32 {
-			continue
-		}
-		libs = append(libs, containerhook.Library{SONAME: f.SONAME, Path: path.Join(path.Dir(m.ContainerPath), f.SONAME)})
-		cuda = cuda || f.SONAME == "libcuda.so.1"
-	}
-	if len(libs) == 0 {
-		return nil
-	}
-	dirs := e.LibraryDirs
-	if cuda && inv.Version != "" {
-		compat, why, err := containerhook.ForwardCompat(root, inv.Version)
-		if err != nil {
-			return err
-		}
-		if len(compat) > 0 {
-			libs = append(compat, libs...)
-			dirs = append([]string{containerhook.CompatDir}, dirs...)
-			res.Notes = append(res.Notes, "CUDA forward compatibility: "+why)
-		}
-	}
-	if len(dirs) == 0 {
-		seen := map[string]bool{}
-		for _, l := range libs {
-			if d := path.Dir(l.Path); !seen[d] {
-				seen[d] = true
-				dirs = append(dirs, d)
-			}
-		}
-	}
-	return containerhook.AddToLDCache(root, libs, dirs, func(s string) { res.Notes = append(res.Notes, s) })
+	return containerhook.ApplyEdits(root, e, inv, true, func(s string) { res.Notes = append(res.Notes, s) })
 }
 
 // injectCDI resolves CDI names of other vendors through the CDI registry.
