@@ -1,8 +1,6 @@
 package containerhook
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +10,8 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
 )
 
 // Test artifacts, compiled once by TestMain with the real gcc.
@@ -119,33 +119,9 @@ func imageRoot(t *testing.T, extra func(dir string)) string {
 		}
 	}
 	dir := basicRoot(t)
-	out, err := exec.Command("ldd", filepath.Join(artifacts, probeBin)).Output()
+	conf, err := fakedriver.CopyLoaderDeps(filepath.Join(artifacts, probeBin), dir)
 	if err != nil {
-		t.Skipf("skipping: ldd on the probe: %v", err)
-	}
-	libDirs := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
-		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; linux-vdso has no file.
-		f := strings.Fields(sc.Text())
-		var p string
-		switch {
-		case len(f) >= 3 && f[1] == "=>":
-			p = f[2]
-		case len(f) >= 1 && filepath.IsAbs(f[0]):
-			p = f[0]
-		}
-		if !filepath.IsAbs(p) {
-			continue
-		}
-		mkdirs(t, dir, filepath.Dir(p))
-		copyFile(t, p, filepath.Join(dir, p))
-		libDirs[filepath.Dir(p)] = true
-	}
-	var conf []string
-	for d := range libDirs {
-		conf = append(conf, d)
+		t.Skipf("skipping: %v", err)
 	}
 	writeFile(t, filepath.Join(dir, "etc/ld.so.conf"), strings.Join(conf, "\n")+"\n")
 	copyFile(t, filepath.Join(artifacts, probeBin), filepath.Join(dir, probeBin))

@@ -1,7 +1,6 @@
 package hook
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"debug/elf"
@@ -143,35 +142,9 @@ func setup(dir string) error {
 	if err := run("gcc", "-O2", "-o", probe, src, "-ldl"); err != nil {
 		return err
 	}
-	out, err := exec.Command("ldd", probe).Output()
+	conf, err := fakedriver.CopyLoaderDeps(probe, imageDir)
 	if err != nil {
-		return fmt.Errorf("ldd %s: %v", probe, err)
-	}
-	dirs := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		var p string
-		switch {
-		case len(f) >= 3 && f[1] == "=>":
-			p = f[2]
-		case len(f) >= 1 && filepath.IsAbs(f[0]):
-			p = f[0]
-		}
-		if !filepath.IsAbs(p) {
-			continue
-		}
-		if err := os.MkdirAll(filepath.Join(imageDir, filepath.Dir(p)), 0o755); err != nil {
-			return err
-		}
-		if err := copyFile(p, filepath.Join(imageDir, p)); err != nil {
-			return err
-		}
-		dirs[filepath.Dir(p)] = true
-	}
-	var conf []string
-	for d := range dirs {
-		conf = append(conf, d)
+		return err
 	}
 	if err := os.WriteFile(filepath.Join(imageDir, "etc/ld.so.conf"), []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {
 		return err

@@ -1,7 +1,6 @@
 package nvcli
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/ldcache"
 )
 
@@ -131,26 +131,9 @@ func imageRoot(t *testing.T, dir string) {
 	if out, err := exec.Command("gcc", "-o", probe, src, "-ldl").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
-	out, err := exec.Command("ldd", probe).Output()
+	conf, err := fakedriver.CopyLoaderDeps(probe, dir)
 	if err != nil {
-		t.Skipf("skipping: ldd on the probe: %v", err)
-	}
-	var conf []string
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		var p string
-		switch {
-		case len(f) >= 3 && f[1] == "=>":
-			p = f[2]
-		case len(f) >= 1 && filepath.IsAbs(f[0]):
-			p = f[0]
-		}
-		if !filepath.IsAbs(p) {
-			continue
-		}
-		copyTo(t, p, filepath.Join(dir, p), 0o755)
-		conf = append(conf, filepath.Dir(p))
+		t.Skipf("skipping: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "etc/ld.so.conf"), []byte(strings.Join(conf, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)

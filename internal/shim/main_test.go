@@ -209,7 +209,7 @@ func (f *fixture) buildAll(busybox string) error {
 	if err := run("gcc", "-O2", "-o", probe, src, "-ldl"); err != nil {
 		return err
 	}
-	if err := copyLibs(probe, img); err != nil {
+	if _, err := fakedriver.CopyLoaderDeps(probe, img); err != nil {
 		return err
 	}
 	f.mark = filepath.Join(f.dir, "host-only", "evil-was-loaded")
@@ -234,37 +234,6 @@ func (f *fixture) buildAll(busybox string) error {
 	}
 	f.specTmpl, err = os.ReadFile(filepath.Join(tmpl, "config.json"))
 	return err
-}
-
-// copyLibs copies the shared libraries bin needs (per ldd) into root at the
-// same paths, so the image has a working glibc and loader.
-func copyLibs(bin, root string) error {
-	out, err := exec.Command("ldd", bin).Output()
-	if err != nil {
-		return fmt.Errorf("ldd %s: %v", bin, err)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		for _, field := range strings.Fields(line) {
-			if !strings.HasPrefix(field, "/") {
-				continue
-			}
-			real, err := filepath.EvalSymlinks(field)
-			if err != nil {
-				return err
-			}
-			dst := filepath.Join(root, field)
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-				return err
-			}
-			if _, err := os.Lstat(dst); err == nil {
-				continue
-			}
-			if err := copyFile(real, dst, 0o755); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 func copyFile(from, to string, mode os.FileMode) error {
