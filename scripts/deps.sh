@@ -26,6 +26,9 @@ if $tests; then
   # Compose GPU reservations (docker-compose 1.29 has deploy.resources devices)
   command -v dockerd >/dev/null || [ -x /usr/sbin/dockerd ] || optional+=(docker.io)
   command -v docker-compose >/dev/null || optional+=(docker-compose)
+  # engineconfig checks its diffs with GNU patch; nsmount/hook run runc under unshare
+  command -v patch >/dev/null || optional+=(patch)
+  command -v unshare >/dev/null || optional+=(util-linux)
 fi
 [ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
 sudo=""
