@@ -12,8 +12,16 @@
 //	/gpu/status        each GPU's power, temperature, utilisation, memory, clocks, processes
 //	/gpu/status/json   {"Devices": [...]}
 //
-// The JSON field names are the original's; a value the backend cannot give is
-// null, and "N/A" in the text forms, as there.
+// The JSON field names, nesting and units are the original's; a value the
+// backend cannot give is null, and "N/A" in the text forms, as there. The text
+// forms are laid out as the original's tabwriter output was, byte for byte.
+// /gpu/status has, per GPU: power (W; the text adds the limit), temperature,
+// utilisation of the GPU, memory, encoder and decoder, memory used (MiB),
+// volatile uncorrected ECC errors in L1, L2 and device memory, SM and memory
+// clocks (MHz), BAR1 used (MiB), PCIe RX/TX (MB/s) and the processes (host PID,
+// argv[0], MiB), all from package readings; /gpu/info takes the power limit,
+// BAR1 size and maximum clocks from there too. A GPU that cannot be read at
+// all shows every reading null rather than failing the request.
 //
 // /docker/cli takes the original's query parameters: dev, the GPUs by index or
 // by (a prefix of) UUID, separated by spaces ("?dev=0+1", "+" being a space in a

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
@@ -349,14 +350,19 @@ type P2PLink struct {
 
 func ptr[T any](v T) *T { return &v }
 
-// GPUInfo gathers /gpu/info's facts.
+// GPUInfo gathers /gpu/info's facts. The power limit, BAR1 size and
+// maximum clocks come from the Reader; a GPU it cannot read has them null.
 func (s *Server) GPUInfo() Info {
+	return s.info(s.readAll())
+}
+
+func (s *Server) info(samples []readings.Sample) Info {
 	var info Info
 	sys := s.opts.System
 	info.Version.Driver = sys.DriverVersion
 	info.Version.CUDA = sys.CUDADriverVersion
 	info.Devices = []DeviceInfo{}
-	for _, d := range sys.Devices {
+	for i, d := range sys.Devices {
 		var di DeviceInfo
 		di.UUID = d.UUID
 		di.Path = d.DevicePath()
@@ -376,6 +382,11 @@ func (s *Server) GPUInfo() Info {
 		if d.MemoryMiB > 0 {
 			di.Memory.Global = ptr(uint(d.MemoryMiB))
 		}
+		sample := samples[i]
+		di.Power = uintOf(sample.PowerLimitWatts)
+		di.PCI.BAR1 = uint64Of(sample.BAR1TotalBytes / mib)
+		di.Clocks.Cores = uintOf(sample.MaxSMClockMHz)
+		di.Clocks.Memory = uintOf(sample.MaxMemoryClockMHz)
 		info.Devices = append(info.Devices, di)
 	}
 	return info
@@ -388,6 +399,7 @@ func (s *Server) gpuInfoJSON(w http.ResponseWriter, r *http.Request) {
 func (s *Server) gpuInfo(w http.ResponseWriter, r *http.Request) {
 	info := s.GPUInfo()
 	t := newText(w)
+	t.line("")
 	t.row("Driver version:", info.Version.Driver)
 	t.row("Supported CUDA version:", info.Version.CUDA)
 	for i, d := range info.Devices {
@@ -432,6 +444,7 @@ func (s *Server) gpuInfo(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	t.line("")
 	t.flush()
 }
 
@@ -442,7 +455,8 @@ type Status struct {
 	Devices []DeviceStatus
 }
 
-// DeviceStatus is one GPU's readings in the original's shape; null when unknown.
+// DeviceStatus is one GPU's readings in the original's shape and units
+// (whole numbers, cut down as the original divided them); null when unknown.
 type DeviceStatus struct {
 	Power       *uint // W
 	Temperature *uint // °C
@@ -454,92 +468,121 @@ type DeviceStatus struct {
 	}
 	Memory struct {
 		GlobalUsed *uint64 // MiB
-		ECCErrors  struct {
+		// Volatile uncorrected ECC errors by location.
+		ECCErrors struct {
 			L1Cache *uint64
 			L2Cache *uint64
-			Global  *uint64
+			Global  *uint64 // device memory
 		}
 	}
-	// Clocks are not read yet (the metrics Reader has no clocks): null.
+	// Clocks are the current SM and memory clocks.
 	Clocks Clocks
 	PCI    struct {
-		BAR1Used   *uint64
+		BAR1Used   *uint64 // MiB
 		Throughput struct {
-			RX *uint
+			RX *uint // MB/s
 			TX *uint
 		}
 	}
-	// Processes are not read yet (the metrics Reader has no process list): null.
+	// Processes are null when there are none, as in the original.
 	Processes []Process
 }
 
 // Process is a process using a GPU.
 type Process struct {
-	PID        uint
-	Name       string
-	MemoryUsed uint64 // MiB
+	PID uint
+	// Name is argv[0]; empty when the process is not visible from here.
+	Name string
+	// MemoryUsed is in MiB; null when NVML cannot tell.
+	MemoryUsed *uint64
 }
 
+const mib = 1 << 20
+
+// uintOf cuts a reading down to a whole number, as the original's integer
+// divisions did; nil when unknown.
 func uintOf(f float64) *uint {
 	if math.IsNaN(f) || f < 0 {
 		return nil
 	}
-	return ptr(uint(math.Round(f)))
+	return ptr(uint(math.Floor(f)))
+}
+
+func uint64Of(f float64) *uint64 {
+	if math.IsNaN(f) || f < 0 {
+		return nil
+	}
+	return ptr(uint64(math.Floor(f)))
+}
+
+// readAll reads every GPU once. A GPU the Reader cannot read has every
+// value unknown; the first error is logged.
+func (s *Server) readAll() []readings.Sample {
+	out := make([]readings.Sample, len(s.opts.System.Devices))
+	for i, d := range s.opts.System.Devices {
+		out[i] = readings.Unknown()
+		if s.opts.Reader == nil {
+			continue
+		}
+		sample, err := s.opts.Reader.Read(d.UUID)
+		if err != nil {
+			s.opts.Logger.Warn("reading GPU", "gpu", d.Index, "uuid", d.UUID, "err", err)
+			continue
+		}
+		out[i] = sample
+	}
+	return out
 }
 
 // GPUStatus reads every GPU once.
-func (s *Server) GPUStatus() (Status, error) {
+func (s *Server) GPUStatus() Status {
+	return status(s.readAll())
+}
+
+func status(samples []readings.Sample) Status {
 	st := Status{Devices: []DeviceStatus{}}
-	for _, d := range s.opts.System.Devices {
-		sample := readings.Unknown()
-		if s.opts.Reader != nil {
-			var err error
-			sample, err = s.opts.Reader.Read(d.UUID)
-			if err != nil {
-				return st, fmt.Errorf("reading GPU %d (%s): %w", d.Index, d.UUID, err)
-			}
-		}
+	for _, sample := range samples {
 		var ds DeviceStatus
 		ds.Power = uintOf(sample.PowerWatts)
 		ds.Temperature = uintOf(sample.TemperatureCelsius)
 		ds.Utilization.GPU = uintOf(sample.UtilizationPercent)
 		ds.Utilization.Memory = uintOf(sample.MemoryUtilizationPercent)
-		if used := uintOf(sample.MemoryUsedBytes / (1 << 20)); used != nil {
-			ds.Memory.GlobalUsed = ptr(uint64(*used))
+		ds.Utilization.Encoder = uintOf(sample.EncoderUtilizationPercent)
+		ds.Utilization.Decoder = uintOf(sample.DecoderUtilizationPercent)
+		ds.Memory.GlobalUsed = uint64Of(sample.MemoryUsedBytes / mib)
+		ds.Memory.ECCErrors.L1Cache = uint64Of(sample.ECCErrorsL1Cache)
+		ds.Memory.ECCErrors.L2Cache = uint64Of(sample.ECCErrorsL2Cache)
+		ds.Memory.ECCErrors.Global = uint64Of(sample.ECCErrorsDeviceMemory)
+		ds.Clocks.Cores = uintOf(sample.SMClockMHz)
+		ds.Clocks.Memory = uintOf(sample.MemoryClockMHz)
+		ds.PCI.BAR1Used = uint64Of(sample.BAR1UsedBytes / mib)
+		ds.PCI.Throughput.RX = uintOf(sample.PCIeRXBytesPerSecond / 1e6)
+		ds.PCI.Throughput.TX = uintOf(sample.PCIeTXBytesPerSecond / 1e6)
+		for _, p := range sample.Processes {
+			ds.Processes = append(ds.Processes, Process{PID: uint(p.PID), Name: p.Name, MemoryUsed: uint64Of(p.UsedMemoryBytes / mib)})
 		}
 		st.Devices = append(st.Devices, ds)
 	}
-	return st, nil
+	return st
 }
 
 func (s *Server) gpuStatusJSON(w http.ResponseWriter, r *http.Request) {
-	st, err := s.GPUStatus()
-	if err != nil {
-		s.opts.Logger.Error("gpu status", "err", err)
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	writeJSON(w, st)
+	writeJSON(w, s.GPUStatus())
 }
 
 func (s *Server) gpuStatus(w http.ResponseWriter, r *http.Request) {
-	st, err := s.GPUStatus()
-	if err != nil {
-		s.opts.Logger.Error("gpu status", "err", err)
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	info := s.GPUInfo()
+	samples := s.readAll()
+	st, info := status(samples), s.info(samples)
 	t := newText(w)
 	for i, ds := range st.Devices {
+		di := info.Devices[i]
 		t.line("")
 		t.line(fmt.Sprintf("Device #%d", i))
+		// As in the original, the power and BAR1 lines show "used / total"
+		// or N/A, and need both.
 		power := "N/A"
-		if ds.Power != nil {
-			power = fmt.Sprintf("%d W", *ds.Power)
-			if lim := info.Devices[i].Power; lim != nil {
-				power = fmt.Sprintf("%d / %d W", *ds.Power, *lim)
-			}
+		if ds.Power != nil && di.Power != nil {
+			power = fmt.Sprintf("%d / %d W", *ds.Power, *di.Power)
 		}
 		t.row("  Power:", power)
 		t.row("  Temperature:", num(ds.Temperature, " °C"))
@@ -550,8 +593,8 @@ func (s *Server) gpuStatus(w http.ResponseWriter, r *http.Request) {
 		t.row("    Decoder:", num(ds.Utilization.Decoder, " %"))
 		t.line("  Memory")
 		global := "N/A"
-		if ds.Memory.GlobalUsed != nil && info.Devices[i].Memory.Global != nil {
-			global = fmt.Sprintf("%d / %d MiB", *ds.Memory.GlobalUsed, *info.Devices[i].Memory.Global)
+		if ds.Memory.GlobalUsed != nil && di.Memory.Global != nil {
+			global = fmt.Sprintf("%d / %d MiB", *ds.Memory.GlobalUsed, *di.Memory.Global)
 		}
 		t.row("    Global:", global)
 		t.line("    ECC Errors")
@@ -559,7 +602,11 @@ func (s *Server) gpuStatus(w http.ResponseWriter, r *http.Request) {
 		t.row("      L2 Cache:", num(ds.Memory.ECCErrors.L2Cache, ""))
 		t.row("      Global:", num(ds.Memory.ECCErrors.Global, ""))
 		t.line("  PCI")
-		t.row("    BAR1:", num(ds.PCI.BAR1Used, " MiB"))
+		bar1 := "N/A"
+		if ds.PCI.BAR1Used != nil && di.PCI.BAR1 != nil {
+			bar1 = fmt.Sprintf("%d / %d MiB", *ds.PCI.BAR1Used, *di.PCI.BAR1)
+		}
+		t.row("    BAR1:", bar1)
 		t.line("    Throughput")
 		t.row("      RX:", num(ds.PCI.Throughput.RX, " MB/s"))
 		t.row("      TX:", num(ds.PCI.Throughput.TX, " MB/s"))
@@ -572,11 +619,12 @@ func (s *Server) gpuStatus(w http.ResponseWriter, r *http.Request) {
 			t.line("  Processes")
 			for _, p := range ds.Processes {
 				t.row("    - PID:", strconv.FormatUint(uint64(p.PID), 10))
-				t.row("      Name:", p.Name)
-				t.row("      Memory:", fmt.Sprintf("%d MiB", p.MemoryUsed))
+				t.row("      Name:", str(&p.Name))
+				t.row("      Memory:", num(p.MemoryUsed, " MiB"))
 			}
 		}
 	}
+	t.line("")
 	t.flush()
 }
 
@@ -596,11 +644,17 @@ func num[T uint | uint64](p *T, unit string) string {
 	return fmt.Sprintf("%d%s", *p, unit)
 }
 
-// text lays out "Label:  value" rows with the values of a block aligned, as
-// the original's tabwriter output was.
+// text lays out "Label:  value" rows as the original's tabwriter did: the
+// values of a run of rows are aligned two spaces after the run's longest
+// label, and a line without a value (a heading, a blank line) ends the run.
 type text struct {
 	w    io.Writer
-	rows [][2]string
+	rows []textRow
+}
+
+type textRow struct {
+	label, value string
+	heading      bool
 }
 
 func newText(w io.Writer) *text {
@@ -610,25 +664,27 @@ func newText(w io.Writer) *text {
 	return &text{w: w}
 }
 
-func (t *text) row(label, value string) { t.rows = append(t.rows, [2]string{label, value}) }
+func (t *text) row(label, value string) { t.rows = append(t.rows, textRow{label: label, value: value}) }
 
-// line is a row without a value; it does not widen the label column.
-func (t *text) line(s string) { t.rows = append(t.rows, [2]string{s, "\x00"}) }
+// line is a row without a value.
+func (t *text) line(s string) { t.rows = append(t.rows, textRow{label: s, heading: true}) }
 
 func (t *text) flush() {
-	width := 0
-	for _, r := range t.rows {
-		if r[1] != "\x00" && len([]rune(r[0])) > width {
-			width = len([]rune(r[0]))
-		}
-	}
 	var b strings.Builder
-	for _, r := range t.rows {
-		if r[1] == "\x00" {
-			b.WriteString(r[0] + "\n")
+	for start := 0; start < len(t.rows); {
+		if t.rows[start].heading {
+			b.WriteString(t.rows[start].label + "\n")
+			start++
 			continue
 		}
-		fmt.Fprintf(&b, "%-*s  %s\n", width, r[0], r[1])
+		end, width := start, 0
+		for ; end < len(t.rows) && !t.rows[end].heading; end++ {
+			width = max(width, utf8.RuneCountInString(t.rows[end].label))
+		}
+		for _, r := range t.rows[start:end] {
+			fmt.Fprintf(&b, "%-*s  %s\n", width, r.label, r.value)
+		}
+		start = end
 	}
 	io.WriteString(t.w, b.String())
 }

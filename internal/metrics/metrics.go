@@ -37,6 +37,10 @@ var gpuLabels = []string{"gpu", "uuid", "model", "pod", "namespace", "container"
 var (
 	descUtil     = desc("gantry_gpu_utilization_percent", "Percent of time the GPU was running a kernel over the last sample period.")
 	descMemUtil  = desc("gantry_gpu_memory_utilization_percent", "Percent of time GPU memory was being read or written over the last sample period.")
+	descEncUtil  = desc("gantry_gpu_encoder_utilization_percent", "Percent of time the video encoder (NVENC) was busy over the last sample period.")
+	descDecUtil  = desc("gantry_gpu_decoder_utilization_percent", "Percent of time the video decoder (NVDEC) was busy over the last sample period.")
+	descSMClock  = desc("gantry_gpu_sm_clock_hertz", "Current clock of the streaming multiprocessors, in hertz.")
+	descMemClock = desc("gantry_gpu_memory_clock_hertz", "Current memory clock, in hertz.")
 	descMemUsed  = desc("gantry_gpu_memory_used_bytes", "GPU memory in use, in bytes.")
 	descMemTotal = desc("gantry_gpu_memory_total_bytes", "Total GPU memory, in bytes.")
 	descTemp     = desc("gantry_gpu_temperature_celsius", "GPU core temperature, in degrees Celsius.")
@@ -97,7 +101,7 @@ func (e *Exporter) Mux() *http.ServeMux {
 
 // Describe implements prometheus.Collector.
 func (e *Exporter) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUtil, descMemUtil, descMemUsed, descMemTotal, descTemp, descPower, descXID, descHealthy, descPRUp} {
+	for _, d := range []*prometheus.Desc{descUtil, descMemUtil, descEncUtil, descDecUtil, descSMClock, descMemClock, descMemUsed, descMemTotal, descTemp, descPower, descXID, descHealthy, descPRUp} {
 		ch <- d
 	}
 }
@@ -165,6 +169,10 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(descUtil, s.UtilizationPercent)
 			gauge(descMemUtil, s.MemoryUtilizationPercent)
+			gauge(descEncUtil, s.EncoderUtilizationPercent)
+			gauge(descDecUtil, s.DecoderUtilizationPercent)
+			gauge(descSMClock, s.SMClockMHz*1e6)
+			gauge(descMemClock, s.MemoryClockMHz*1e6)
 			gauge(descMemUsed, s.MemoryUsedBytes)
 			gauge(descMemTotal, s.MemoryTotalBytes)
 			gauge(descTemp, s.TemperatureCelsius)

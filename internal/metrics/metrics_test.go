@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net"
 	"net/http"
@@ -146,14 +147,21 @@ func TestScrape(t *testing.T) {
 		t.Errorf("memory_total of GPU 4 = %v, want %v", total["4///"], 81559*(1<<20))
 	}
 	for name, field := range map[string]func(Sample) float64{
-		"gantry_gpu_utilization_percent":        func(s Sample) float64 { return s.UtilizationPercent },
-		"gantry_gpu_memory_utilization_percent": func(s Sample) float64 { return s.MemoryUtilizationPercent },
-		"gantry_gpu_temperature_celsius":        func(s Sample) float64 { return s.TemperatureCelsius },
-		"gantry_gpu_power_watts":                func(s Sample) float64 { return s.PowerWatts },
+		"gantry_gpu_utilization_percent":         func(s Sample) float64 { return s.UtilizationPercent },
+		"gantry_gpu_memory_utilization_percent":  func(s Sample) float64 { return s.MemoryUtilizationPercent },
+		"gantry_gpu_temperature_celsius":         func(s Sample) float64 { return s.TemperatureCelsius },
+		"gantry_gpu_power_watts":                 func(s Sample) float64 { return s.PowerWatts },
+		"gantry_gpu_encoder_utilization_percent": func(s Sample) float64 { return s.EncoderUtilizationPercent },
+		"gantry_gpu_decoder_utilization_percent": func(s Sample) float64 { return s.DecoderUtilizationPercent },
+		"gantry_gpu_sm_clock_hertz":              func(s Sample) float64 { return s.SMClockMHz * 1e6 },
+		"gantry_gpu_memory_clock_hertz":          func(s Sample) float64 { return s.MemoryClockMHz * 1e6 },
 	} {
 		got := series(t, fams, name)
-		if got["6///"] != field(sample(6)) {
-			t.Errorf("%s{gpu 6} = %v, want %v", name, got["6///"], field(sample(6)))
+		for _, k := range []string{"0/train-0/ml/trainer", "1/train-0/ml/trainer", "6///"} { // GPU 0 is busy, GPU 1 idle
+			i := int(k[0] - '0')
+			if v, ok := got[k]; !ok || v != field(sample(i)) {
+				t.Errorf("%s{%s} = %v (present %v), want %v", name, k, v, ok, field(sample(i)))
+			}
 		}
 	}
 	healthy := series(t, fams, "gantry_gpu_healthy")
@@ -198,9 +206,14 @@ func TestKubeletDown(t *testing.T) {
 	if got := series(t, fams, "gantry_gpu_healthy"); len(got) != 2 || got["0///"] != 1 {
 		t.Errorf("healthy = %v", got)
 	}
-	// MIG-enabled GPUs have no utilisation, as with NVML.
-	if _, ok := fams["gantry_gpu_utilization_percent"]; ok {
-		t.Error("utilisation reported for MIG-enabled GPUs")
+	// MIG-enabled GPUs have no utilisation, as with NVML; their clocks are there.
+	for _, name := range []string{"gantry_gpu_utilization_percent", "gantry_gpu_encoder_utilization_percent", "gantry_gpu_decoder_utilization_percent"} {
+		if _, ok := fams[name]; ok {
+			t.Errorf("%s reported for MIG-enabled GPUs", name)
+		}
+	}
+	if got := series(t, fams, "gantry_gpu_sm_clock_hertz"); len(got) != 2 || !(got["1///"] > 1e8) {
+		t.Errorf("sm_clock_hertz = %v", got)
 	}
 }
 
@@ -239,7 +252,7 @@ func TestSimReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := r.Read("GPU-a")
-	if a != b || a.MemoryTotalBytes != 1<<30 || a.MemoryUsedBytes > a.MemoryTotalBytes || math.IsNaN(a.UtilizationPercent) || a.UtilizationPercent > 100 {
+	if fmt.Sprintf("%+v", a) != fmt.Sprintf("%+v", b) || a.MemoryTotalBytes != 1<<30 || a.MemoryUsedBytes > a.MemoryTotalBytes || math.IsNaN(a.UtilizationPercent) || a.UtilizationPercent > 100 {
 		t.Errorf("sample %+v / %+v", a, b)
 	}
 	if _, err := r.Read("GPU-b"); err == nil {

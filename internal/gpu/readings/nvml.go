@@ -4,6 +4,7 @@ package readings
 
 import (
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -17,6 +18,7 @@ type nvmlReader struct {
 	mu      sync.Mutex
 	lib     nvml.Interface
 	handles map[string]nvml.Device
+	proc    string // where the host's /proc is, for process names
 }
 
 // NewNVML loads NVML the way GPU discovery does (internal/gpu/nvml.Open:
@@ -28,7 +30,7 @@ func NewNVML(driverRoot string) (Reader, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("GPU readings: %w", err)
 	}
-	r := &nvmlReader{lib: lib, handles: map[string]nvml.Device{}}
+	r := &nvmlReader{lib: lib, handles: map[string]nvml.Device{}, proc: "/proc"}
 	return r, func() { r.mu.Lock(); shutdown(); r.mu.Unlock() }, nil
 }
 
@@ -43,9 +45,22 @@ func (r *nvmlReader) Read(uuid string) (Sample, error) {
 		}
 		r.handles[uuid] = h
 	}
+	return readDevice(h, r.proc), nil
+}
+
+// readDevice reads every value of one GPU. Each value is read on its own:
+// one that NVML does not support on this GPU (or that fails) stays NaN and
+// the others are still read.
+func readDevice(h nvml.Device, proc string) Sample {
 	s := Unknown()
 	if u, ret := h.GetUtilizationRates(); ret == nvml.SUCCESS {
 		s.UtilizationPercent, s.MemoryUtilizationPercent = float64(u.Gpu), float64(u.Memory)
+	}
+	if u, _, ret := h.GetEncoderUtilization(); ret == nvml.SUCCESS {
+		s.EncoderUtilizationPercent = float64(u)
+	}
+	if u, _, ret := h.GetDecoderUtilization(); ret == nvml.SUCCESS {
+		s.DecoderUtilizationPercent = float64(u)
 	}
 	if m, ret := h.GetMemoryInfo(); ret == nvml.SUCCESS {
 		s.MemoryUsedBytes, s.MemoryTotalBytes = float64(m.Used), float64(m.Total)
@@ -56,5 +71,64 @@ func (r *nvmlReader) Read(uuid string) (Sample, error) {
 	if p, ret := h.GetPowerUsage(); ret == nvml.SUCCESS {
 		s.PowerWatts = float64(p) / 1000 // milliwatts
 	}
-	return s, nil
+	if p, ret := h.GetPowerManagementLimit(); ret == nvml.SUCCESS {
+		s.PowerLimitWatts = float64(p) / 1000
+	}
+	clock := func(get func(nvml.ClockType) (uint32, nvml.Return), c nvml.ClockType) float64 {
+		if v, ret := get(c); ret == nvml.SUCCESS {
+			return float64(v)
+		}
+		return math.NaN()
+	}
+	s.SMClockMHz = clock(h.GetClockInfo, nvml.CLOCK_SM)
+	s.MemoryClockMHz = clock(h.GetClockInfo, nvml.CLOCK_MEM)
+	s.MaxSMClockMHz = clock(h.GetMaxClockInfo, nvml.CLOCK_SM)
+	s.MaxMemoryClockMHz = clock(h.GetMaxClockInfo, nvml.CLOCK_MEM)
+	if b, ret := h.GetBAR1MemoryInfo(); ret == nvml.SUCCESS {
+		s.BAR1UsedBytes, s.BAR1TotalBytes = float64(b.Bar1Used), float64(b.Bar1Total)
+	}
+	pcie := func(c nvml.PcieUtilCounter) float64 {
+		if v, ret := h.GetPcieThroughput(c); ret == nvml.SUCCESS {
+			return float64(v) * 1000 // KB/s
+		}
+		return math.NaN()
+	}
+	s.PCIeRXBytesPerSecond = pcie(nvml.PCIE_UTIL_RX_BYTES)
+	s.PCIeTXBytesPerSecond = pcie(nvml.PCIE_UTIL_TX_BYTES)
+	ecc := func(loc nvml.MemoryLocation) float64 {
+		if v, ret := h.GetMemoryErrorCounter(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC, loc); ret == nvml.SUCCESS {
+			return float64(v)
+		}
+		return math.NaN()
+	}
+	s.ECCErrorsL1Cache = ecc(nvml.MEMORY_LOCATION_L1_CACHE)
+	s.ECCErrorsL2Cache = ecc(nvml.MEMORY_LOCATION_L2_CACHE)
+	s.ECCErrorsDeviceMemory = ecc(nvml.MEMORY_LOCATION_DEVICE_MEMORY)
+	s.Processes = processes(h, proc)
+	return s
+}
+
+// processes lists the compute processes, then the graphics ones not already
+// listed (a process with both contexts appears in both of NVML's lists).
+func processes(h nvml.Device, proc string) []Process {
+	var out []Process
+	seen := map[uint32]bool{}
+	for _, get := range []func() ([]nvml.ProcessInfo, nvml.Return){h.GetComputeRunningProcesses, h.GetGraphicsRunningProcesses} {
+		infos, ret := get()
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		for _, p := range infos {
+			if seen[p.Pid] {
+				continue
+			}
+			seen[p.Pid] = true
+			mem := float64(p.UsedGpuMemory)
+			if p.UsedGpuMemory == math.MaxUint64 { // NVML_VALUE_NOT_AVAILABLE
+				mem = math.NaN()
+			}
+			out = append(out, Process{PID: p.Pid, Name: ProcessName(proc, p.Pid), UsedMemoryBytes: mem})
+		}
+	}
+	return out
 }
