@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build build-device-plugin deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e install clean
+.PHONY: all build build-device-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e install clean
 
 all: build
 
@@ -29,6 +29,13 @@ build:
 # The Kubernetes device plugin: a binary of its own (client-go, Prometheus).
 build-device-plugin:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-device-plugin ./cmd/gantry-device-plugin
+
+# The container image the DaemonSet and the Helm chart run
+# (ghcr.io/gantry-gpu/gantry:<chart appVersion>), built offline: no registry,
+# no Docker; the image's glibc is this machine's. `docker build .` builds the
+# same from the Dockerfile. Then: docker load -i bin/gantry-image.tar
+image:
+	VERSION=$(VERSION) scripts/build-image.sh -o $(BIN)/gantry-image.tar
 
 demo: deps build
 	@scripts/demo.sh

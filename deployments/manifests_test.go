@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -126,6 +127,9 @@ func check(t *testing.T, objs []runtime.Object) map[string][]runtime.Object {
 	c := pod.Spec.Containers[0]
 	if !strings.HasPrefix(c.Image, "ghcr.io/gantry-gpu/gantry:") || len(c.Command) == 0 || c.Command[0] != "gantry-device-plugin" {
 		t.Errorf("container image %q command %v", c.Image, c.Command)
+	}
+	for _, p := range imageProblems(readImage(t), pod.Spec) {
+		t.Error(p)
 	}
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
 		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
@@ -272,6 +276,163 @@ func TestHelmTemplate(t *testing.T) {
 	}
 	if out, err := exec.Command(helm, "lint", "helm/gantry").CombinedOutput(); err != nil {
 		t.Errorf("helm lint: %v\n%s", err, out)
+	}
+}
+
+// image is what the image the manifests run holds, read from the two
+// definitions of it: the Dockerfile and scripts/build-image.sh (make image).
+type image struct {
+	dir        string          // where the programs are, in the image's PATH
+	programs   map[string]bool // their names
+	entrypoint string
+}
+
+var (
+	forCmdRe     = regexp.MustCompile(`(?m)for cmd in ([a-z -]+); do`)
+	outDirRe     = regexp.MustCompile(`-o "?\S*?(/usr/bin)/\$cmd`)
+	dockerfileEP = regexp.MustCompile(`(?m)^ENTRYPOINT \["([^"]+)"\]`)
+	scriptEP     = regexp.MustCompile(`"Entrypoint":\["([^"]+)"\]`)
+	pathRe       = regexp.MustCompile(`PATH=([^"\s]+)`)
+)
+
+// readImage reads what the image holds from its definitions, failing when
+// the two disagree: the manifests must run in the image either way builds.
+func readImage(t *testing.T) image {
+	t.Helper()
+	var imgs []image
+	for _, def := range []struct {
+		file string
+		ep   *regexp.Regexp
+	}{{"../Dockerfile", dockerfileEP}, {"../scripts/build-image.sh", scriptEP}} {
+		b, err := os.ReadFile(def.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img := image{programs: map[string]bool{}}
+		m := forCmdRe.FindSubmatch(b)
+		o := outDirRe.FindSubmatch(b)
+		e := def.ep.FindSubmatch(b)
+		if m == nil || o == nil || e == nil {
+			t.Fatalf("%s: cannot find the programs it builds (for cmd in ...; do ... -o .../usr/bin/$cmd) and its entrypoint", def.file)
+		}
+		for _, p := range strings.Fields(string(m[1])) {
+			img.programs[p] = true
+		}
+		img.dir, img.entrypoint = string(o[1]), string(e[1])
+		imgs = append(imgs, img)
+	}
+	if fmt.Sprint(imgs[0]) != fmt.Sprint(imgs[1]) {
+		t.Fatalf("the Dockerfile and scripts/build-image.sh build different images: %+v and %+v", imgs[0], imgs[1])
+	}
+	// The offline image sets its PATH itself (the Dockerfile's base does);
+	// it must hold the programs' directory, or a command by name is not found.
+	b, _ := os.ReadFile("../scripts/build-image.sh")
+	if p := pathRe.FindSubmatch(b); p == nil || !slices.Contains(filepath.SplitList(string(p[1])), imgs[0].dir) {
+		t.Fatalf("scripts/build-image.sh: the image's PATH does not hold %s", imgs[0].dir)
+	}
+	return imgs[0]
+}
+
+// imageProblems: every program a container of the pod runs (command,
+// or the image's entrypoint when there is none; exec probes; lifecycle
+// hooks) is one the image has, by name through its PATH or by its path, and
+// the main container's command is the image's entrypoint, so that `docker
+// run IMAGE` starts what the DaemonSet starts.
+func imageProblems(img image, pod corev1.PodSpec) []string {
+	var problems []string
+	has := func(prog string) bool {
+		if dir, name := filepath.Split(prog); dir != "" {
+			return filepath.Clean(dir) == img.dir && img.programs[name]
+		}
+		return img.programs[prog]
+	}
+	check := func(where string, argv []string) {
+		if len(argv) > 0 && !has(argv[0]) {
+			problems = append(problems, fmt.Sprintf("%s runs %q, which the image does not have (it has %v in %s)", where, argv[0], img.programs, img.dir))
+		}
+	}
+	containers := append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...)
+	for _, c := range containers {
+		if !strings.HasPrefix(c.Image, "ghcr.io/gantry-gpu/gantry:") {
+			continue
+		}
+		if len(c.Command) == 0 && len(c.Args) > 0 {
+			problems = append(problems, fmt.Sprintf("container %s: args %v without a command would go to the entrypoint %s", c.Name, c.Args, img.entrypoint))
+		}
+		check("container "+c.Name, c.Command)
+		for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
+			if p != nil && p.Exec != nil {
+				check("container "+c.Name+" "+name+" probe", p.Exec.Command)
+			}
+		}
+		if l := c.Lifecycle; l != nil {
+			for name, h := range map[string]*corev1.LifecycleHandler{"postStart": l.PostStart, "preStop": l.PreStop} {
+				if h != nil && h.Exec != nil {
+					check("container "+c.Name+" "+name, h.Exec.Command)
+				}
+			}
+		}
+	}
+	if len(pod.Containers) > 0 && len(pod.Containers[0].Command) > 0 &&
+		filepath.Base(pod.Containers[0].Command[0]) != filepath.Base(img.entrypoint) {
+		problems = append(problems, fmt.Sprintf("the DaemonSet runs %s, the image's entrypoint is %s: `docker run IMAGE` would start something else", pod.Containers[0].Command[0], img.entrypoint))
+	}
+	return problems
+}
+
+// TestImageTagIsAppVersion: the static manifest pulls the tag that the chart
+// defaults to (its appVersion), which make image also builds.
+func TestImageTagIsAppVersion(t *testing.T) {
+	chart, err := os.ReadFile("helm/gantry/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		AppVersion string `json:"appVersion"`
+	}
+	if err := sigsyaml.Unmarshal(chart, &meta); err != nil || meta.AppVersion == "" {
+		t.Fatalf("Chart.yaml appVersion: %q %v", meta.AppVersion, err)
+	}
+	data, err := os.ReadFile("static/gantry-device-plugin.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeAll(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if ds, ok := o.(*appsv1.DaemonSet); ok {
+			for _, c := range ds.Spec.Template.Spec.Containers {
+				if want := "ghcr.io/gantry-gpu/gantry:" + meta.AppVersion; c.Image != want {
+					t.Errorf("static manifest container %s: image %s, want %s (the chart's appVersion, what make image tags)", c.Name, c.Image, want)
+				}
+			}
+		}
+	}
+}
+
+// TestImageProgramsCheckCanFail: the check catches a command the image
+// lacks and a command that differs from the entrypoint.
+func TestImageProgramsCheckCanFail(t *testing.T) {
+	img := readImage(t)
+	pod := func(c corev1.Container) corev1.PodSpec {
+		c.Name, c.Image = "x", "ghcr.io/gantry-gpu/gantry:0.1.0"
+		return corev1.PodSpec{Containers: []corev1.Container{c}}
+	}
+	if p := imageProblems(img, pod(corev1.Container{Command: []string{"gantry-device-plugin"}})); len(p) != 0 {
+		t.Fatalf("the DaemonSet's own command fails the check: %v", p)
+	}
+	for name, c := range map[string]corev1.Container{
+		"not in the image": {Command: []string{"nvidia-device-plugin"}},
+		"another dir":      {Command: []string{"/usr/local/bin/gantry-device-plugin"}},
+		"not entrypoint":   {Command: []string{"gantry"}},
+		"args only":        {Args: []string{"--config=/etc/gantry/config.yaml"}},
+		"probe":            {Command: []string{"gantry-device-plugin"}, LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "true"}}}}},
+	} {
+		if p := imageProblems(img, pod(c)); len(p) == 0 {
+			t.Errorf("%s: %+v passed the check", name, c)
+		}
 	}
 }
 

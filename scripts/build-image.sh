@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Builds the Gantry container image (the one the Dockerfile builds, which the
+# DaemonSet and the Helm chart run) without a registry, Docker or network:
+# the binaries are built here and the image's root is them plus the shared
+# libraries they link (as ldd lists them, the dynamic loader included), an
+# ld.so.cache, CA certificates when this host has them, and a minimal /etc.
+# The result is one tar that both `docker load` (its manifest.json) and OCI
+# tools (its index.json: `ctr images import`) read.
+#
+#   scripts/build-image.sh [-o OUTPUT.tar] [-t IMAGE:TAG]
+#   docker load -i bin/gantry-image.tar
+#
+# Defaults: -o bin/gantry-image.tar, -t ghcr.io/gantry-gpu/gantry:APPVERSION
+# (the Helm chart's appVersion, the tag the manifests name). VERSION (default
+# git describe, as the Makefile) is stamped into the binaries. Needs go, gcc,
+# ldd, tar and sha256sum; ldconfig when present. The image's glibc is this
+# host's: build on the oldest distribution the image must match (Debian 12
+# for parity with the Dockerfile's distroless base-debian12).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out=bin/gantry-image.tar
+app=$(awk -F'"' '/^appVersion:/ {print $2}' deployments/helm/gantry/Chart.yaml)
+tag="ghcr.io/gantry-gpu/gantry:${app:-dev}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o) out=${2:?-o needs a file}; shift 2 ;;
+    -t) tag=${2:?-t needs IMAGE:TAG}; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "build-image.sh: unknown argument $1 (see scripts/build-image.sh --help)" >&2; exit 2 ;;
+  esac
+done
+case "$tag" in
+  *:*) ;;
+  *) echo "build-image.sh: -t $tag: give IMAGE:TAG (e.g. ghcr.io/gantry-gpu/gantry:0.1.0)" >&2; exit 2 ;;
+esac
+for tool in go gcc ldd tar sha256sum; do
+  if ! command -v "$tool" >/dev/null && ! { [ "$tool" = go ] && [ -x /usr/local/go/bin/go ]; }; then
+    echo "build-image.sh: $tool not found (make deps installs the build tools)" >&2
+    exit 1
+  fi
+done
+GO=$(command -v go || echo /usr/local/go/bin/go)
+VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+arch=$("$GO" env GOARCH)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/gantry-image-XXXXXX")
+trap 'rm -rf "$work" "$out.tmp"' EXIT
+root=$work/root
+
+# A merged-/usr tree, as Debian 12 and distroless lay it out.
+mkdir -p "$root"/usr/bin "$root"/usr/lib "$root"/usr/lib64 "$root"/usr/sbin "$root"/etc/ssl/certs "$root"/tmp "$root"/root
+chmod 1777 "$root/tmp"
+chmod 0700 "$root/root"
+for d in bin lib lib64 sbin; do ln -s "usr/$d" "$root/$d"; done
+
+# The binaries, as the Dockerfile builds them.
+export CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
+for cmd in gantry gantry-runtime gantry-device-plugin; do
+  "$GO" build -trimpath \
+    -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=$VERSION" \
+    -o "$root/usr/bin/$cmd" "./cmd/$cmd"
+done
+
+# Their shared libraries, each at the path ldd names (through the tree's
+# own bin/lib links, so a host without merged /usr still fills usr/).
+libdirs=()
+for cmd in gantry gantry-runtime gantry-device-plugin; do
+  while read -r lib; do
+    [ -n "$lib" ] || continue
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+    libdirs+=("$(dirname "$lib")")
+  done < <(ldd "$root/usr/bin/$cmd" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
+done
+if [ ${#libdirs[@]} -eq 0 ]; then
+  echo "build-image.sh: ldd found no libraries for the binaries: were they built without cgo?" >&2
+  exit 1
+fi
+mkdir -p "$root/etc/ld.so.conf.d"
+printf 'include /etc/ld.so.conf.d/*.conf\n' >"$root/etc/ld.so.conf"
+printf '%s\n' "${libdirs[@]}" | sort -u | grep -v -x -e /lib64 -e /usr/lib64 >"$root/etc/ld.so.conf.d/gantry-image.conf" || true
+ldconfig=$(command -v ldconfig || { [ -x /sbin/ldconfig ] && echo /sbin/ldconfig; } || true)
+if [ -n "$ldconfig" ]; then
+  "$ldconfig" -r "$root"
+fi
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  cp -L /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+fi
+printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$root/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\nnonroot:x:65532:\n' >"$root/etc/group"
+printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
+
+# The layer: a reproducible tar (sorted, owned by root, time 0).
+blobs=$work/archive/blobs/sha256
+mkdir -p "$blobs"
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=posix \
+  --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+  -C "$root" -cf "$work/layer.tar" $(cd "$root" && ls -A)
+blob() { # FILE MEDIATYPE: move FILE into blobs/, print its descriptor
+  local sum size
+  sum=$(sha256sum "$1" | cut -d' ' -f1)
+  size=$(stat -c %s "$1")
+  mv "$1" "$blobs/$sum"
+  printf '{"mediaType":"%s","digest":"sha256:%s","size":%s}' "$2" "$sum" "$size"
+}
+layer_sum=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
+layer_desc=$(blob "$work/layer.tar" application/vnd.oci.image.layer.v1.tar)
+
+# The image config: the Dockerfile's entrypoint, labels and PATH.
+printf '%s' '{"architecture":"'"$arch"'","os":"linux","created":"1970-01-01T00:00:00Z",'\
+'"config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],'\
+'"Entrypoint":["/usr/bin/gantry-device-plugin"],"WorkingDir":"/",'\
+'"Labels":{"org.opencontainers.image.title":"gantry",'\
+'"org.opencontainers.image.description":"Gantry: NVIDIA GPUs for containers and Kubernetes (device plugin, CLI, runtime)",'\
+'"org.opencontainers.image.source":"https://github.com/gantry-gpu/gantry",'\
+'"org.opencontainers.image.version":"'"$VERSION"'"}},'\
+'"rootfs":{"type":"layers","diff_ids":["sha256:'"$layer_sum"'"]},'\
+'"history":[{"created":"1970-01-01T00:00:00Z","created_by":"scripts/build-image.sh"}]}' >"$work/config.json"
+config_sum=$(sha256sum "$work/config.json" | cut -d' ' -f1)
+config_desc=$(blob "$work/config.json" application/vnd.oci.image.config.v1+json)
+
+printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":%s,"layers":[%s]}' \
+  "$config_desc" "$layer_desc" >"$work/manifest.json"
+manifest_desc=$(blob "$work/manifest.json" application/vnd.oci.image.manifest.v1+json)
+
+a=$work/archive
+printf '{"imageLayoutVersion":"1.0.0"}' >"$a/oci-layout"
+printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[%s]}' \
+  "${manifest_desc%\}},\"annotations\":{\"io.containerd.image.name\":\"$tag\",\"org.opencontainers.image.ref.name\":\"${tag##*:}\"}}" >"$a/index.json"
+# docker load (Docker 20.10 and later) reads manifest.json.
+printf '[{"Config":"blobs/sha256/%s","RepoTags":["%s"],"Layers":["blobs/sha256/%s"]}]' \
+  "$config_sum" "$tag" "$layer_sum" >"$a/manifest.json"
+
+mkdir -p "$(dirname "$out")"
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=posix \
+  --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+  -C "$a" -cf "$out.tmp" oci-layout index.json manifest.json blobs
+mv "$out.tmp" "$out"
+echo "built $tag ($VERSION, $arch, $(du -h "$out" | cut -f1)) in $out; load it with: docker load -i $out"
