@@ -94,7 +94,7 @@ install: build build-device-plugin
 	install -m 0755 $(BIN)/gantry-runtime $(DESTDIR)$(PREFIX)/bin/gantry-runtime
 	install -m 0755 $(BIN)/gantry-device-plugin $(DESTDIR)$(PREFIX)/bin/gantry-device-plugin
 	@nv=$$([ "$(NVIDIA_NAMES)" = 1 ] && echo yes); \
-	for n in gantry-hook $${nv:+nvidia-container-runtime nvidia-container-runtime-hook}; do \
+	for n in gantry-hook $${nv:+nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-toolkit}; do \
 	  ln -sfn gantry-runtime $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-runtime"; done; \
 	for n in $${nv:+nvidia-container-cli nvidia-docker}; do \
 	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done

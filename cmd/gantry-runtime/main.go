@@ -5,7 +5,8 @@
 //	gantry-runtime, nvidia-container-runtime   the runc shim engines register
 //	                                           (see gantry-runtime --help)
 //	gantry-hook, nvidia-container-runtime-hook the OCI prestart hook Docker's
-//	                                           --gpus runs (see gantry-hook --help)
+//	                                           --gpus runs (see gantry-hook --help);
+//	nvidia-container-toolkit                   the name NVIDIA's hooks.d file runs it by
 //
 // `make install` links the names to it. The gantry binary answers to the
 // same names too, for installs that link everything to gantry.
@@ -21,7 +22,7 @@ import (
 
 func main() {
 	switch filepath.Base(os.Args[0]) {
-	case "gantry-hook", "nvidia-container-runtime-hook":
+	case "gantry-hook", "nvidia-container-runtime-hook", "nvidia-container-toolkit":
 		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
 	}
 	os.Exit(shim.Main(os.Args[1:], os.Stderr))

@@ -7,6 +7,7 @@
 //	nvidia-container-cli            info, list, configure as LXC's nvidia hook runs them
 //	gantry-hook                     the OCI prestart hook (Docker's --gpus, hooks.d)
 //	nvidia-container-runtime-hook   the same hook under NVIDIA's name
+//	nvidia-container-toolkit        the same hook under the name NVIDIA's hooks.d file uses
 //	nvidia-docker                   docker with NV_GPU's GPUs on run/create (nvidia-docker 1.0/2.0)
 //
 // See each front end's --help.
@@ -27,7 +28,7 @@ func main() {
 	switch filepath.Base(os.Args[0]) {
 	case "gantry-runtime", "nvidia-container-runtime":
 		os.Exit(shim.Main(os.Args[1:], os.Stderr))
-	case "gantry-hook", "nvidia-container-runtime-hook":
+	case "gantry-hook", "nvidia-container-runtime-hook", "nvidia-container-toolkit":
 		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
 	case "nvidia-container-cli":
 		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))

@@ -340,6 +340,40 @@ func TestHookDockerGPUs(t *testing.T) {
 	}
 }
 
+// The hook as NVIDIA's hooks.d file (oci-nvidia-hook.json, used by Podman and
+// CRI-O without CDI) runs it: under the name nvidia-container-toolkit with
+// PHASE prestart. The same binary answers to that name.
+func TestHookToolkitName(t *testing.T) {
+	needSetup(t)
+	alias := filepath.Join(filepath.Dir(hookBin), "nvidia-container-toolkit")
+	if err := os.Symlink("gantry", alias); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	dir, _ := bundle(t, gpuScript, "NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")
+	p := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = []byte(strings.Replace(string(b), `"path": "`+hookBin+`"`, `"path": "`+alias+`"`, 1))
+	b = []byte(strings.Replace(string(b), `"nvidia-container-runtime-hook",`, `"nvidia-container-toolkit",`, 1))
+	if !strings.Contains(string(b), alias) {
+		t.Fatalf("config.json: hook path not rewritten:\n%s", b)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mode := cgroupModes()[0]
+	out, err := runContainer(t, dir, "hook-toolkit-name", mode)
+	if err != nil {
+		t.Fatalf("runc run: %v\n%s", err, out)
+	}
+	got := lines(out)
+	if !strings.Contains(got["nvidia1"], "character special file c3:1") || !strings.Contains(got["nvidia0"], "absent") {
+		t.Errorf("nvidia1 %q, nvidia0 %q: want GPU 1 only\n%s", got["nvidia1"], got["nvidia0"], out)
+	}
+}
+
 // An image that sets LD_PRELOAD and LD_LIBRARY_PATH to get its code into
 // the hook (CVE-2025-23266's class): the hook never sees the container's env
 // as its own and runs nothing from the image, so the library's constructor,
