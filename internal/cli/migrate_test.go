@@ -20,6 +20,7 @@ func nvidiaFile(t *testing.T) string {
 	s := strings.Replace(string(b), `#root = "/run/nvidia/driver"`, `root = "/run/nvidia/driver"`, 1)
 	s = strings.Replace(s, `#debug = "/var/log/nvidia-container-runtime.log"`, `debug = "/var/log/nvidia-container-runtime.log"`, 1)
 	s = strings.Replace(s, "disable-require = false", "disable-require = true", 1)
+	s = strings.Replace(s, `supported-driver-capabilities = "compat32,compute,display,graphics,ngx,utility,video"`, `supported-driver-capabilities = "compute,utility"`, 1)
 	p := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
@@ -37,7 +38,7 @@ func TestConfigMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the printed configuration does not load: %v\n%s", err, out)
 	}
-	if c.DriverRoot != "/run/nvidia/driver" || c.Runtime.LogFile != "/var/log/nvidia-container-runtime.log" || c.LogLevel != "info" {
+	if c.DriverRoot != "/run/nvidia/driver" || c.Runtime.LogFile != "/var/log/nvidia-container-runtime.log" || c.LogLevel != "info" || !c.Runtime.DisableRequire {
 		t.Errorf("migrated config %+v", c)
 	}
 	for _, want := range []string{"nvidia-container-cli.root = '/run/nvidia/driver' -> driver-root", "nvidia-container-cli.ldconfig = '@/sbin/ldconfig': Gantry never runs ldconfig"} {
@@ -46,8 +47,8 @@ func TestConfigMigrate(t *testing.T) {
 		}
 	}
 	// What containers would notice is also a warning on stderr.
-	if !strings.Contains(errOut, "warning: "+src+": disable-require = true: ") || strings.Count(errOut, "\n") != 1 {
-		t.Errorf("stderr: want one warning about disable-require, got:\n%s", errOut)
+	if !strings.Contains(errOut, "warning: "+src+": supported-driver-capabilities = 'compute,utility': ") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("stderr: want one warning about supported-driver-capabilities, got:\n%s", errOut)
 	}
 
 	// NVIDIA's variable names the default file.

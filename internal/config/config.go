@@ -65,6 +65,13 @@ type Runtime struct {
 	// LogFile, when set, receives one line per container gantry-runtime or
 	// gantry-hook handles (the engines swallow their stderr); empty = stderr only.
 	LogFile string `toml:"log-file"`
+	// DisableRequire skips every NVIDIA_REQUIRE_* check on this host, as
+	// NVIDIA_DISABLE_REQUIRE=true does for one container (NVIDIA's disable-require).
+	DisableRequire bool `toml:"disable-require"`
+	// SwarmResource names env variables read instead of NVIDIA_VISIBLE_DEVICES
+	// when one of them is set, e.g. DOCKER_RESOURCE_GPU for Docker Swarm's
+	// generic resources (NVIDIA's swarm-resource).
+	SwarmResource []string `toml:"swarm-resource"`
 }
 
 // CDI holds the settings of `gantry cdi`.
@@ -76,6 +83,9 @@ type CDI struct {
 	// HookPath is the gantry binary that CDI hooks run (for SONAME symlinks and
 	// the ld.so.cache update); empty means the running gantry executable.
 	HookPath string `toml:"hook-path"`
+	// AnnotationPrefixes are the container annotation key prefixes whose
+	// values are CDI device names for gantry-runtime to inject.
+	AnnotationPrefixes []string `toml:"annotation-prefixes"`
 }
 
 // Default returns the configuration used when no file is present.
@@ -85,13 +95,15 @@ func Default() Config {
 		DriverRoot: "/",
 		LogLevel:   "warn",
 		CDI: CDI{
-			Kind:     "nvidia.com/gpu",
-			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
+			Kind:               "nvidia.com/gpu",
+			SpecDirs:           []string{"/etc/cdi", "/var/run/cdi"},
+			AnnotationPrefixes: []string{"cdi.k8s.io/"},
 		},
 		Runtime: Runtime{
 			LowLevel:              "runc",
 			CacheDir:              "/run/gantry",
 			AcceptEnvUnprivileged: true,
+			SwarmResource:         []string{},
 		},
 	}
 }
@@ -177,7 +189,30 @@ func (c Config) Validate() error {
 	if c.Runtime.LogFile != "" && !strings.HasPrefix(c.Runtime.LogFile, "/") {
 		return fmt.Errorf("key runtime.log-file: %q is not an absolute path", c.Runtime.LogFile)
 	}
+	for _, v := range c.Runtime.SwarmResource {
+		if !envName(v) {
+			return fmt.Errorf("key runtime.swarm-resource: %q is not an environment variable name (e.g. [\"DOCKER_RESOURCE_GPU\"])", v)
+		}
+	}
+	for _, p := range c.CDI.AnnotationPrefixes {
+		if p == "" || strings.ContainsAny(p, " \t=") {
+			return fmt.Errorf("key cdi.annotation-prefixes: %q is not an annotation key prefix (e.g. [\"cdi.k8s.io/\"])", p)
+		}
+	}
 	return nil
+}
+
+// envName reports whether s is a portable environment variable name.
+func envName(s string) bool {
+	if s == "" || (s[0] >= '0' && s[0] <= '9') {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateGPUs checks a --gpus / gpus value.
@@ -222,10 +257,13 @@ const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in 
 # cdi.kind             CDI kind of generated specs
 # cdi.spec-dirs        directories CDI specs are read from
 # cdi.hook-path        gantry binary run by CDI hooks; empty = this executable
+# cdi.annotation-prefixes  annotation key prefixes whose values are CDI device names
 # runtime.low-level    OCI runtime gantry-runtime execs: runc, crun or an absolute path
 # runtime.cache-dir    cached driver inventory (refreshed on driver change); "" = no cache
 # runtime.accept-env-unprivileged  honour NVIDIA_VISIBLE_DEVICES without CAP_SYS_ADMIN
 # runtime.accept-volume-mounts     read devices from /var/run/nvidia-container-devices mounts
 # runtime.log-file     one line per handled container; "" = stderr only
+# runtime.disable-require  skip every NVIDIA_REQUIRE_* check on this host
+# runtime.swarm-resource   env variables read instead of NVIDIA_VISIBLE_DEVICES (Docker Swarm)
 
 `

@@ -26,6 +26,16 @@ func TestParse(t *testing.T) {
 		{name: "relative root", in: `driver-root = "run/nvidia"`, wantErr: "key driver-root"},
 		{name: "bad level", in: `log-level = "loud"`, wantErr: "key log-level"},
 		{name: "bad kind", in: "[cdi]\nkind = \"gpu\"\n", wantErr: "key cdi.kind"},
+		{name: "host-wide request rules", in: "[runtime]\ndisable-require = true\nswarm-resource = [\"DOCKER_RESOURCE_GPU\"]\n[cdi]\nannotation-prefixes = [\"cdi.k8s.io/\", \"example.com/cdi-\"]\n", want: func(c Config) bool {
+			return c.Runtime.DisableRequire && len(c.Runtime.SwarmResource) == 1 && c.Runtime.SwarmResource[0] == "DOCKER_RESOURCE_GPU" &&
+				len(c.CDI.AnnotationPrefixes) == 2 && c.CDI.AnnotationPrefixes[1] == "example.com/cdi-"
+		}},
+		{name: "default annotation prefix", in: "", want: func(c Config) bool {
+			return len(c.CDI.AnnotationPrefixes) == 1 && c.CDI.AnnotationPrefixes[0] == "cdi.k8s.io/" && !c.Runtime.DisableRequire
+		}},
+		{name: "bad swarm variable", in: "[runtime]\nswarm-resource = [\"DOCKER RESOURCE\"]\n", wantErr: "key runtime.swarm-resource"},
+		{name: "swarm resource not a list", in: "[runtime]\nswarm-resource = \"DOCKER_RESOURCE_GPU\"\n", wantErr: "line 2"},
+		{name: "empty annotation prefix", in: "[cdi]\nannotation-prefixes = [\"\"]\n", wantErr: "key cdi.annotation-prefixes"},
 		{name: "syntax", in: "gpus = \n", wantErr: "line 1"},
 		{name: "wrong type", in: "gpus = 3\n", wantErr: "line 1"},
 	}

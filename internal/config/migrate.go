@@ -334,11 +334,8 @@ func (m *migrator) topLevel() error {
 	if v, ok, err := m.boolean("disable-require"); err != nil {
 		return err
 	} else if ok {
-		if v {
-			m.note(Note{Key: "disable-require", Kind: Unsupported, Reason: "Gantry has no host-wide switch and checks NVIDIA_REQUIRE_* in every container; set NVIDIA_DISABLE_REQUIRE=true in the images or containers that must skip the checks"})
-		} else {
-			m.note(Note{Key: "disable-require", Kind: Ignored, Reason: "Gantry checks NVIDIA_REQUIRE_* too (NVIDIA_DISABLE_REQUIRE=true in a container skips them)"})
-		}
+		m.c.Runtime.DisableRequire = v
+		m.note(Note{Key: "disable-require", Kind: Mapped, To: "runtime.disable-require"})
 	}
 	if v, ok, err := m.str("supported-driver-capabilities"); err != nil {
 		return err
@@ -362,11 +359,15 @@ func (m *migrator) topLevel() error {
 	if v, ok, err := m.str("swarm-resource"); err != nil {
 		return err
 	} else if ok {
-		if v == "" {
-			m.note(Note{Key: "swarm-resource", Kind: Ignored, Reason: "empty: NVIDIA_VISIBLE_DEVICES selects the GPUs, as in Gantry"})
-		} else {
-			m.note(Note{Key: "swarm-resource", Kind: Unsupported, Reason: "Gantry's configuration has no Docker Swarm resource variables; Swarm services must set NVIDIA_VISIBLE_DEVICES instead"})
+		// NVIDIA's value is one string of comma-separated variable names.
+		names := []string{}
+		for _, n := range strings.Split(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
 		}
+		m.c.Runtime.SwarmResource = names
+		m.note(Note{Key: "swarm-resource", Kind: Mapped, To: "runtime.swarm-resource"})
 	}
 	return nil
 }
@@ -537,17 +538,8 @@ func (m *migrator) modes() error {
 	if v, ok, err := m.list(cdi + "annotation-prefixes"); err != nil {
 		return err
 	} else if ok {
-		var other []string
-		for _, p := range v {
-			if p != "cdi.k8s.io/" {
-				other = append(other, p)
-			}
-		}
-		if len(other) == 0 {
-			m.note(Note{Key: cdi + "annotation-prefixes", Kind: Ignored, Reason: "Gantry reads the cdi.k8s.io/ annotations too"})
-		} else {
-			m.note(Note{Key: cdi + "annotation-prefixes", Kind: Unsupported, Reason: fmt.Sprintf("Gantry reads CDI names from cdi.k8s.io/ annotations only; annotations under %s are not read", strings.Join(other, ", "))})
-		}
+		m.c.CDI.AnnotationPrefixes = v
+		m.note(Note{Key: cdi + "annotation-prefixes", Kind: Mapped, To: "cdi.annotation-prefixes"})
 	}
 	for key := range m.flat {
 		if strings.HasPrefix(key, "nvidia-container-runtime.modes.csv.") {

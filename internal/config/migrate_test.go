@@ -32,7 +32,7 @@ var (
 // host that sets every key.
 func TestMigrateNVIDIAFiles(t *testing.T) {
 	ctkNotes := map[string]want{
-		"disable-require":                                        ign,
+		"disable-require":                                        m("runtime.disable-require"),
 		"supported-driver-capabilities":                          ign,
 		"nvidia-container-cli.environment":                       ign,
 		"nvidia-container-cli.ldconfig":                          ign,
@@ -40,7 +40,7 @@ func TestMigrateNVIDIAFiles(t *testing.T) {
 		"nvidia-container-runtime.log-level":                     m("log-level"),
 		"nvidia-container-runtime.mode":                          ign,
 		"nvidia-container-runtime.runtimes":                      m("runtime.low-level"),
-		"nvidia-container-runtime.modes.cdi.annotation-prefixes": ign,
+		"nvidia-container-runtime.modes.cdi.annotation-prefixes": m("cdi.annotation-prefixes"),
 		"nvidia-container-runtime.modes.cdi.default-kind":        m("cdi.kind"),
 		"nvidia-container-runtime.modes.cdi.spec-dirs":           m("cdi.spec-dirs"),
 		"nvidia-container-runtime.modes.csv.mount-spec-path":     ign,
@@ -89,7 +89,7 @@ func TestMigrateNVIDIAFiles(t *testing.T) {
 				c.Runtime.LowLevel = "docker-runc"
 			},
 			notes: map[string]want{
-				"disable-require":                                    ign,
+				"disable-require":                                    m("runtime.disable-require"),
 				"nvidia-container-cli.environment":                   ign,
 				"nvidia-container-cli.load-kmods":                    ign,
 				"nvidia-container-cli.ldconfig":                      ign,
@@ -112,13 +112,16 @@ func TestMigrateNVIDIAFiles(t *testing.T) {
 				c.Runtime.LowLevel = "runc"
 				c.CDI.Kind = "management.nvidia.com/gpu"
 				c.CDI.SpecDirs = []string{"/var/run/cdi"}
+				c.CDI.AnnotationPrefixes = []string{"cdi.k8s.io/", "nvidia.cdi.k8s.io/"}
+				c.Runtime.DisableRequire = true
+				c.Runtime.SwarmResource = []string{"DOCKER_RESOURCE_GPU"}
 			},
 			notes: map[string]want{
 				"accept-nvidia-visible-devices-as-volume-mounts":         m("runtime.accept-volume-mounts"),
 				"accept-nvidia-visible-devices-envvar-when-unprivileged": m("runtime.accept-env-unprivileged"),
-				"disable-require":                                        uns,
+				"disable-require":                                        m("runtime.disable-require"),
 				"supported-driver-capabilities":                          uns,
-				"swarm-resource":                                         uns,
+				"swarm-resource":                                         m("runtime.swarm-resource"),
 				"nvidia-container-cli.debug":                             ign,
 				"nvidia-container-cli.environment":                       ign,
 				"nvidia-container-cli.ldcache":                           ign, // the driver root's cache, which Gantry reads
@@ -132,7 +135,7 @@ func TestMigrateNVIDIAFiles(t *testing.T) {
 				"nvidia-container-runtime.log-level":                     m("log-level"),
 				"nvidia-container-runtime.mode":                          uns,
 				"nvidia-container-runtime.runtimes":                      m("runtime.low-level"),
-				"nvidia-container-runtime.modes.cdi.annotation-prefixes": uns,
+				"nvidia-container-runtime.modes.cdi.annotation-prefixes": m("cdi.annotation-prefixes"),
 				"nvidia-container-runtime.modes.cdi.default-kind":        m("cdi.kind"),
 				"nvidia-container-runtime.modes.cdi.spec-dirs":           m("cdi.spec-dirs"),
 				"nvidia-container-runtime.modes.legacy.cuda-compat-mode": uns,
@@ -146,14 +149,12 @@ func TestMigrateNVIDIAFiles(t *testing.T) {
 				"nvidia-container-runtimes.typo":                         unk,
 			},
 			reasons: map[string]string{
-				"disable-require":                                        "NVIDIA_DISABLE_REQUIRE=true",
-				"supported-driver-capabilities":                          "compat32, display, graphics, ngx, video",
-				"nvidia-container-cli.no-cgroups":                        "gantry-hook --no-cgroups",
-				"nvidia-container-cli.debug":                             "taken from nvidia-container-runtime.debug",
-				"nvidia-container-cli.root":                              "dev-root = '/'",
-				"nvidia-container-runtime.mode":                          "CSV mode",
-				"nvidia-container-runtime.runtimes":                      "/usr/bin/crun dropped", // the NVIDIA runtime itself is skipped, not listed
-				"nvidia-container-runtime.modes.cdi.annotation-prefixes": "nvidia.cdi.k8s.io/",
+				"supported-driver-capabilities":     "compat32, display, graphics, ngx, video",
+				"nvidia-container-cli.no-cgroups":   "gantry-hook --no-cgroups",
+				"nvidia-container-cli.debug":        "taken from nvidia-container-runtime.debug",
+				"nvidia-container-cli.root":         "dev-root = '/'",
+				"nvidia-container-runtime.mode":     "CSV mode",
+				"nvidia-container-runtime.runtimes": "/usr/bin/crun dropped", // the NVIDIA runtime itself is skipped, not listed
 			},
 		},
 	}

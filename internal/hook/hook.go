@@ -175,11 +175,7 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) 
 	}
 	res := &result{cfg: cfg, id: st.ID}
 
-	opts := request.DefaultOptions()
-	opts.AcceptEnvWhenUnprivileged = cfg.Runtime.AcceptEnvUnprivileged
-	opts.AcceptVolumeMounts = cfg.Runtime.AcceptVolumeMounts
-	opts.DefaultKind = cfg.CDI.Kind
-	req, err := request.Parse(request.InputFromSpec(&spec), opts)
+	req, err := request.Parse(request.InputFromSpec(&spec), containerhook.RequestOptions(cfg))
 	if err != nil {
 		return res, err
 	}

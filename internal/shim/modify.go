@@ -73,11 +73,7 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 	if err := json.Unmarshal(raw, &peek); err != nil {
 		return nil, fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
 	}
-	opts := request.DefaultOptions()
-	opts.AcceptEnvWhenUnprivileged = cfg.Runtime.AcceptEnvUnprivileged
-	opts.AcceptVolumeMounts = cfg.Runtime.AcceptVolumeMounts
-	opts.DefaultKind = cfg.CDI.Kind
-	req, err := request.Parse(request.InputFromSpec(peek.spec()), opts)
+	req, err := request.Parse(request.InputFromSpec(peek.spec()), containerhook.RequestOptions(cfg))
 	if err != nil {
 		return nil, err
 	}

@@ -166,6 +166,35 @@ func TestRefusedRequests(t *testing.T) {
 	}
 }
 
+// The host-wide request rules NVIDIA's config.toml had: disable-require lets
+// a container whose NVIDIA_REQUIRE_CUDA the host fails start anyway, and
+// swarm-resource reads the GPUs from Docker Swarm's generic resource variable.
+func TestHostRequestRules(t *testing.T) {
+	for _, tc := range []struct {
+		config string
+		env    []string
+		want   []string
+	}{
+		{"disable-require = true", []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=99.0"}, []string{"nvidia1"}},
+		{`swarm-resource = ["DOCKER_RESOURCE_GPU"]`, []string{"NVIDIA_VISIBLE_DEVICES=all", "DOCKER_RESOURCE_GPU=2"}, []string{"nvidia2"}},
+	} {
+		c := newContainer(t, opts{env: tc.env, args: []string{"sh", "-c", "ls -1 /dev; echo ---"}, config: tc.config})
+		out, stderr, err := c.run()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.config, err, stderr)
+		}
+		var got []string
+		for _, n := range devNodes(out) {
+			if strings.TrimLeft(strings.TrimPrefix(n, "nvidia"), "0123456789") == "" {
+				got = append(got, n)
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%s, env %q: GPU nodes %q, want %q", tc.config, tc.env, got, tc.want)
+		}
+	}
+}
+
 // With accept-env-unprivileged = false, only privileged containers get GPUs
 // through the env (NVIDIA's accept-nvidia-visible-devices-envvar-when-unprivileged).
 func TestUnprivilegedEnvDisabled(t *testing.T) {
