@@ -11,25 +11,42 @@ func init() {
 	register(&command{
 		name:    "doctor",
 		summary: "Walk the chain from kernel driver to container and name the first broken link, with the fix",
-		usage:   "[--json] [--container ID] [--pod NAMESPACE/NAME] [--kubelet-dir DIR]",
+		usage:   "[--json] [--container ID [--namespace NS]] [--pod NAMESPACE/NAME] [--kubelet-dir DIR] [--node NAME] [--cri-socket PATH]",
 		help: `Checks, in order: the kernel driver, the device nodes and their major numbers,
 NVML, persistence mode (advice only), the driver and CUDA versions, the driver files a container gets (and their
 SONAME links), the cached inventory and CDI specs against the running driver,
 Docker's, containerd's and CRI-O's configuration, and the hook Docker's --gpus
-runs. A check whose prerequisite failed is skipped. With --container, also a
-Docker container's GPU request and whether its device cgroup still allows the
-GPU. On a Kubernetes node (--kubelet-dir exists), also whether a device plugin
-is registered and how many nvidia.com/ devices the kubelet can allocate and has
-in use; with --pod, the devices that pod's containers hold. Prints "PASS|FAIL|SKIP name: evidence" per check and a fix under each
+runs. A check whose prerequisite failed is skipped. With --container, also
+that container's GPU request, what was injected, and whether its device cgroup
+still allows the GPU (the state NVML inside reports as "Failed to initialize
+NVML: Unknown Error"): a Docker container if the docker CLI knows the ID or
+name, else a containerd task (any namespace, or --namespace) read from
+containerd's state directory. The cgroup is tested by a short-lived host
+process placed in the container's cgroup that opens a 195:255 node; nothing
+from the image runs. With --pod, the pod's containers are found through the
+CRI socket (--cri-socket) and examined the same way. On a Kubernetes node
+(--kubelet-dir exists), also whether a device plugin is registered and its
+socket answers (a socket left by a crashed plugin is a stale registration),
+each resource's devices and which are unhealthy (from Gantry's plugin, asked as
+the kubelet asks it, without disturbing the kubelet's stream), how many
+nvidia.com/ devices the kubelet can allocate and has in use against what the
+plugin advertises, the kubelet's device checkpoint (devices held by pods), and,
+in a pod with a service account (NODE_NAME or --node names the Node), the
+Node's capacity and allocatable from the API server (skipped elsewhere); with
+--pod, the devices that pod's containers hold. Prints "PASS|FAIL|SKIP name: evidence" per check and a fix under each
 failure. Exit code 0 when nothing failed, 1 otherwise.`,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			asJSON := fs.Bool("json", false, "print the checks as JSON")
-			container := fs.String("container", "", "also examine this Docker container (ID or name)")
+			container := fs.String("container", "", "also examine this container: Docker (ID or name), else containerd (ID or unique prefix)")
+			namespace := fs.String("namespace", "", "look --container up in this containerd namespace only (default: every namespace, after Docker)")
+			containerdState := fs.String("containerd-state", doctor.DefaultContainerdState, "containerd's state directory (its config's state), where its tasks' bundles are")
+			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket for --pod (default: the first of "+strings.Join(doctor.DefaultCRISockets, ", ")+" that exists)")
 			dockerConfig := fs.String("docker-config", doctor.DefaultDockerConfig, "Docker's daemon.json")
 			containerdConfig := fs.String("containerd-config", doctor.DefaultContainerdConfig, "containerd's config.toml")
 			crioDropins := fs.String("crio-dropins", doctor.DefaultCRIODropins, "CRI-O's drop-in directory")
 			kubeletDir := fs.String("kubelet-dir", doctor.DefaultKubeletDir, "the kubelet's root directory (Kubernetes checks run when it exists)")
 			pod := fs.String("pod", "", "also report the GPUs this pod holds (NAMESPACE/NAME, on this node)")
+			node := fs.String("node", "", "this node's Node name, for its capacity from the API server (default $NODE_NAME)")
 			return func(e *env, args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
@@ -43,11 +60,15 @@ failure. Exit code 0 when nothing failed, 1 otherwise.`,
 				checks := doctor.Run(doctor.Options{
 					Config:           e.cfg,
 					Container:        *container,
+					Namespace:        *namespace,
+					ContainerdState:  *containerdState,
+					CRISocket:        *criSocket,
 					DockerConfig:     *dockerConfig,
 					ContainerdConfig: *containerdConfig,
 					CRIODropins:      *crioDropins,
 					KubeletDir:       *kubeletDir,
 					Pod:              *pod,
+					NodeName:         *node,
 				})
 				var err error
 				if *asJSON {

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
@@ -24,9 +26,18 @@ const (
 	annotationPlugin = "nvidia-device-plugin"
 )
 
+// ResourceHeader is the gRPC response header of GetDevicePluginOptions in
+// which the plugin names its resource. It tells `gantry doctor` that this
+// socket is served by Gantry's plugin, whose ListAndWatch streams are
+// independent of each other, so doctor may open one beside the kubelet's
+// (internal/doctor keeps a copy of the name).
+const ResourceHeader = "gantry-resource"
+
 // GetDevicePluginOptions says that the kubelet may ask for preferred
 // allocations and need not call PreStartContainer.
-func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+func (s *server) GetDevicePluginOptions(ctx context.Context, _ *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	// Only fails when the transport is gone, and then the answer is lost too.
+	_ = grpc.SetHeader(ctx, metadata.Pairs(ResourceHeader, s.res.Name))
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
 }
 

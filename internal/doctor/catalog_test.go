@@ -81,6 +81,7 @@ func TestCatalogCoversChecks(t *testing.T) {
 		"CheckHook": CheckHook, "CheckContainer": CheckContainer, "CheckContainerDevice": CheckContainerDevice,
 		"CheckPersistence": CheckPersistence, "CheckDevicePlugin": CheckDevicePlugin,
 		"CheckAllocatable": CheckAllocatable, "CheckPod": CheckPod,
+		"CheckPluginHealth": CheckPluginHealth, "CheckCheckpoint": CheckCheckpoint, "CheckNode": CheckNode,
 	}
 	for ident := range failing {
 		name, ok := consts[ident]

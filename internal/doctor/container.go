@@ -1,14 +1,17 @@
 package doctor
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
 
 // inspect is the part of `docker inspect` the container checks read.
@@ -36,24 +39,52 @@ type inspect struct {
 	}
 }
 
+// fixNoContainer is the fix when no engine knows the container.
+const fixNoContainer = "name a running container (docker ps; ctr -n NAMESPACE tasks ls; crictl ps) and run doctor as root on its host, where the docker CLI reaches the daemon; for containerd give --namespace, and --containerd-state if its state directory is not " + DefaultContainerdState
+
+// checkContainer examines opts.Container: a Docker container when the
+// docker CLI knows it (unless --namespace names a containerd namespace),
+// else a containerd task found in containerd's runtime v2 state.
 func checkContainer(opts Options) []Check {
 	id := opts.Container
+	var dockerErr error
+	if opts.Namespace == "" {
+		c, err := dockerInspect(opts, id)
+		if err == nil {
+			return checkDockerContainer(opts, c)
+		}
+		dockerErr = err
+	}
+	task, err := findTask(opts.ContainerdState, opts.Namespace, id)
+	if err == nil {
+		return checkTask(opts, task)
+	}
+	ev := err.Error()
+	if dockerErr != nil {
+		ev = dockerErr.Error() + "; " + ev
+	}
+	c := fail(CheckContainer, fixNoContainer, "%s", ev)
+	return []Check{c, *after(CheckContainerDevice, c)}
+}
+
+// dockerInspect asks the docker CLI about a container.
+func dockerInspect(opts Options, id string) (inspect, error) {
 	cmd := exec.Command(opts.Docker, "inspect", "--type", "container", id)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return []Check{
-			fail(CheckContainer, "name a running container (docker ps), and run doctor where the docker CLI reaches the daemon",
-				"docker inspect %s: %v: %s", id, err, strings.TrimSpace(stderr.String())),
-			*after(CheckContainerDevice, Check{Name: CheckContainer, Status: Fail}),
-		}
+		return inspect{}, fmt.Errorf("docker inspect %s: %v: %s", id, err, strings.TrimSpace(stderr.String()))
 	}
 	var list []inspect
 	if err := json.Unmarshal(out, &list); err != nil || len(list) != 1 {
-		return []Check{fail(CheckContainer, "report a bug", "docker inspect %s: unexpected output (%v)", id, err)}
+		return inspect{}, fmt.Errorf("docker inspect %s: unexpected output (%v)", id, err)
 	}
-	c := list[0]
+	return list[0], nil
+}
+
+func checkDockerContainer(opts Options, c inspect) []Check {
+	id := opts.Container
 	visible := ""
 	for _, e := range c.Config.Env {
 		if v, ok := strings.CutPrefix(e, "NVIDIA_VISIBLE_DEVICES="); ok {
@@ -101,76 +132,99 @@ func checkContainer(opts Options) []Check {
 			"run it with --gpus all, or --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all, or --device nvidia.com/gpu=all (CDI)",
 			"%s: %s and no GPU request", id, strings.Join(what, ", ")))
 	}
-	if !c.State.Running {
+	if !c.State.Running || c.State.Pid <= 0 {
 		return append(checks, skip(CheckContainerDevice, "%s is not running", id))
 	}
-	return append(checks, checkContainerDevice(opts, c))
+	return append(checks, checkDeviceAccess(opts, id, c.State.Pid, containerFixes{
+		restart: "restart the container (docker restart " + id + ")",
+		recur:   "to stop it recurring give the GPUs through CDI (--device nvidia.com/gpu=all) or list the nodes with --device so the rule is in the container's own config",
+	}, ""))
 }
 
-// checkContainerDevice opens /dev/nvidiactl inside the container. EPERM
-// there, while the node exists, is the device cgroup refusing it: after
-// `systemctl daemon-reload`, systemd rewrites the cgroup of a container
-// whose GPU rules were added by a hook rather than listed in its config,
-// and NVML inside reports "Failed to initialize NVML: Unknown Error".
-func checkContainerDevice(opts Options, c inspect) Check {
-	id := opts.Container
-	cg := deviceCgroupV1(opts.Proc, c.State.Pid)
-	cmd := exec.Command(opts.Docker, "exec", id, "sh", "-c", "exec 3</dev/nvidiactl")
-	out, err := cmd.CombinedOutput()
-	msg := strings.TrimSpace(string(out))
+// containerFixes are the engine's words for the device access fixes.
+type containerFixes struct {
+	// restart rebuilds the container's cgroup from its configuration.
+	restart string
+	// recur keeps the device rule in the container's own configuration.
+	recur string
+}
+
+// checkDeviceAccess probes whether the device cgroup of the container
+// whose init process is pid still allows 195:255, and whether the
+// container has the node. specNote is extra evidence from its spec.
+//
+// EPERM there is the state NVML inside reports as "Failed to initialize
+// NVML: Unknown Error": after `systemctl daemon-reload`, systemd reapplies
+// the unit of a container whose GPU rules were added to the cgroup by a
+// hook rather than listed in its configuration, and drops them.
+func checkDeviceAccess(opts Options, who string, pid int, fx containerFixes, specNote string) Check {
+	res, err := probeDevice(opts.Proc, pid, opts.Config.EffectiveDevRoot())
+	if err != nil {
+		return fail(CheckContainerDevice, "run doctor as root on the container's host; see the error",
+			"%s: probing its device cgroup: %v", who, err)
+	}
+	nodes, nodesErr := containerGPUNodes(opts.Proc, pid)
+	inside := ""
 	switch {
-	case err == nil:
-		return pass(CheckContainerDevice, "%s opens /dev/nvidiactl%s", id, cg)
-	case strings.Contains(msg, "ot permitted"): // EPERM: the device cgroup (v1 list or v2 BPF program)
-		return fail(CheckContainerDevice,
-			"restart the container (docker restart "+id+"); to stop it recurring give the GPUs through CDI (--device nvidia.com/gpu=all) or list the nodes with --device so the rule is in the container's own config",
-			"%s cannot open /dev/nvidiactl (%s)%s: its device cgroup no longer allows the GPU, the state NVML reports as \"Failed to initialize NVML: Unknown Error\"; usually systemctl daemon-reload rewrote the cgroup",
-			id, msg, cg)
-	case strings.Contains(msg, "o such device or address"): // ENXIO: allowed, but no driver behind 195:255
-		return fail(CheckContainerDevice,
-			"load the nvidia kernel module on the host (see "+CheckKernel+")",
-			"%s: the device cgroup allows /dev/nvidiactl but the kernel has no driver for it (%s)%s", id, msg, cg)
-	case strings.Contains(msg, "o such file"):
+	case nodesErr != nil:
+		inside = fmt.Sprintf("; its /dev could not be read (%v)", nodesErr)
+	case len(nodes) > 0:
+		inside = fmt.Sprintf("; in its /dev: %s", strings.Join(nodes, " "))
+	}
+	probe := fmt.Sprintf("a probe process in its %s opening %s (195:255) got: %s", res.Place, res.Node, res.Errstr())
+	switch res.Access() {
+	case accessRefused:
+		return fail(CheckContainerDevice, fx.restart+"; "+fx.recur,
+			"%s cannot open /dev/nvidiactl (%s)%s%s: its device cgroup no longer allows the GPU, the state NVML reports as \"Failed to initialize NVML: Unknown Error\"; usually systemctl daemon-reload rewrote the cgroup%s",
+			who, probe, res.rulesEvidence(), specNote, inside)
+	case accessUnknown:
+		return fail(CheckContainerDevice, "see the error: the probe's open says nothing about the cgroup",
+			"%s: %s%s", who, probe, res.rulesEvidence())
+	}
+	if nodesErr == nil && !contains(nodes, "/dev/nvidiactl") {
 		return fail(CheckContainerDevice,
 			"the container got no GPU: see "+CheckContainer+" above",
-			"%s has no /dev/nvidiactl (%s)", id, msg)
-	case strings.Contains(msg, "executable file not found") || strings.Contains(msg, "exec: \"sh\""):
-		return skip(CheckContainerDevice, "%s has no sh to test with%s", id, cg)
-	default:
-		return fail(CheckContainerDevice, "see the error; docker exec must work for this check",
-			"docker exec %s: %v: %s", id, err, msg)
+			"%s has no /dev/nvidiactl (its device cgroup would allow it: %s)", who, probe)
 	}
+	if res.Access() == accessNoDriver {
+		return pass(CheckContainerDevice,
+			"%s: its device cgroup allows /dev/nvidiactl; no driver answers behind it, as on a host without a GPU (see %s) (%s)%s%s",
+			who, CheckKernel, probe, res.rulesEvidence(), inside)
+	}
+	return pass(CheckContainerDevice, "%s opens /dev/nvidiactl (%s)%s%s", who, probe, res.rulesEvidence(), inside)
 }
 
-// deviceCgroupV1 returns ", devices.list: ..." for the GPU rules of pid's
-// cgroup v1 devices controller, or "" on cgroup v2 (rules are a BPF program
-// there, which only the open above can test) or when it cannot be read.
-func deviceCgroupV1(proc string, pid int) string {
-	if pid <= 0 {
-		return ""
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
 	}
-	f, err := os.Open(filepath.Join(proc, fmt.Sprint(pid), "cgroup"))
+	return false
+}
+
+// containerGPUNodes lists the /dev/nvidia* entries in the root of process
+// pid (/proc/PID/root): the image's tree, read through package rootfs so
+// that no symlink in it leads the lookup out.
+func containerGPUNodes(proc string, pid int) ([]string, error) {
+	r, err := rootfs.Open(filepath.Join(proc, fmt.Sprint(pid), "root"))
 	if err != nil {
-		return ""
+		return nil, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 || !strings.Contains(","+parts[1]+",", ",devices,") {
-			continue
+	defer r.Close()
+	names, err := r.ReadDir("/dev")
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
 		}
-		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/devices", parts[2], "devices.list"))
-		if err != nil {
-			return ""
-		}
-		var rules []string
-		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-			if strings.HasPrefix(line, "a ") || strings.HasPrefix(line, "c 195:") {
-				rules = append(rules, line)
-			}
-		}
-		return fmt.Sprintf(", devices.list GPU rules: %s", listOrNone(rules))
+		return nil, err
 	}
-	return ""
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, "nvidia") {
+			out = append(out, "/dev/"+n)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }

@@ -22,11 +22,28 @@
 //     and CRI-O's configuration register a runtime that runs gantry-runtime
 //     or nvidia-container-runtime, and that program exists;
 //     nvidia-container-runtime-hook is on PATH (docker --gpus runs it);
-//   - a Docker container (Options.Container): what it asked for, and
-//     whether its device cgroup still lets it open /dev/nvidiactl.
+//   - a container (Options.Container: Docker's when the docker CLI knows
+//     it, else a containerd task read from its runtime v2 bundle, the OCI
+//     spec as the runtime ran it), or each container of a pod found through
+//     the CRI runtime service (Options.Pod): what it asked for, what was
+//     injected, and whether its device cgroup still lets it open
+//     /dev/nvidiactl. That last question is asked without running anything
+//     from the image: a copy of this binary, started on the host and placed
+//     in the container's cgroup, opens a 195:255 node and reports the errno
+//     (devprobe.go);
+//   - on a Kubernetes node: the device plugin sockets answer (a socket left
+//     by a crashed plugin is a stale registration); each resource's devices
+//     and their health from Gantry's plugin, asked as the kubelet asks it
+//     (GetDevicePluginOptions, then the first ListAndWatch answer; the
+//     plugin names its resource in a response header, which is how doctor
+//     knows a second stream is safe: NVIDIA's plugin is only asked for its
+//     options); the kubelet's allocatable devices (pod-resources) and its
+//     device checkpoint against that list; and, in a pod with a service
+//     account, the Node's capacity and allocatable from the API server over
+//     plain HTTPS (no client-go: this package is linked into the binary
+//     LXC runs per container as nvidia-container-cli).
 //
 // A check whose prerequisite failed is reported as skipped, naming the
 // prerequisite, so the first failure is the one to fix; checks that do not
-// depend on it still run. Not covered yet: persistence mode, pods through
-// the CRI socket, containerd containers, and the Kubernetes device plugin.
+// depend on it still run.
 package doctor

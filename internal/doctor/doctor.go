@@ -53,8 +53,12 @@ const (
 	CheckContainer       = "container request"
 	CheckContainerDevice = "container device access"
 	CheckDevicePlugin    = "device plugin registration"
+	CheckPluginHealth    = "device plugin health"
 	CheckAllocatable     = "kubelet gpu resources"
+	CheckCheckpoint      = "kubelet device checkpoint"
+	CheckNode            = "node gpu capacity"
 	CheckPod             = "pod devices"
+	CheckPodContainers   = "pod containers"
 )
 
 // Default locations of the engines' configuration.
@@ -75,8 +79,18 @@ type Options struct {
 	ContainerdConfig string
 	CRIOConfig       string
 	CRIODropins      string
-	// Container is a Docker container ID or name to examine; empty for none.
+	// Container is a container ID (or name, for Docker) to examine: Docker's
+	// if the docker CLI knows it, else a containerd task; empty for none.
 	Container string
+	// Namespace restricts the containerd lookup to one namespace (and skips
+	// Docker); empty searches every namespace.
+	Namespace string
+	// ContainerdState is containerd's state directory
+	// (DefaultContainerdState), where its runtime v2 tasks are.
+	ContainerdState string
+	// CRISocket is the CRI runtime service socket for Pod; empty takes the
+	// first of DefaultCRISockets that exists.
+	CRISocket string
 	// Docker is the docker CLI ("docker", looked up in PATH).
 	Docker string
 	// KubeletDir is the kubelet's root (DefaultKubeletDir); the Kubernetes
@@ -84,6 +98,15 @@ type Options struct {
 	KubeletDir string
 	// Pod is NAMESPACE/NAME of a pod whose devices to report; empty for none.
 	Pod string
+	// NodeName is this node's Node, read from the API server (default
+	// $NODE_NAME; the host name in suggested commands).
+	NodeName string
+	// APIServer is the API server's URL (default https://
+	// $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT) and
+	// ServiceAccountDir holds the token and ca.crt to use with it
+	// (DefaultServiceAccountDir). Without them the Node is not read.
+	APIServer         string
+	ServiceAccountDir string
 }
 
 func (o *Options) defaults() {
@@ -99,6 +122,7 @@ func (o *Options) defaults() {
 	def(&o.CRIODropins, DefaultCRIODropins)
 	def(&o.Docker, "docker")
 	def(&o.KubeletDir, DefaultKubeletDir)
+	def(&o.ContainerdState, DefaultContainerdState)
 	if o.Config.DriverRoot == "" {
 		o.Config.DriverRoot = "/"
 	}
@@ -202,6 +226,9 @@ func Run(opts Options) []Check {
 		out = append(out, checkContainer(opts)...)
 	}
 	out = append(out, checkKubernetes(opts)...)
+	if opts.Pod != "" {
+		out = append(out, checkPodContainers(opts)...)
+	}
 	return out
 }
 

@@ -151,7 +151,7 @@ func TestHealthyHost(t *testing.T) {
 	// Every check is present, in chain order.
 	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckPersistence, CheckVersions, CheckDriverFiles,
 		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook,
-		CheckDevicePlugin, CheckAllocatable}
+		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode}
 	if len(checks) != len(want) {
 		t.Fatalf("%d checks, want %d:\n%s", len(checks), len(want), dump(checks))
 	}

@@ -41,8 +41,8 @@ func listen(t *testing.T, path string) net.Listener {
 }
 
 // kubeletNode is a temporary kubelet directory: kubelet.sock and, when
-// plugin is set, a plugin socket in device-plugins, and f served on
-// pod-resources/kubelet.sock when f is not nil.
+// plugin is set, another vendor's plugin answering on that socket in
+// device-plugins, and f served on pod-resources/kubelet.sock when f is not nil.
 func kubeletNode(t *testing.T, plugin string, f *fakeKubelet) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kl")
@@ -50,9 +50,11 @@ func kubeletNode(t *testing.T, plugin string, f *fakeKubelet) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	// Not in a pod, whatever runs the tests: the Node is not read.
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	listen(t, filepath.Join(dir, "device-plugins/kubelet.sock"))
 	if plugin != "" {
-		listen(t, filepath.Join(dir, "device-plugins", plugin))
+		serveNVIDIALike(t, filepath.Join(dir, "device-plugins", plugin))
 	}
 	if f != nil {
 		l := listen(t, filepath.Join(dir, "pod-resources/kubelet.sock"))
@@ -90,11 +92,11 @@ func node() *fakeKubelet {
 
 func TestKubernetesRegisteredAndAllocatable(t *testing.T) {
 	checks := checkKubernetes(Options{KubeletDir: kubeletNode(t, "nvidia-gpu.sock", node()), Pod: "ml/train-0"})
-	expect(t, checks, CheckDevicePlugin, Pass, []string{"nvidia-gpu.sock"}, "")
+	expect(t, checks, CheckDevicePlugin, Pass, []string{"nvidia-gpu.sock (nvidia.com/gpu, not Gantry's plugin)"}, "")
 	expect(t, checks, CheckAllocatable, Pass, []string{"nvidia.com/gpu: 4 allocatable, 2 in use"}, "")
 	expect(t, checks, CheckPod, Pass, []string{"pod ml/train-0: container trainer: nvidia.com/gpu GPU-1,GPU-3"}, "")
-	if len(checks) != 3 || Failed(checks) {
-		t.Errorf("want three passing checks:\n%s", dump(checks))
+	if len(checks) != 6 || Failed(checks) {
+		t.Errorf("want six checks, none failed:\n%s", dump(checks))
 	}
 }
 
@@ -104,9 +106,9 @@ func TestKubernetesNoPluginSocket(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "device-plugins/nvidia-gpu.sock"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	checks := checkKubernetes(Options{KubeletDir: dir})
+	checks := checkKubernetes(Options{KubeletDir: dir, NodeName: "gpu-node-1"})
 	expect(t, checks, CheckDevicePlugin, Fail, []string{"no device plugin socket next to kubelet.sock"},
-		"kubectl -n kube-system get pods -l app=gantry-device-plugin")
+		"kubectl -n kube-system get pods -l app.kubernetes.io/name=gantry --field-selector spec.nodeName=gpu-node-1 -o wide")
 }
 
 func TestKubernetesNoKubeletSocket(t *testing.T) {
@@ -121,9 +123,9 @@ func TestKubernetesNoKubeletSocket(t *testing.T) {
 func TestKubernetesNothingAllocatable(t *testing.T) {
 	f := node()
 	f.allocatable = f.allocatable[1:] // only the NIC
-	checks := checkKubernetes(Options{KubeletDir: kubeletNode(t, "nvidia-gpu.sock", f)})
+	checks := checkKubernetes(Options{KubeletDir: kubeletNode(t, "nvidia-gpu.sock", f), NodeName: "gpu-node-1"})
 	expect(t, checks, CheckAllocatable, Fail, []string{"no allocatable nvidia.com/ devices"},
-		"the device plugin is not running or not registered: kubectl -n kube-system get pods -l app=gantry-device-plugin; see its logs")
+		"the device plugin is not running or not registered: kubectl -n kube-system get pods -l app.kubernetes.io/name=gantry --field-selector spec.nodeName=gpu-node-1 -o wide; see its logs: kubectl -n kube-system logs $(")
 }
 
 func TestKubernetesMIGAllocatable(t *testing.T) {
@@ -165,10 +167,11 @@ func TestPodNotFound(t *testing.T) {
 func TestNotAKubernetesNode(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "kubelet")
 	checks := checkKubernetes(Options{KubeletDir: missing})
-	expect(t, checks, CheckDevicePlugin, Skip, []string{"not a Kubernetes node"}, "")
-	expect(t, checks, CheckAllocatable, Skip, []string{"not a Kubernetes node"}, "")
-	if len(checks) != 2 {
-		t.Errorf("want two skipped checks:\n%s", dump(checks))
+	for _, name := range []string{CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode} {
+		expect(t, checks, name, Skip, []string{"not a Kubernetes node"}, "")
+	}
+	if len(checks) != 5 {
+		t.Errorf("want five skipped checks:\n%s", dump(checks))
 	}
 	checks = checkKubernetes(Options{KubeletDir: missing, Pod: "ml/train-0"})
 	expect(t, checks, CheckPod, Fail, []string{"ml/train-0", missing}, "run doctor on the node the pod runs on")

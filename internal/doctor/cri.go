@@ -1,0 +1,243 @@
+package doctor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// DefaultCRISockets are the CRI runtime service sockets tried, in order,
+// when --cri-socket is not given: containerd's, then CRI-O's.
+var DefaultCRISockets = []string{"/run/containerd/containerd.sock", "/run/crio/crio.sock"}
+
+// The labels the kubelet puts on every pod sandbox it asks a CRI runtime for.
+const (
+	labelPodNamespace = "io.kubernetes.pod.namespace"
+	labelPodName      = "io.kubernetes.pod.name"
+)
+
+// k8sNamespace is the containerd namespace of containers made through CRI.
+const k8sNamespace = "k8s.io"
+
+const fixCRISocket = "is the container engine running with its CRI service (containerd: the cri plugin is not in disabled_plugins; CRI-O: systemctl status crio), and is --cri-socket its socket (containerd: /run/containerd/containerd.sock, CRI-O: /run/crio/crio.sock)?"
+
+// checkPodContainers finds the pod's containers through the CRI runtime
+// service and examines each like --container does: its request, what was
+// injected, and its device cgroup, with the devices the kubelet assigned.
+func checkPodContainers(opts Options) []Check {
+	podNS, podName, _ := strings.Cut(opts.Pod, "/")
+	socket := opts.CRISocket
+	if socket == "" {
+		for _, s := range DefaultCRISockets {
+			if st, err := os.Stat(s); err == nil && st.Mode()&os.ModeSocket != 0 {
+				socket = s
+				break
+			}
+		}
+		if socket == "" {
+			return []Check{fail(CheckPodContainers, fixCRISocket,
+				"pod %s: no CRI socket to ask: none of %s exists", opts.Pod, strings.Join(DefaultCRISockets, ", "))}
+		}
+	}
+	if st, err := os.Stat(socket); err != nil {
+		return []Check{fail(CheckPodContainers, fixCRISocket, "pod %s: CRI socket: %v", opts.Pod, err)}
+	} else if st.Mode()&os.ModeSocket == 0 {
+		return []Check{fail(CheckPodContainers, fixCRISocket, "pod %s: CRI socket %s is not a socket", opts.Pod, socket)}
+	}
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return []Check{fail(CheckPodContainers, fixCRISocket, "pod %s: CRI socket %s: %v", opts.Pod, socket, err)}
+	}
+	defer conn.Close()
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	ver, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		return []Check{fail(CheckPodContainers, fixCRISocket,
+			"pod %s: the CRI runtime service at %s does not answer: %s", opts.Pod, socket, status.Convert(err).Message())}
+	}
+	engine := fmt.Sprintf("%s %s at %s", ver.GetRuntimeName(), ver.GetRuntimeVersion(), socket)
+	sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{labelPodNamespace: podNS, labelPodName: podName},
+	}})
+	if err != nil {
+		return []Check{fail(CheckPodContainers, fixCRISocket, "pod %s: %s: ListPodSandbox: %s", opts.Pod, engine, status.Convert(err).Message())}
+	}
+	sandboxes := sbs.GetItems()
+	var ready []*runtimeapi.PodSandbox
+	for _, sb := range sandboxes {
+		if sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY {
+			ready = append(ready, sb)
+		}
+	}
+	if len(ready) > 0 {
+		sandboxes = ready // older, stopped sandboxes of the same pod are history
+	}
+	if len(sandboxes) == 0 {
+		return []Check{fail(CheckPodContainers, "run doctor on the node the pod runs on (kubectl get pod -n "+podNS+" "+podName+" -o wide), or point --cri-socket at the engine that runs it",
+			"pod %s: %s has no pod sandbox labelled %s=%s, %s=%s: the pod does not run on this node",
+			opts.Pod, engine, labelPodNamespace, podNS, labelPodName, podName)}
+	}
+
+	assigned := kubeletAssignments(opts, podNS, podName)
+	var out, perContainer []Check
+	var listed []string
+	for _, sb := range sandboxes {
+		cs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sb.GetId()}})
+		if err != nil {
+			return []Check{fail(CheckPodContainers, fixCRISocket, "pod %s: %s: ListContainers of sandbox %s: %s",
+				opts.Pod, engine, shortID(sb.GetId()), status.Convert(err).Message())}
+		}
+		containers := cs.GetContainers()
+		sort.Slice(containers, func(i, j int) bool {
+			return containers[i].GetMetadata().GetName() < containers[j].GetMetadata().GetName()
+		})
+		var names []string
+		for _, c := range containers {
+			names = append(names, fmt.Sprintf("%s (%s, %s)", c.GetMetadata().GetName(), shortID(c.GetId()), stateWord(c.GetState())))
+			perContainer = append(perContainer, checkCRIContainer(ctx, opts, rt, ver.GetRuntimeName(), podNS, podName, c, assigned)...)
+		}
+		listed = append(listed, fmt.Sprintf("sandbox %s (%s): %s", shortID(sb.GetId()), stateWord(sb.GetState()), listOrNone(names)))
+	}
+	if len(perContainer) == 0 {
+		out = append(out, fail(CheckPodContainers, "wait until the pod's containers are created (kubectl describe pod -n "+podNS+" "+podName+")",
+			"pod %s on %s: %s: no containers", opts.Pod, engine, strings.Join(listed, "; ")))
+		return out
+	}
+	out = append(out, pass(CheckPodContainers, "pod %s on %s: %s", opts.Pod, engine, strings.Join(listed, "; ")))
+	return append(out, perContainer...)
+}
+
+// checkCRIContainer examines one container of the pod. The spec it reads
+// is the one that ran when containerd keeps its task bundle in
+// --containerd-state (after gantry-runtime's edits), else the spec the
+// engine reports in its verbose status (before any runtime edits).
+func checkCRIContainer(ctx context.Context, opts Options, rt runtimeapi.RuntimeServiceClient, engine, podNS, podName string,
+	c *runtimeapi.Container, assigned map[string][]string) []Check {
+	name := c.GetMetadata().GetName()
+	who := fmt.Sprintf("pod %s/%s container %s (%s)", podNS, podName, name, shortID(c.GetId()))
+	st, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId(), Verbose: true})
+	if err != nil {
+		r := fail(CheckContainer, fixCRISocket, "%s: ContainerStatus: %s", who, status.Convert(err).Message())
+		return []Check{r, *after(CheckContainerDevice, r)}
+	}
+	info := parseCRIInfo(st.GetInfo())
+	running := st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING && info.Pid > 0
+	spec, request, binary := info.RuntimeSpec, (*specs.Spec)(nil), info.binary()
+	source := "the spec " + engine + " reports (before runtime edits)"
+	if t, err := taskByID(opts.ContainerdState, k8sNamespace, c.GetId()); err == nil {
+		spec, request, source = t.Spec, info.RuntimeSpec, "task bundle "+t.Bundle
+		if t.Binary != "" {
+			binary = t.Binary
+		}
+		if info.Pid == 0 {
+			info.Pid = t.Pid
+			running = running || t.running(opts.Proc)
+		}
+	}
+	if spec == nil {
+		r := fail(CheckContainer, "run doctor on the pod's node with --containerd-state at containerd's state directory (or a CRI runtime that reports the container's spec)",
+			"%s: no OCI spec: no task bundle under %s and %s reports none in its verbose status", who, filepath.Join(opts.ContainerdState, taskDirName, k8sNamespace), engine)
+		return []Check{r, *after(CheckContainerDevice, r)}
+	}
+	note := ", " + source
+	if devs := assigned[name]; len(devs) > 0 {
+		note += ", the kubelet assigned " + strings.Join(devs, "; ")
+	}
+	if !running {
+		who += " (" + stateWord(st.GetStatus().GetState()) + ")"
+	}
+	fx := containerFixes{
+		restart: fmt.Sprintf("delete the pod so it is recreated with a fresh cgroup (kubectl delete pod -n %s %s)", podNS, podName),
+		recur:   "to stop it recurring give the GPUs through gantry-runtime or CDI, so the device rules are in the container's spec (linux.resources.devices) rather than added to its cgroup by a hook",
+	}
+	return checkSpecAndAccess(opts, who, spec, request, note, binary, info.Pid, running, fx)
+}
+
+// criInfo is what the verbose ContainerStatus's "info" JSON says (the
+// same keys on containerd and CRI-O).
+type criInfo struct {
+	Pid            int         `json:"pid"`
+	RuntimeSpec    *specs.Spec `json:"runtimeSpec"`
+	RuntimeOptions struct {
+		BinaryName  string `json:"binary_name"`
+		BinaryName2 string `json:"BinaryName"`
+	} `json:"runtimeOptions"`
+}
+
+func (i criInfo) binary() string { return i.RuntimeOptions.BinaryName + i.RuntimeOptions.BinaryName2 }
+
+func parseCRIInfo(m map[string]string) criInfo {
+	var i criInfo
+	if s := m["info"]; s != "" {
+		_ = json.Unmarshal([]byte(s), &i)
+	}
+	return i
+}
+
+// kubeletAssignments returns, per container name, the nvidia.com/ devices
+// the kubelet's pod-resources API says the pod's containers hold; nil when
+// this is not a Kubernetes node or the kubelet does not answer (the pod
+// devices check reports that).
+func kubeletAssignments(opts Options, podNS, podName string) map[string][]string {
+	socket := filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock")
+	if _, err := os.Stat(socket); err != nil {
+		return nil
+	}
+	client, closeConn, err := dialPodResources(socket)
+	if err != nil {
+		return nil
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := client.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, p := range list.GetPodResources() {
+		if p.GetNamespace() != podNS || p.GetName() != podName {
+			continue
+		}
+		for _, c := range p.GetContainers() {
+			for _, d := range c.GetDevices() {
+				if gpuResource(d.GetResourceName()) && len(d.GetDeviceIds()) > 0 {
+					out[c.GetName()] = append(out[c.GetName()], d.GetResourceName()+" "+strings.Join(d.GetDeviceIds(), ","))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// shortID is the 13-character prefix crictl shows.
+func shortID(id string) string {
+	if len(id) > 13 {
+		return id[:13]
+	}
+	return id
+}
+
+// stateWord turns CONTAINER_RUNNING or SANDBOX_READY into "running", "ready".
+func stateWord(s fmt.Stringer) string {
+	w := s.String()
+	if _, after, ok := strings.Cut(w, "_"); ok {
+		w = after
+	}
+	return strings.ToLower(w)
+}

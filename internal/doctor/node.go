@@ -1,0 +1,237 @@
+package doctor
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The kubelet's device manager checkpoint, in the device-plugins directory.
+const checkpointFile = "kubelet_internal_checkpoint"
+
+// DefaultServiceAccountDir is where a pod finds its service account's token
+// and the cluster's CA certificate.
+const DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// checkpoint is what doctor reads of the kubelet's device checkpoint: the
+// JSON of the device manager's checkpoint (pkg/kubelet/cm/devicemanager/
+// checkpoint), {"Data": {"PodDeviceEntries": [...], "RegisteredDevices":
+// {resource: [id...]}}, "Checksum": N}. Each entry's DeviceIDs is an object
+// of NUMA node to IDs ({"0": [...]}, "-1" without NUMA) since Kubernetes
+// 1.20, and a plain list before. The checksum is the kubelet's business
+// (a hash of a Go-specific dump) and is not verified here.
+type checkpoint struct {
+	Data struct {
+		PodDeviceEntries  []checkpointEntry
+		RegisteredDevices map[string][]string
+	}
+}
+
+type checkpointEntry struct {
+	PodUID        string
+	ContainerName string
+	ResourceName  string
+	DeviceIDs     json.RawMessage
+}
+
+// ids are the entry's device IDs, from either format.
+func (e checkpointEntry) ids() ([]string, error) {
+	var list []string
+	if err := json.Unmarshal(e.DeviceIDs, &list); err == nil {
+		return list, nil
+	}
+	var perNUMA map[string][]string
+	if err := json.Unmarshal(e.DeviceIDs, &perNUMA); err != nil {
+		return nil, fmt.Errorf("pod %s container %s: DeviceIDs is neither a list nor an object of NUMA node to list", e.PodUID, e.ContainerName)
+	}
+	seen := map[string]bool{}
+	for _, ids := range perNUMA {
+		for _, id := range ids {
+			if !seen[id] {
+				seen[id] = true
+				list = append(list, id)
+			}
+		}
+	}
+	return list, nil
+}
+
+// holder is a container holding a device.
+type holder struct{ pod, container string }
+
+func (h holder) String() string { return "pod " + h.pod + " container " + h.container }
+
+// kubeletCheckpoint is the checkpoint as doctor uses it.
+type kubeletCheckpoint struct {
+	path       string
+	registered map[string][]string // resource -> IDs (healthy when last written)
+	held       map[devKey][]holder // by pod UID
+	entries    int
+}
+
+// readCheckpoint reads the kubelet's device checkpoint; nil, nil when the
+// file does not exist.
+func readCheckpoint(dir string) (*kubeletCheckpoint, error) {
+	path := filepath.Join(dir, checkpointFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var cp checkpoint
+	if err := json.Unmarshal(data, &cp); err != nil {
+		return nil, fmt.Errorf("%s: not the kubelet's device checkpoint JSON: %v", path, err)
+	}
+	k := &kubeletCheckpoint{path: path, registered: cp.Data.RegisteredDevices, held: map[devKey][]holder{}}
+	for _, e := range cp.Data.PodDeviceEntries {
+		ids, err := e.ids()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
+		k.entries++
+		for _, id := range ids {
+			key := devKey{e.ResourceName, id}
+			k.held[key] = append(k.held[key], holder{"UID " + e.PodUID, e.ContainerName})
+		}
+	}
+	return k, nil
+}
+
+// nodeResources is a Node's status.capacity and status.allocatable,
+// NVIDIA resources only, as counts.
+type nodeResources struct {
+	name        string
+	server      string
+	kubelet     string // status.nodeInfo.kubeletVersion
+	capacity    map[string]int64
+	allocatable map[string]int64
+}
+
+// apiAccess is how to reach the API server: in a pod, its service account.
+type apiAccess struct {
+	server string // https://host:port
+	saDir  string
+	node   string
+}
+
+// resolveAPI finds the API server, the credentials and the node's name
+// from opts and the environment of a pod.
+func resolveAPI(opts Options) (apiAccess, error) {
+	a := apiAccess{server: opts.APIServer, saDir: opts.ServiceAccountDir, node: opts.NodeName}
+	if a.saDir == "" {
+		a.saDir = DefaultServiceAccountDir
+	}
+	if a.node == "" {
+		a.node = os.Getenv("NODE_NAME")
+	}
+	if a.server == "" {
+		host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+		if host == "" {
+			return a, errors.New("not in a pod (KUBERNETES_SERVICE_HOST is not set), so no API credentials; run doctor in a pod whose service account may get nodes (the device plugin's), or compare with kubectl describe node")
+		}
+		if port == "" {
+			port = "443"
+		}
+		a.server = "https://" + net.JoinHostPort(host, port)
+	}
+	if _, err := os.Stat(filepath.Join(a.saDir, "token")); err != nil {
+		return a, fmt.Errorf("no service account token (%v); run doctor in a pod with a service account that may get nodes (automountServiceAccountToken not false)", err)
+	}
+	if a.node == "" {
+		return a, errors.New("NODE_NAME is not set, so the Node to read is unknown; set it from the downward API (fieldRef spec.nodeName) or pass --node")
+	}
+	return a, nil
+}
+
+// getNode GETs the Node with the service account's token.
+func getNode(a apiAccess) (*nodeResources, error) {
+	token, err := os.ReadFile(filepath.Join(a.saDir, "token"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the service account token: %v", err)
+	}
+	caFile := filepath.Join(a.saDir, "ca.crt")
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the cluster CA: %v", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", caFile)
+	}
+	client := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, Proxy: http.ProxyFromEnvironment},
+	}
+	u := strings.TrimSuffix(a.server, "/") + "/api/v1/nodes/" + url.PathEscape(a.node)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("API server %q: %v", a.server, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set("Accept", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %v", u, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return nil, fmt.Errorf("GET %s: %s: the service account may not get nodes; grant it (the chart's ClusterRole does)", u, resp.Status)
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("GET %s: %s: no Node %q; is NODE_NAME (--node) this node's name?", u, resp.Status, a.node)
+	default:
+		return nil, fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	var node struct {
+		Status struct {
+			Capacity    map[string]string `json:"capacity"`
+			Allocatable map[string]string `json:"allocatable"`
+			NodeInfo    struct {
+				KubeletVersion string `json:"kubeletVersion"`
+			} `json:"nodeInfo"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(body, &node); err != nil {
+		return nil, fmt.Errorf("GET %s: the answer is not a Node: %v", u, err)
+	}
+	n := &nodeResources{name: a.node, server: a.server, kubelet: node.Status.NodeInfo.KubeletVersion,
+		capacity: map[string]int64{}, allocatable: map[string]int64{}}
+	for _, m := range []struct {
+		in  map[string]string
+		out map[string]int64
+	}{{node.Status.Capacity, n.capacity}, {node.Status.Allocatable, n.allocatable}} {
+		for name, q := range m.in {
+			if !gpuResource(name) {
+				continue
+			}
+			// Extended resources are whole numbers; the API server refuses others.
+			v, err := strconv.ParseInt(q, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("GET %s: %s is %q, not a whole number", u, name, q)
+			}
+			m.out[name] = v
+		}
+	}
+	return n, nil
+}
