@@ -786,14 +786,17 @@ func renderTroubleshooting() string {
 
 "Why can't my container see the GPU?" ` + "`gantry doctor`" + ` walks the chain a GPU container
 depends on, from the kernel module to the engine's configuration and, with ` + "`--container`" + `,
-one running Docker container. It prints one line per check, ` + "`PASS`" + `, ` + "`FAIL`" + ` or ` + "`SKIP`" + `,
+one running container (Docker's, containerd's, or with ` + "`--pod`" + ` a Kubernetes pod's, through
+the CRI socket) and, on a Kubernetes node, the device plugin, its devices' health and the node's
+GPU capacity. It prints one line per check, ` + "`PASS`" + `, ` + "`FAIL`" + ` or ` + "`SKIP`" + `,
 with its evidence, and a ` + "`fix:`" + ` line under each failure; a check whose prerequisite failed
 is skipped and names it, so the first ` + "`FAIL`" + ` is the one to fix. The exit code is 0 when
 nothing failed, 1 otherwise.
 
 ` + "```sh" + `
 sudo gantry doctor                        # the host: driver, device nodes, NVML, files, engines
-sudo gantry doctor --container my-app     # and what one Docker container got
+sudo gantry doctor --container my-app     # and what one container got (Docker, then containerd)
+sudo gantry doctor --pod default/cuda-job # and a pod's containers, through the CRI socket
 gantry doctor --json                      # the same checks as JSON (name, status, ok, evidence, fix)
 ` + "```" + `
 
