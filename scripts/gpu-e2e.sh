@@ -19,6 +19,9 @@
 #   f  `gantry-runtime run` (foreground, as `docker run`-style callers use): GPU 0 again
 #   g  plain runc with gantry as nvidia-container-runtime-hook (Docker's --gpus path):
 #      GPU 0 through the prestart hook (mount namespace entry, device cgroup)
+#   h  `gantry doctor --container` on a running GPU container (runc state): its request
+#      and injected nodes PASS, and a probe process placed in its cgroup opens
+#      /dev/nvidiactl (the device cgroup allows the GPU)
 # In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
@@ -215,6 +218,26 @@ if run_container "$RUNC" e2e-g "$b" "$WORK/g.out"; then
 else
   FAIL "g: plain runc with the gantry prestart hook failed"
   show "$WORK/g.out"
+fi
+
+echo "== h: gantry doctor on a running GPU container"
+b=$WORK/b-h
+make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 -- /usr/bin/sleep 300
+if "$GANTRY_RUNTIME" --root "$STATE" create --bundle "$b" e2e-h </dev/null >"$WORK/h.out" 2>&1 &&
+  "$GANTRY_RUNTIME" --root "$STATE" start e2e-h >>"$WORK/h.out" 2>&1; then
+  "$GANTRY" doctor --container e2e-h --runc-root "$STATE" >"$WORK/h.doctor" 2>&1
+  req=$(grep '^[A-Z]* container request:' "$WORK/h.doctor")
+  acc=$(grep '^[A-Z]* container device access:' "$WORK/h.doctor")
+  if [[ $req == PASS* ]] && [[ $acc == PASS* ]]; then
+    PASS "h: doctor: ${req#PASS } | ${acc#PASS }"
+  else
+    FAIL "h: doctor on a healthy GPU container: ${req:-no request check} | ${acc:-no device access check}"
+    show "$WORK/h.doctor"
+  fi
+  "$RUNC" --root "$STATE" delete --force e2e-h >/dev/null 2>&1
+else
+  FAIL "h: gantry-runtime could not start a long-running GPU container"
+  show "$WORK/h.out"
 fi
 
 echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"

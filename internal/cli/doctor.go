@@ -11,7 +11,7 @@ func init() {
 	register(&command{
 		name:    "doctor",
 		summary: "Walk the chain from kernel driver to container and name the first broken link, with the fix",
-		usage:   "[--json] [--container ID [--namespace NS]] [--pod NAMESPACE/NAME] [--kubelet-dir DIR] [--node NAME] [--cri-socket PATH]",
+		usage:   "[--json] [--container ID [--namespace NS] [--runc-root DIR]] [--pod NAMESPACE/NAME] [--kubelet-dir DIR] [--node NAME] [--cri-socket PATH]",
 		help: `Checks, in order: the kernel driver, the device nodes and their major numbers,
 NVML, persistence mode (advice only), the driver and CUDA versions, the driver files a container gets (and their
 SONAME links), the cached inventory and CDI specs against the running driver,
@@ -21,7 +21,8 @@ that container's GPU request, what was injected, and whether its device cgroup
 still allows the GPU (the state NVML inside reports as "Failed to initialize
 NVML: Unknown Error"): a Docker container if the docker CLI knows the ID or
 name, else a containerd task (any namespace, or --namespace) read from
-containerd's state directory. The cgroup is tested by a short-lived host
+containerd's state directory, else a container runc runs without an engine
+(its state under --runc-root, default /run/runc). The cgroup is tested by a short-lived host
 process placed in the container's cgroup that opens a 195:255 node; nothing
 from the image runs. With --pod, the pod's containers are found through the
 CRI socket (--cri-socket) and examined the same way. On a Kubernetes node
@@ -39,6 +40,7 @@ failure. Exit code 0 when nothing failed, 1 otherwise.`,
 			asJSON := fs.Bool("json", false, "print the checks as JSON")
 			container := fs.String("container", "", "also examine this container: Docker (ID or name), else containerd (ID or unique prefix)")
 			namespace := fs.String("namespace", "", "look --container up in this containerd namespace only (default: every namespace, after Docker)")
+			runcRoot := fs.String("runc-root", doctor.DefaultRuncRoot, "runc's state directory (runc --root), for containers runc runs without an engine")
 			containerdState := fs.String("containerd-state", doctor.DefaultContainerdState, "containerd's state directory (its config's state), where its tasks' bundles are")
 			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket for --pod (default: the first of "+strings.Join(doctor.DefaultCRISockets, ", ")+" that exists)")
 			dockerConfig := fs.String("docker-config", doctor.DefaultDockerConfig, "Docker's daemon.json")
@@ -61,6 +63,7 @@ failure. Exit code 0 when nothing failed, 1 otherwise.`,
 					Config:           e.cfg,
 					Container:        *container,
 					Namespace:        *namespace,
+					RuncRoot:         *runcRoot,
 					ContainerdState:  *containerdState,
 					CRISocket:        *criSocket,
 					DockerConfig:     *dockerConfig,

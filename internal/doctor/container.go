@@ -44,7 +44,8 @@ const fixNoContainer = "name a running container (docker ps; ctr -n NAMESPACE ta
 
 // checkContainer examines opts.Container: a Docker container when the
 // docker CLI knows it (unless --namespace names a containerd namespace),
-// else a containerd task found in containerd's runtime v2 state.
+// else a containerd task found in containerd's runtime v2 state, else a
+// container runc runs without an engine (its state under --runc-root).
 func checkContainer(opts Options) []Check {
 	id := opts.Container
 	var dockerErr error
@@ -60,6 +61,13 @@ func checkContainer(opts Options) []Check {
 		return checkTask(opts, task)
 	}
 	ev := err.Error()
+	if opts.Namespace == "" {
+		c, rerr := findRuncState(opts.RuncRoot, id)
+		if rerr == nil {
+			return checkRuncState(opts, c)
+		}
+		ev += "; " + rerr.Error()
+	}
 	if dockerErr != nil {
 		ev = dockerErr.Error() + "; " + ev
 	}

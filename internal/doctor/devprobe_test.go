@@ -19,14 +19,15 @@ import (
 
 // runcContainer is a real runc container running busybox sleep.
 type runcContainer struct {
-	id  string
-	pid int
+	id    string
+	pid   int
+	state string // runc --root
 }
 
 // startRunc starts a detached runc container whose only process sleeps;
 // allowCtl adds a device cgroup rule for 195:255 to runc's defaults (which
 // do not have it), as gantry-runtime does for a GPU container.
-func startRunc(t *testing.T, name string, allowCtl bool) runcContainer {
+func startRunc(t *testing.T, name string, allowCtl bool, edit ...func(*specs.Spec)) runcContainer {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: starts runc containers")
@@ -74,6 +75,9 @@ func startRunc(t *testing.T, name string, allowCtl bool) runcContainer {
 		spec.Linux.Resources.Devices = append(spec.Linux.Resources.Devices,
 			specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &major, Minor: &minor, Access: "rwm"})
 	}
+	for _, e := range edit {
+		e(&spec)
+	}
 	if raw, err = json.Marshal(&spec); err == nil {
 		err = os.WriteFile(cfg, raw, 0o644)
 	}
@@ -106,7 +110,7 @@ func startRunc(t *testing.T, name string, allowCtl bool) runcContainer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runcContainer{id: id, pid: pid}
+	return runcContainer{id: id, pid: pid, state: state}
 }
 
 // TestProbeDevice probes real runc containers: one whose device cgroup

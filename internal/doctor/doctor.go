@@ -88,6 +88,9 @@ type Options struct {
 	// ContainerdState is containerd's state directory
 	// (DefaultContainerdState), where its runtime v2 tasks are.
 	ContainerdState string
+	// RuncRoot is runc's state directory (DefaultRuncRoot), for containers
+	// runc runs without an engine.
+	RuncRoot string
 	// CRISocket is the CRI runtime service socket for Pod; empty takes the
 	// first of DefaultCRISockets that exists.
 	CRISocket string
@@ -123,6 +126,7 @@ func (o *Options) defaults() {
 	def(&o.Docker, "docker")
 	def(&o.KubeletDir, DefaultKubeletDir)
 	def(&o.ContainerdState, DefaultContainerdState)
+	def(&o.RuncRoot, DefaultRuncRoot)
 	if o.Config.DriverRoot == "" {
 		o.Config.DriverRoot = "/"
 	}

@@ -87,6 +87,7 @@ build_rootfs() {
   for d in bin sbin lib lib64; do ln -s "usr/$d" "$ROOTFS/$d"; done
   copy_with_deps "$(readlink -f /bin/sh)" /usr/bin/sh
   copy_with_deps "$(type -P true)" /usr/bin/true
+  copy_with_deps "$(type -P sleep)" /usr/bin/sleep
   copy_with_deps "$CUDA_CHECK" /usr/bin/cuda-check
   # Libraries the driver's programs and libraries need, from libc's directory.
   local libdir name

@@ -1,0 +1,62 @@
+package doctor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// withCtlNode gives the container a /dev/nvidiactl node (195:255), as
+// gantry-runtime's spec edits do.
+func withCtlNode(s *specs.Spec) {
+	major, minor := int64(195), int64(255)
+	mode := os.FileMode(0o666)
+	s.Linux.Devices = append(s.Linux.Devices, specs.LinuxDevice{Path: "/dev/nvidiactl", Type: "c", Major: major, Minor: minor, FileMode: &mode})
+}
+
+// TestDoctorRuncContainer examines containers runc runs without an engine
+// (found by their state under --runc-root): one whose spec has the GPU's
+// control node and its device rule, and one whose rule is missing, the
+// state a daemon-reload leaves a hook-injected container in.
+func TestDoctorRuncContainer(t *testing.T) {
+	allowed := startRunc(t, "runc-allowed", true, withCtlNode)
+	denied := startRunc(t, "runc-denied", false, withCtlNode)
+	opts := func(id, root string) Options {
+		o := Options{
+			Proc: "/proc", Config: configWithDevRoot(t.TempDir()), Container: id, RuncRoot: root,
+			Docker: filepath.Join(t.TempDir(), "no-docker"), ContainerdState: t.TempDir(),
+		}
+		o.defaults()
+		return o
+	}
+	byName := func(checks []Check) map[string]Check {
+		m := map[string]Check{}
+		for _, c := range checks {
+			m[c.Name] = c
+		}
+		return m
+	}
+
+	got := byName(checkContainer(opts(allowed.id, allowed.state)))
+	if c := got[CheckContainer]; c.Status != Pass || !strings.Contains(c.Evidence, "runc container "+allowed.id) || !strings.Contains(c.Evidence, "/dev/nvidiactl") {
+		t.Errorf("request: %+v", c)
+	}
+	if c := got[CheckContainerDevice]; c.Status != Pass {
+		t.Errorf("device access of a container whose spec allows 195:255: %+v", c)
+	}
+
+	got = byName(checkContainer(opts(denied.id, denied.state)))
+	c := got[CheckContainerDevice]
+	if c.Status != Fail || !strings.Contains(c.Evidence, "Failed to initialize NVML: Unknown Error") ||
+		!strings.Contains(c.Fix, "runc --root "+denied.state+" delete --force "+denied.id) {
+		t.Errorf("device access of a container without the rule: %+v", c)
+	}
+
+	got = byName(checkContainer(opts("no-such-container", allowed.state)))
+	if c := got[CheckContainer]; c.Status != Fail || !strings.Contains(c.Evidence, `no runc container "no-such-container" in `+allowed.state) {
+		t.Errorf("unknown container: %+v", c)
+	}
+}
