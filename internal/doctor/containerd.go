@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gantry-gpu/gantry/internal/edits"
 )
 
 // DefaultContainerdState is containerd's state directory (its config's
@@ -150,6 +152,9 @@ type specSummary struct {
 	// AllowsCtl: linux.resources.devices lets the container read and write
 	// 195:255 (the last matching rule decides, as runc applies them).
 	AllowsCtl bool
+	// Injected is gantry-runtime's mark (edits.InjectedAnnotation): the
+	// devices it injected; empty when it did not inject.
+	Injected string
 }
 
 // withRequest takes the request (env and CDI annotations) from another
@@ -183,6 +188,7 @@ func summarizeSpec(spec *specs.Spec, driverRoot string) specSummary {
 			s.CDI = append(s.CDI, k+"="+v)
 		}
 	}
+	s.Injected = spec.Annotations[edits.InjectedAnnotation]
 	sort.Strings(s.CDI)
 	for _, m := range spec.Mounts {
 		if driverMount(m.Source, driverRoot) {
@@ -243,9 +249,9 @@ func (s specSummary) describe() string {
 	var what []string
 	switch {
 	case s.HasVisible && strings.EqualFold(s.Visible, "void") && len(s.Devices) > 0:
-		// Edits end with NVIDIA_VISIBLE_DEVICES=void so that no injector
+		// CDI specs end with NVIDIA_VISIBLE_DEVICES=void so that no injector
 		// further down the chain acts again: the request was served.
-		what = append(what, "NVIDIA_VISIBLE_DEVICES=void (as the runtime leaves it once it injected the devices)")
+		what = append(what, "NVIDIA_VISIBLE_DEVICES=void (as a CDI spec leaves it once its devices are injected)")
 	case s.HasVisible:
 		what = append(what, "NVIDIA_VISIBLE_DEVICES="+s.Visible)
 	}
@@ -257,6 +263,9 @@ func (s specSummary) describe() string {
 		what = append(what, "no GPU request (no NVIDIA_VISIBLE_DEVICES, no cdi.k8s.io/ annotation)")
 	}
 	injected := fmt.Sprintf("injected: %d device nodes", len(s.Devices))
+	if s.Injected != "" {
+		injected = fmt.Sprintf("injected by gantry-runtime (GPUs %s): %d device nodes", s.Injected, len(s.Devices))
+	}
 	if len(s.Devices) > 0 {
 		injected += " (" + strings.Join(s.Devices, " ") + ")"
 	}
@@ -299,8 +308,8 @@ func taskFixes(t *task, podNS, pod string) containerFixes {
 // that ran, then probes the device access of its process.
 //
 // request, when not nil, is the spec the engine made before the runtime
-// edited it, which still has the request as asked (gantry-runtime sets
-// NVIDIA_VISIBLE_DEVICES=void in the spec it runs). note is more evidence
+// edited it, which has the request as asked even where a CDI spec set
+// NVIDIA_VISIBLE_DEVICES=void in the spec that ran. note is more evidence
 // for the request check (where the spec came from, what the kubelet
 // assigned).
 func checkSpecAndAccess(opts Options, who string, spec, request *specs.Spec, note, binary string, pid int, running bool, fx containerFixes) []Check {

@@ -22,7 +22,8 @@ type Options struct {
 // GPUs and refuses, with the failing requirement, before computing anything;
 // then it merges the driver files for the requested capabilities, the device
 // nodes of the selected devices (none for None), the MIG config/monitor
-// capability nodes, and NVIDIA_VISIBLE_DEVICES=void.
+// capability nodes. The container's NVIDIA_VISIBLE_DEVICES is left as it was
+// (see InjectedAnnotation).
 //
 // CDI names in req.CDIDevices are not resolved here: the front end injects
 // them through the CDI registry, from the spec package cdispec writes.
@@ -52,7 +53,6 @@ func Build(sys *gpu.System, inv *driver.Inventory, req *request.Request, opts Op
 	e := Common(inv, req.Capabilities)
 	e.Merge(devs)
 	e.Merge(mig)
-	e.Merge(&Edits{Env: []string{VisibleDevicesVoid}})
 	return e, nil
 }
 

@@ -6,9 +6,19 @@ import (
 	"strings"
 )
 
-// VisibleDevicesVoid is set in every container Gantry injects into, so that
-// any later injector in the chain sees that nothing is left to do.
+// VisibleDevicesVoid is in the common edits of the CDI specs Gantry writes
+// (as in NVIDIA's), so that an injector later in the chain sees that nothing
+// is left to do. The runtime keeps the container's own value instead, as
+// NVIDIA's runtime and hook do outside CDI (workloads read it to learn their
+// GPUs), and marks the spec with InjectedAnnotation.
 const VisibleDevicesVoid = "NVIDIA_VISIBLE_DEVICES=void"
+
+// InjectedAnnotation marks an OCI spec gantry-runtime has injected GPUs into;
+// its value names the devices ("0,1", "GPU-...", or "none" for driver files
+// only). gantry-runtime and gantry-hook leave such a spec alone, so that a
+// retried create or a hook further down the chain does not inject twice, and
+// gantry doctor reports it.
+const InjectedAnnotation = "io.github.gantry-gpu.injected"
 
 // CgroupAccess is the device cgroup access granted on every injected node,
 // as NVIDIA's CDI specs grant it.

@@ -174,6 +174,11 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) 
 		return nil, err
 	}
 	res := &result{cfg: cfg, id: st.ID}
+	if _, done := spec.Annotations[edits.InjectedAnnotation]; done {
+		// gantry-runtime injected the GPUs into the spec already.
+		res.skipped = true
+		return res, nil
+	}
 
 	req, err := request.Parse(request.InputFromSpec(&spec), containerhook.RequestOptions(cfg))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 )
 
@@ -439,6 +440,45 @@ func TestHookNoRequestUntouched(t *testing.T) {
 	for p := range before {
 		if _, ok := after[p]; !ok {
 			t.Errorf("%s removed", p)
+		}
+	}
+}
+
+// A spec gantry-runtime already injected into (its annotation) while the
+// hook is there too (Docker's --gpus with --runtime=nvidia): the hook leaves
+// it alone, so nothing is injected twice. Here the runtime did not really
+// run, so the container must get nothing at all from the hook.
+func TestHookSkipsInjectedSpec(t *testing.T) {
+	needSetup(t)
+	dir, rootfs := bundle(t, gpuScript, "NVIDIA_VISIBLE_DEVICES=1")
+	p := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Annotations = map[string]string{edits.InjectedAnnotation: "1"}
+	if b, err = json.Marshal(&s); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, rootfs)
+	out, err := runContainer(t, dir, "hook-injected", cgroupModes()[0])
+	if err != nil {
+		t.Fatalf("runc run: %v\n%s", err, out)
+	}
+	if got := lines(out); got["done"] != "yes" || got["nodes"] != "" {
+		t.Errorf("the hook injected into a spec marked %s:\n%s", edits.InjectedAnnotation, out)
+	}
+	after := snapshot(t, rootfs)
+	for p, v := range after {
+		if before[p] != v {
+			t.Errorf("%s changed: %q -> %q", p, before[p], v)
 		}
 	}
 }

@@ -73,6 +73,11 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 	if err := json.Unmarshal(raw, &peek); err != nil {
 		return nil, fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
 	}
+	if v, done := peek.Annotations[edits.InjectedAnnotation]; done {
+		// Injected already (a retried create of the same bundle, or a
+		// runtime chain with Gantry twice in it).
+		return &Result{Notes: []string{"GPUs " + v + " already injected (annotation " + edits.InjectedAnnotation + "): left as is"}}, nil
+	}
 	req, err := request.Parse(request.InputFromSpec(peek.spec()), containerhook.RequestOptions(cfg))
 	if err != nil {
 		return nil, err
@@ -136,6 +141,16 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 	res.phase("rootfs", &clock)
 	if err := e.ApplyToSpec(&spec); err != nil {
 		return nil, err
+	}
+	if e != nil {
+		if spec.Annotations == nil {
+			spec.Annotations = map[string]string{}
+		}
+		injected := strings.Join(res.Devices, ",")
+		if injected == "" {
+			injected = req.Devices.Mode.String()
+		}
+		spec.Annotations[edits.InjectedAnnotation] = injected
 	}
 	if len(others) > 0 {
 		if err := injectCDI(&spec, cfg.CDI.SpecDirs, others); err != nil {

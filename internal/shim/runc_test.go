@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 )
 
@@ -63,8 +64,16 @@ func TestGPUContainer(t *testing.T) {
 	if !strings.Contains(out, wantProbe) {
 		t.Errorf("probe in the container: want %q in\n%s", wantProbe, out)
 	}
-	if !strings.Contains(out, "NVIDIA_DRIVER_CAPABILITIES=compute,utility") || !strings.Contains(out, "NVIDIA_VISIBLE_DEVICES=void") {
-		t.Errorf("container env: want the capabilities kept and NVIDIA_VISIBLE_DEVICES=void:\n%s", out)
+	// The request stays in the container's env, as NVIDIA's runtime leaves
+	// it (workloads read it); the spec is marked as injected instead.
+	if !strings.Contains(out, "NVIDIA_DRIVER_CAPABILITIES=compute,utility") || !strings.Contains(out, "NVIDIA_VISIBLE_DEVICES=1") {
+		t.Errorf("container env: want the capabilities and NVIDIA_VISIBLE_DEVICES=1 kept:\n%s", out)
+	}
+	var spec struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(c.configJSON(), &spec); err != nil || spec.Annotations[edits.InjectedAnnotation] != "1" {
+		t.Errorf("config.json annotations %v (%v): want %s=1", spec.Annotations, err, edits.InjectedAnnotation)
 	}
 	if !strings.Contains(out, "lib=readonly") {
 		t.Errorf("the injected libcuda is writable from the container:\n%s", out)
@@ -131,6 +140,44 @@ func TestNoGPUUntouched(t *testing.T) {
 				t.Errorf("env %q: %s created in the root filesystem", env, p)
 			}
 		}
+	}
+}
+
+// A create retried on a bundle the shim already edited (engines retry; a
+// runtime chain may hold Gantry twice) changes nothing more: no second set
+// of mounts or nodes.
+func TestCreateTwiceInjectsOnce(t *testing.T) {
+	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=1"}, args: []string{"true"}})
+	var first []byte
+	for i := 0; i < 2; i++ {
+		if _, stderr, err := c.runtime("create", "--bundle", c.bundle, c.id); err != nil {
+			t.Fatalf("create %d: %v\n%s", i+1, err, stderr)
+		}
+		if _, stderr, err := c.runtime("delete", "--force", c.id); err != nil {
+			t.Fatalf("delete %d: %v\n%s", i+1, err, stderr)
+		}
+		if i == 0 {
+			first = c.configJSON()
+		}
+	}
+	if second := c.configJSON(); string(second) != string(first) {
+		t.Errorf("the second create changed config.json again (%d -> %d bytes)", len(first), len(second))
+	}
+	// The log says why: one line per create, the second unchanged.
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(c.config), "gantry.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var r map[string]any
+		if json.Unmarshal([]byte(l), &r) == nil {
+			recs = append(recs, r)
+		}
+	}
+	if len(recs) != 2 || recs[0]["changed"] != true || recs[1]["changed"] != false ||
+		!strings.Contains(fmt.Sprint(recs[1]["notes"]), "already injected") {
+		t.Errorf("log records: want a changed create, then one left alone as already injected:\n%s", b)
 	}
 }
 
@@ -285,8 +332,8 @@ func TestInventoryCache(t *testing.T) {
 	}
 	orig := c.configJSON()
 	reset := func() {
-		// The shim rewrote config.json (NVIDIA_VISIBLE_DEVICES=void): each
-		// run starts from the bundle as the engine wrote it.
+		// The shim rewrote config.json (and marked it injected): each run
+		// starts from the bundle as the engine wrote it.
 		if err := os.WriteFile(filepath.Join(c.bundle, "config.json"), orig, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -135,9 +135,9 @@ func TestDoctorContainerd(t *testing.T) {
 	if req.Status != doctor.Pass {
 		t.Fatalf("container request: %+v", req)
 	}
-	// gantry-runtime ran the spec with NVIDIA_VISIBLE_DEVICES=void once it
-	// had injected the devices: the bundle has no other record of "all".
-	for _, want := range []string{"containerd task " + e.namespace + "/gpu-doctor", "NVIDIA_VISIBLE_DEVICES=void (as the runtime leaves it",
+	// gantry-runtime keeps the request in the env and marks the spec with
+	// the GPUs it injected.
+	for _, want := range []string{"containerd task " + e.namespace + "/gpu-doctor", "NVIDIA_VISIBLE_DEVICES=all", "injected by gantry-runtime (GPUs 0,1,2,3,4,5,6,7)",
 		"runc binary " + f.nvRuntime, "device nodes (/dev/nvidia", "/dev/nvidiactl", " driver mounts"} {
 		if !strings.Contains(req.Evidence, want) {
 			t.Errorf("container request evidence lacks %q: %s", want, req.Evidence)
