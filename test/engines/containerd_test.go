@@ -115,6 +115,10 @@ func startContainerd(t *testing.T) *containerdEngine {
 		e.snapshotter = "overlayfs"
 	}
 	e.namespace = fmt.Sprintf("gantry-test-%d", os.Getpid())
+	// containerd puts a namespace's containers in cgroups under a parent
+	// named after the namespace and leaves the parent behind; remove it
+	// (empty by then) once the daemon is gone. Registered first, so it runs last.
+	t.Cleanup(func() { removeCgroupDirs("/" + e.namespace) })
 	e.d, e.sock = startContainerdDaemon(t, f, filepath.Join(e.dir, "containerd"), func(config string) {
 		out, err := command(e.cli, f.gantry, "runtime", "configure", "--runtime", "containerd",
 			"--config-file", config, "--runtime-path", f.nvRuntime)
@@ -202,3 +206,4 @@ func TestContainerd(t *testing.T) {
 		_, _ = e.ctr("containers", "delete", "gpu9")
 	})
 }
+
