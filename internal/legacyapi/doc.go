@@ -23,6 +23,27 @@
 // BAR1 size and maximum clocks from there too. A GPU that cannot be read at
 // all shows every reading null rather than failing the request.
 //
+// /gpu/info computes the rest as the original did, from NVML where the
+// original asked CUDA: Cores are NVML's CUDA core count; CPU Affinity the
+// GPU's NUMA node ("NUMA node0" on a host without NUMA, as there); PCI
+// Bandwidth the fastest link's lanes times one lane's MB/s of its
+// generation (the original's table, 250, 500, 985, 1969 MB/s for Gen 1 to
+// 4, extended to 3938, 7563 and 15125 for Gen 5 to 7, where the original
+// gave 0); Memory ECC the current ECC mode (null where the GPU has none);
+// Memory Bandwidth the original's 2 x memory clock (MHz) x bus width
+// (bytes), with NVML's maximum memory clock, which is CUDA's memoryClockRate.
+// Memory Shared, Constant and L2 Cache stay null: only CUDA's device
+// properties have them, and Gantry does not create CUDA contexts. P2P
+// Available lists, in index order, each GPU that this one may read directly
+// (the original asked cudaDeviceCanAccessPeer, here NVML's P2P status; none
+// in MIG mode), with the kind of link: in JSON the original's number, in the
+// text its name, "Same board" (6), "Single PCI switch" (5), "Multiple PCI
+// switches" (4), "Host PCI bridge" (3), "Same CPU socket" (2), "Cross CPU
+// socket" (1), or, where NVLink joins the two, "Single NVLink" (7) to
+// "Eighteen NVLinks" (24) as NVIDIA's later bindings extended the
+// numbering (on an NVSwitch fabric, the smaller of the two GPUs' link counts
+// into it). These facts are read once and kept while they are complete.
+//
 // /docker/cli takes the original's query parameters: dev, the GPUs by index or
 // by (a prefix of) UUID, separated by spaces ("?dev=0+1", "+" being a space in a
 // query) or, as an extension, commas; empty or "*" means all. vol, the volumes

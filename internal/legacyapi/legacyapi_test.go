@@ -248,7 +248,10 @@ func TestGPUInfo(t *testing.T) {
 	}
 	// The original's key names, nulls included.
 	_, raw, _ := get(t, f.url+"/v1.0/gpu/info/json")
-	for _, key := range []string{`"Version":{"Driver":`, `"CUDA":`, `"UUID":`, `"Path":"/dev/nvidia0"`, `"Model":"NVIDIA H100`, `"Power":700,"CPUAffinity":0,"PCI":{"BusID":`, `"BAR1":131072,"Bandwidth":null}`, `"Clocks":{"Cores":1980,"Memory":2619}`, `"Topology":null`, `"Family":"Hopper"`, `"Memory":{"ECC":null,"Global":`} {
+	for _, key := range []string{`"Version":{"Driver":`, `"CUDA":`, `"UUID":`, `"Path":"/dev/nvidia0"`, `"Model":"NVIDIA H100`,
+		`"Power":700,"CPUAffinity":0,"PCI":{"BusID":`, `"BAR1":131072,"Bandwidth":63008}`, `"Clocks":{"Cores":1980,"Memory":2619}`,
+		`"Topology":[{"BusID":"00000000:43:00.0","Link":24},`, `"Family":"Hopper","Arch":"9.0","Cores":16896,`,
+		`"Memory":{"ECC":true,"Global":81559,"Shared":null,"Constant":null,"L2Cache":null,"Bandwidth":3352320}`} {
 		if !strings.Contains(raw, key) {
 			t.Errorf("/gpu/info/json lacks %s:\n%.400s", key, raw)
 		}
@@ -260,7 +263,7 @@ func TestGPUInfo(t *testing.T) {
 	}
 	// As the original's tabwriter laid it out: a blank line first and last,
 	// and the values of each run of rows two spaces after its longest label.
-	if !strings.HasPrefix(text, "\nDriver version:") || !strings.HasSuffix(text, "  None\n\n") {
+	if !strings.HasPrefix(text, "\nDriver version:") || !strings.HasSuffix(text, " - Eighteen NVLinks\n\n") {
 		t.Errorf("/gpu/info does not start and end as the original's:\n%q", text)
 	}
 	checkAligned(t, text)
@@ -273,8 +276,13 @@ func TestGPUInfo(t *testing.T) {
 		"    Bus ID:     " + f.sys.Devices[7].PCIBusID + "\n",
 		"    BAR1:       131072 MiB\n",
 		"    Global:     " + "81559 MiB\n",
-		"    Cores:        1980 MHz\n", // the maximum
-		"  P2P Available:  None\n",
+		"    Cores:   1980 MHz\n", // the maximum
+		"  CPU Affinity:  NUMA node1\n",
+		"  Cores:         16896\n",
+		"    Bandwidth:  63008 MB/s\n",
+		"    ECC:        true\n",
+		"    Bandwidth:  3352320 MB/s\n",
+		"  P2P Available\n    00000000:1B:00.0 - Eighteen NVLinks\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/gpu/info lacks %q:\n%s", want, text)

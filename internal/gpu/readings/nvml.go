@@ -37,15 +37,116 @@ func NewNVML(driverRoot string) (Reader, func(), error) {
 func (r *nvmlReader) Read(uuid string) (Sample, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h, ok := r.handles[uuid]
-	if !ok {
-		var ret nvml.Return
-		if h, ret = r.lib.DeviceGetHandleByUUID(uuid); ret != nvml.SUCCESS {
-			return Unknown(), fmt.Errorf("GPU %s: %s", uuid, nvml.ErrorString(ret))
-		}
-		r.handles[uuid] = h
+	h, err := r.handle(uuid)
+	if err != nil {
+		return Unknown(), err
 	}
 	return readDevice(h, r.proc), nil
+}
+
+// handle returns the GPU's handle, from the cache when it is there. The
+// caller holds r.mu.
+func (r *nvmlReader) handle(uuid string) (nvml.Device, error) {
+	if h, ok := r.handles[uuid]; ok {
+		return h, nil
+	}
+	h, ret := r.lib.DeviceGetHandleByUUID(uuid)
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("GPU %s: %s", uuid, nvml.ErrorString(ret))
+	}
+	r.handles[uuid] = h
+	return h, nil
+}
+
+// has reports whether the loaded library exports sym: go-nvml binds
+// symbols lazily, and calling one that an older driver lacks would crash
+// the process (internal/gpu/nvml checks the same way).
+func (r *nvmlReader) has(sym string) bool { return r.lib.Extensions().LookupSymbol(sym) == nil }
+
+// Properties reads the GPU's fixed properties.
+func (r *nvmlReader) Properties(uuid string) (Properties, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, err := r.handle(uuid)
+	if err != nil {
+		return Properties{}, err
+	}
+	return readProperties(h, r.has), nil
+}
+
+// readProperties reads each property on its own; one that NVML does not
+// support stays unknown.
+func readProperties(h nvml.Device, has func(string) bool) Properties {
+	var p Properties
+	if has("nvmlDeviceGetNumGpuCores") {
+		if n, ret := h.GetNumGpuCores(); ret == nvml.SUCCESS && n > 0 {
+			p.Cores = n
+		}
+	}
+	if g, ret := h.GetMaxPcieLinkGeneration(); ret == nvml.SUCCESS && g > 0 {
+		p.PCIeMaxGeneration = g
+	}
+	if w, ret := h.GetMaxPcieLinkWidth(); ret == nvml.SUCCESS && w > 0 {
+		p.PCIeMaxWidth = w
+	}
+	if has("nvmlDeviceGetMemoryBusWidth") {
+		if w, ret := h.GetMemoryBusWidth(); ret == nvml.SUCCESS && w > 0 {
+			p.MemoryBusWidthBits = int(w)
+		}
+	}
+	if cur, _, ret := h.GetEccMode(); ret == nvml.SUCCESS {
+		on := cur == nvml.FEATURE_ENABLED
+		p.ECCEnabled = &on
+	}
+	return p
+}
+
+// Peer reads where the PCIe paths of GPUs a and b meet and whether a may
+// read b's memory directly.
+func (r *nvmlReader) Peer(a, b string) (Peer, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ha, err := r.handle(a)
+	if err != nil {
+		return Peer{}, err
+	}
+	hb, err := r.handle(b)
+	if err != nil {
+		return Peer{}, err
+	}
+	return readPeer(ha, hb, r.has), nil
+}
+
+func readPeer(a, b nvml.Device, has func(string) bool) Peer {
+	var p Peer
+	if level, ret := a.GetTopologyCommonAncestor(b); ret == nvml.SUCCESS {
+		p.Path = pciePath(level)
+	}
+	if has("nvmlDeviceGetP2PStatus") {
+		if st, ret := a.GetP2PStatus(b, nvml.P2P_CAPS_INDEX_READ); ret == nvml.SUCCESS && st != nvml.P2P_STATUS_UNKNOWN {
+			ok := st == nvml.P2P_STATUS_OK
+			p.P2P = &ok
+		}
+	}
+	return p
+}
+
+func pciePath(level nvml.GpuTopologyLevel) PCIePath {
+	switch level {
+	case nvml.TOPOLOGY_INTERNAL:
+		return PCIePathSameBoard
+	case nvml.TOPOLOGY_SINGLE:
+		return PCIePathSingleSwitch
+	case nvml.TOPOLOGY_MULTIPLE:
+		return PCIePathMultipleSwitches
+	case nvml.TOPOLOGY_HOSTBRIDGE:
+		return PCIePathHostBridge
+	case nvml.TOPOLOGY_NODE:
+		return PCIePathSameNUMANode
+	case nvml.TOPOLOGY_SYSTEM:
+		return PCIePathCrossNUMANode
+	}
+	return PCIePathUnknown
 }
 
 // readDevice reads every value of one GPU. Each value is read on its own:

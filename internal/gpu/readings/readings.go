@@ -3,6 +3,13 @@
 // processes using it) through NVML, or deterministic ones for simulated
 // GPUs. It is kept apart from package metrics so that front ends that only
 // need readings (gantry serve, the CLI) do not link Prometheus and gRPC.
+//
+// Both Readers (NewNVML, NewSim) also have two methods that nvidia-docker
+// 1.0's /gpu/info needs and nothing else does, so they are not part of the
+// Reader interface: Properties(uuid), a GPU's fixed facts (CUDA cores, the
+// fastest PCIe link, memory bus width, ECC mode), and Peer(a, b), where the
+// PCIe paths of two GPUs meet and whether the driver allows peer access
+// between them.
 package readings
 
 import (
@@ -126,21 +133,24 @@ func NewSim(sys *gpu.System) Reader {
 	return r
 }
 
-// simModel holds a model's limits, so that a simulated GPU's readings stay
-// within what the real part shows.
+// simModel holds a model's limits and fixed properties, so that a simulated
+// GPU's readings stay within what the real part shows.
 type simModel struct {
 	match                  string // a word of the product name
 	powerLimitW, idleW     uint32
 	maxSMMHz, maxMemoryMHz uint32
 	bar1MiB                uint64
+	// CUDA cores, the PCIe link (generation, lanes) and the memory bus
+	// width in bits, as NVML reports them on the real part; 0 for unknown.
+	cores, pcieGen, pcieWidth, busBits int
 }
 
 var simModels = []simModel{
-	{"H100", 700, 70, 1980, 2619, 131072},
-	{"H200", 700, 75, 1980, 3201, 262144},
-	{"A100", 400, 55, 1410, 1215, 65536},
-	{"L40S", 350, 35, 2520, 9001, 65536},
-	{"", 300, 30, 1500, 1500, 256}, // any other GPU
+	{"H100", 700, 70, 1980, 2619, 131072, 16896, 5, 16, 5120},
+	{"H200", 700, 75, 1980, 3201, 262144, 16896, 5, 16, 6016}, // 6016 bits: NVML and CUDA on a real H200
+	{"A100", 400, 55, 1410, 1215, 65536, 6912, 4, 16, 5120},
+	{"L40S", 350, 35, 2520, 9001, 65536, 18176, 4, 16, 384},
+	{"", 300, 30, 1500, 1500, 256, 0, 0, 0, 0}, // any other GPU: its properties unknown
 }
 
 func simModelOf(name string) simModel {

@@ -186,3 +186,90 @@ func TestProcessName(t *testing.T) {
 		t.Errorf("under an empty proc: %q", got)
 	}
 }
+
+// The simulated GPUs of the built-in profiles have their models' data
+// sheet values; a model the simulator does not know has none.
+func TestSimProperties(t *testing.T) {
+	want := map[string]Properties{ // cores, PCIe generation and lanes, memory bus bits
+		"NVIDIA H100 80GB HBM3": {Cores: 16896, PCIeMaxGeneration: 5, PCIeMaxWidth: 16, MemoryBusWidthBits: 5120},
+		"NVIDIA H200":           {Cores: 16896, PCIeMaxGeneration: 5, PCIeMaxWidth: 16, MemoryBusWidthBits: 6016},
+		"NVIDIA A100-SXM4-40GB": {Cores: 6912, PCIeMaxGeneration: 4, PCIeMaxWidth: 16, MemoryBusWidthBits: 5120},
+		"NVIDIA L40S":           {Cores: 18176, PCIeMaxGeneration: 4, PCIeMaxWidth: 16, MemoryBusWidthBits: 384},
+	}
+	for _, profile := range sim.Profiles() {
+		sys, err := sim.Load(profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := NewSim(sys).(simReader)
+		for _, d := range sys.Devices {
+			p, err := r.Properties(d.UUID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, ok := want[d.Name]
+			if !ok {
+				t.Fatalf("%s: the test knows no model %q", profile, d.Name)
+			}
+			if p.ECCEnabled == nil || !*p.ECCEnabled {
+				t.Errorf("%s GPU %d: ECC %v, want enabled", profile, d.Index, p.ECCEnabled)
+			}
+			p.ECCEnabled = nil
+			if p != w {
+				t.Errorf("%s GPU %d: %+v, want %+v", profile, d.Index, p, w)
+			}
+		}
+		if _, err := r.Properties("GPU-00000000-0000-0000-0000-000000000000"); err == nil {
+			t.Errorf("%s: unknown UUID without error", profile)
+		}
+	}
+	sys, err := sim.Parse([]byte(`{driverVersion: "535.104.05", cudaDriverVersion: "12.2", devices: [{name: "Tesla T4", memoryMiB: 15360, computeCapability: "7.5"}]}`), "t4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := NewSim(sys).(simReader).Properties(sys.Devices[0].UUID); err != nil || p != (Properties{}) {
+		t.Errorf("unknown model: %+v %v, want all unknown", p, err)
+	}
+}
+
+// Simulated peers meet where a real host of the profile's shape has them
+// meet, the same seen from either side; MIG-enabled GPUs have no peer access.
+func TestSimPeer(t *testing.T) {
+	sys, err := sim.Load("l40sx8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewSim(sys).(simReader)
+	for i, a := range sys.Devices {
+		for j, b := range sys.Devices {
+			if i == j {
+				if _, err := r.Peer(a.UUID, b.UUID); err == nil {
+					t.Errorf("GPU %d with itself: no error", i)
+				}
+				continue
+			}
+			want := PCIePathCrossNUMANode // two sockets,
+			if i/4 == j/4 {
+				want = PCIePathSameNUMANode // two switches per socket,
+			}
+			if i/2 == j/2 {
+				want = PCIePathSingleSwitch // two GPUs per switch
+			}
+			p, err := r.Peer(a.UUID, b.UUID)
+			if err != nil || p.Path != want || p.P2P == nil || !*p.P2P {
+				t.Errorf("GPUs %d, %d: %+v %v, want path %d with peer access", i, j, p, err, want)
+			}
+		}
+	}
+	mig, err := sim.Load("a100x2-mig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewSim(mig).(simReader).Peer(mig.Devices[0].UUID, mig.Devices[1].UUID)
+	if err != nil || p.P2P == nil || *p.P2P || p.Path != PCIePathSingleSwitch {
+		t.Errorf("MIG-enabled A100s: %+v %v, want no peer access behind one switch", p, err)
+	}
+	if _, err := r.Peer(sys.Devices[0].UUID, "GPU-00000000-0000-0000-0000-000000000000"); err == nil {
+		t.Error("unknown peer without error")
+	}
+}
