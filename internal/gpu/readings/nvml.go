@@ -41,7 +41,7 @@ func (r *nvmlReader) Read(uuid string) (Sample, error) {
 	if err != nil {
 		return Unknown(), err
 	}
-	return readDevice(h, r.proc), nil
+	return readDevice(h, r.proc, r.has("nvmlDeviceGetMemoryInfo_v2")), nil
 }
 
 // handle returns the GPU's handle, from the cache when it is there. The
@@ -152,7 +152,12 @@ func pciePath(level nvml.GpuTopologyLevel) PCIePath {
 // readDevice reads every value of one GPU. Each value is read on its own:
 // one that NVML does not support on this GPU (or that fails) stays NaN and
 // the others are still read.
-func readDevice(h nvml.Device, proc string) Sample {
+//
+// memV2 reads memory with nvmlDeviceGetMemoryInfo_v2, whose "used" leaves out
+// the memory the driver reserves for itself, as nvidia-smi shows it (an idle
+// H200: 0 MiB, where the first version says 615 MiB); drivers before R510
+// have only the first version.
+func readDevice(h nvml.Device, proc string, memV2 bool) Sample {
 	s := Unknown()
 	if u, ret := h.GetUtilizationRates(); ret == nvml.SUCCESS {
 		s.UtilizationPercent, s.MemoryUtilizationPercent = float64(u.Gpu), float64(u.Memory)
@@ -163,8 +168,17 @@ func readDevice(h nvml.Device, proc string) Sample {
 	if u, _, ret := h.GetDecoderUtilization(); ret == nvml.SUCCESS {
 		s.DecoderUtilizationPercent = float64(u)
 	}
-	if m, ret := h.GetMemoryInfo(); ret == nvml.SUCCESS {
-		s.MemoryUsedBytes, s.MemoryTotalBytes = float64(m.Used), float64(m.Total)
+	if memV2 {
+		if m, ret := h.GetMemoryInfo_v2(); ret == nvml.SUCCESS {
+			s.MemoryUsedBytes, s.MemoryTotalBytes = float64(m.Used), float64(m.Total)
+		} else {
+			memV2 = false
+		}
+	}
+	if !memV2 {
+		if m, ret := h.GetMemoryInfo(); ret == nvml.SUCCESS {
+			s.MemoryUsedBytes, s.MemoryTotalBytes = float64(m.Used), float64(m.Total)
+		}
 	}
 	if t, ret := h.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {
 		s.TemperatureCelsius = float64(t)

@@ -218,7 +218,7 @@ func TestReadDeviceNotSupported(t *testing.T) {
 			return []nvml.ProcessInfo{{Pid: uint32(os.Getpid()), UsedGpuMemory: 512 << 20}}, nvml.SUCCESS
 		},
 	}
-	s := readDevice(d, "/proc")
+	s := readDevice(d, "/proc", false)
 	nan := math.NaN()
 	want := Unknown()
 	want.DecoderUtilizationPercent = 12
@@ -561,4 +561,45 @@ func at(m [][]string, i, j int) string {
 		return m[i][j]
 	}
 	return "?"
+}
+
+// Memory in use is the second version's figure (without the driver's
+// reserved memory, as nvidia-smi shows it) where the library has it, and
+// the first version's otherwise or when the second fails.
+func TestReadDeviceMemoryVersions(t *testing.T) {
+	ns := nvml.ERROR_NOT_SUPPORTED
+	v2ret := nvml.SUCCESS
+	d := &mock.Device{
+		GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+			return nvml.Memory{Total: 144 << 30, Used: 615 << 20}, nvml.SUCCESS
+		},
+		GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
+			return nvml.Memory_v2{Total: 144 << 30, Reserved: 615 << 20, Used: 0}, v2ret
+		},
+		GetUtilizationRatesFunc:         func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, ns },
+		GetEncoderUtilizationFunc:       func() (uint32, uint32, nvml.Return) { return 0, 0, ns },
+		GetDecoderUtilizationFunc:       func() (uint32, uint32, nvml.Return) { return 0, 0, ns },
+		GetTemperatureFunc:              func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, ns },
+		GetPowerUsageFunc:               func() (uint32, nvml.Return) { return 0, ns },
+		GetPowerManagementLimitFunc:     func() (uint32, nvml.Return) { return 0, ns },
+		GetClockInfoFunc:                func(nvml.ClockType) (uint32, nvml.Return) { return 0, ns },
+		GetMaxClockInfoFunc:             func(nvml.ClockType) (uint32, nvml.Return) { return 0, ns },
+		GetBAR1MemoryInfoFunc:           func() (nvml.BAR1Memory, nvml.Return) { return nvml.BAR1Memory{}, ns },
+		GetPcieThroughputFunc:           func(nvml.PcieUtilCounter) (uint32, nvml.Return) { return 0, ns },
+		GetComputeRunningProcessesFunc:  func() ([]nvml.ProcessInfo, nvml.Return) { return nil, ns },
+		GetGraphicsRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return nil, ns },
+		GetMemoryErrorCounterFunc: func(nvml.MemoryErrorType, nvml.EccCounterType, nvml.MemoryLocation) (uint64, nvml.Return) {
+			return 0, ns
+		},
+	}
+	if s := readDevice(d, "/proc", true); s.MemoryUsedBytes != 0 || s.MemoryTotalBytes != 144<<30 {
+		t.Errorf("with v2: used %v total %v, want 0 and 144 GiB", s.MemoryUsedBytes, s.MemoryTotalBytes)
+	}
+	if s := readDevice(d, "/proc", false); s.MemoryUsedBytes != 615<<20 {
+		t.Errorf("without v2: used %v, want 615 MiB", s.MemoryUsedBytes)
+	}
+	v2ret = nvml.ERROR_FUNCTION_NOT_FOUND
+	if s := readDevice(d, "/proc", true); s.MemoryUsedBytes != 615<<20 {
+		t.Errorf("v2 failing: used %v, want the first version's 615 MiB", s.MemoryUsedBytes)
+	}
 }
