@@ -2,15 +2,14 @@ package legacyapi
 
 import (
 	"net/http/httptest"
-	"os/exec"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/gpu/readings"
+	"github.com/gantry-gpu/gantry/internal/smitest"
 )
 
 // TestGPUInfoNVML runs on a GPU host: /gpu/info over the real driver has
@@ -51,8 +50,8 @@ func TestGPUInfoNVML(t *testing.T) {
 	if len(info.Devices) != len(sys.Devices) || len(rows) != len(sys.Devices) {
 		t.Fatalf("%d JSON and %d text devices, want %d", len(info.Devices), len(rows), len(sys.Devices))
 	}
-	access := smiMatrix(t, "topo", "-p2p", "r")
-	paths := smiMatrix(t, "topo", "-m")
+	access := smitest.Matrix(t, "topo", "-p2p", "r")
+	paths := smitest.Matrix(t, "topo", "-m")
 	nvRE := regexp.MustCompile(`^NV([0-9]+)$`)
 	for i, d := range info.Devices {
 		// Data centre GPUs of the last generations give all of these.
@@ -93,52 +92,14 @@ func TestGPUInfoNVML(t *testing.T) {
 				continue
 			}
 			link, ok := listed[peer.PCIBusID]
-			if ok != (at(access, i, j) == "OK") {
-				t.Errorf("GPU %d: peer %d listed %v, nvidia-smi topo -p2p r says %s", i, j, ok, at(access, i, j))
+			if ok != (smitest.At(access, i, j) == "OK") {
+				t.Errorf("GPU %d: peer %d listed %v, nvidia-smi topo -p2p r says %s", i, j, ok, smitest.At(access, i, j))
 			}
-			if m := nvRE.FindStringSubmatch(at(paths, i, j)); m != nil && ok {
+			if m := nvRE.FindStringSubmatch(smitest.At(paths, i, j)); m != nil && ok {
 				if n, _ := strconv.Atoi(m[1]); link != NVLinks(n) {
 					t.Errorf("GPU %d: peer %d over %s, nvidia-smi topo -m says %s", i, j, link, m[0])
 				}
 			}
 		}
 	}
-}
-
-// smiMatrix runs nvidia-smi with args (topo -m, topo -p2p r) and returns its
-// GPU-by-GPU matrix; nil without nvidia-smi.
-func smiMatrix(t *testing.T, args ...string) [][]string {
-	out, err := exec.Command("nvidia-smi", args...).Output()
-	if err != nil {
-		t.Logf("nvidia-smi %s: %v: not compared", strings.Join(args, " "), err)
-		return nil
-	}
-	gpuRE := regexp.MustCompile(`^GPU[0-9]+$`)
-	// Some versions underline the header with escape codes even into a pipe.
-	plain := regexp.MustCompile("\x1b\\[[0-9;]*m").ReplaceAllString(string(out), "")
-	n := -1
-	var m [][]string
-	for _, line := range strings.Split(plain, "\n") {
-		f := strings.Fields(line)
-		if n < 0 && len(f) > 0 && f[0] == "GPU0" {
-			n = 0
-			for _, h := range f {
-				if gpuRE.MatchString(h) {
-					n++
-				}
-			}
-			continue
-		}
-		if n > 0 && len(f) > n && gpuRE.MatchString(f[0]) {
-			m = append(m, f[1:1+n])
-		}
-	}
-	return m
-}
-
-func at(m [][]string, i, j int) string {
-	if i < len(m) && j < len(m[i]) {
-		return m[i][j]
-	}
-	return "?"
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	gpunvml "github.com/gantry-gpu/gantry/internal/gpu/nvml"
+	"github.com/gantry-gpu/gantry/internal/smitest"
 )
 
 // TestNVMLReader runs on a GPU host: every GPU reads back with the memory
@@ -389,8 +389,8 @@ func TestNVMLProperties(t *testing.T) {
 		t.Logf("one GPU: no peers to check")
 		return
 	}
-	paths := smiMatrix(t, "topo", "-m")
-	access := smiMatrix(t, "topo", "-p2p", "r")
+	paths := smitest.Matrix(t, "topo", "-m")
+	access := smitest.Matrix(t, "topo", "-p2p", "r")
 	pathOf := map[string]PCIePath{"PIX": PCIePathSingleSwitch, "PXB": PCIePathMultipleSwitches, "PHB": PCIePathHostBridge,
 		"NODE": PCIePathSameNUMANode, "SYS": PCIePathCrossNUMANode}
 	for i, a := range sys.Devices {
@@ -406,21 +406,21 @@ func TestNVMLProperties(t *testing.T) {
 			if p.P2P != nil {
 				p2p = strconv.FormatBool(*p.P2P)
 			}
-			t.Logf("GPUs %d, %d: PCIe path %d, peer reads %s; nvidia-smi topo: %s, p2p r: %s", i, j, p.Path, p2p, at(paths, i, j), at(access, i, j))
+			t.Logf("GPUs %d, %d: PCIe path %d, peer reads %s; nvidia-smi topo: %s, p2p r: %s", i, j, p.Path, p2p, smitest.At(paths, i, j), smitest.At(access, i, j))
 			if p.Path == PCIePathUnknown {
 				t.Errorf("GPUs %d, %d: PCIe path unknown", i, j)
 			}
-			if want, ok := pathOf[at(paths, i, j)]; ok && p.Path != want {
-				t.Errorf("GPUs %d, %d: PCIe path %d, nvidia-smi topo -m says %s", i, j, p.Path, at(paths, i, j))
+			if want, ok := pathOf[smitest.At(paths, i, j)]; ok && p.Path != want {
+				t.Errorf("GPUs %d, %d: PCIe path %d, nvidia-smi topo -m says %s", i, j, p.Path, smitest.At(paths, i, j))
 			}
-			switch at(access, i, j) {
+			switch smitest.At(access, i, j) {
 			case "OK":
 				if p2p != "true" {
 					t.Errorf("GPUs %d, %d: peer reads %s, nvidia-smi says OK", i, j, p2p)
 				}
 			case "NS", "CNS", "GNS", "TNS":
 				if p2p != "false" {
-					t.Errorf("GPUs %d, %d: peer reads %s, nvidia-smi says %s", i, j, p2p, at(access, i, j))
+					t.Errorf("GPUs %d, %d: peer reads %s, nvidia-smi says %s", i, j, p2p, smitest.At(access, i, j))
 				}
 			}
 		}
@@ -523,44 +523,6 @@ func smiQuery(t *testing.T, fields string) map[string][]string {
 		rows[busKey(t, f[0])] = f
 	}
 	return rows
-}
-
-// smiMatrix runs nvidia-smi with args (topo -m, topo -p2p r) and returns its
-// GPU-by-GPU matrix; nil without nvidia-smi.
-func smiMatrix(t *testing.T, args ...string) [][]string {
-	out, err := exec.Command("nvidia-smi", args...).Output()
-	if err != nil {
-		t.Logf("nvidia-smi %s: %v: not compared", strings.Join(args, " "), err)
-		return nil
-	}
-	gpuRE := regexp.MustCompile(`^GPU[0-9]+$`)
-	// Some versions underline the header with escape codes even into a pipe.
-	plain := regexp.MustCompile("\x1b\\[[0-9;]*m").ReplaceAllString(string(out), "")
-	n := -1
-	var m [][]string
-	for _, line := range strings.Split(plain, "\n") {
-		f := strings.Fields(line)
-		if n < 0 && len(f) > 0 && f[0] == "GPU0" {
-			n = 0
-			for _, h := range f {
-				if gpuRE.MatchString(h) {
-					n++
-				}
-			}
-			continue
-		}
-		if n > 0 && len(f) > n && gpuRE.MatchString(f[0]) {
-			m = append(m, f[1:1+n])
-		}
-	}
-	return m
-}
-
-func at(m [][]string, i, j int) string {
-	if i < len(m) && j < len(m[i]) {
-		return m[i][j]
-	}
-	return "?"
 }
 
 // Memory in use is the second version's figure (without the driver's
