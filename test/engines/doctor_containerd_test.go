@@ -3,18 +3,14 @@
 package engines
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -540,59 +536,4 @@ func TestDoctorPod(t *testing.T) {
 			t.Fatalf("%+v", c)
 		}
 	})
-}
-
-// writeImageArchive writes a one-layer OCI image archive named name whose
-// command is cmd (writeOCIArchive's, with another command).
-func writeImageArchive(path string, layer []byte, name string, cmd []string) error {
-	type descriptor struct {
-		MediaType   string            `json:"mediaType"`
-		Digest      string            `json:"digest"`
-		Size        int               `json:"size"`
-		Annotations map[string]string `json:"annotations,omitempty"`
-	}
-	blobs := map[string][]byte{}
-	add := func(mediaType string, b []byte) descriptor {
-		sum := sha256.Sum256(b)
-		d := "sha256:" + hex.EncodeToString(sum[:])
-		blobs[d] = b
-		return descriptor{MediaType: mediaType, Digest: d, Size: len(b)}
-	}
-	layerDesc := add("application/vnd.oci.image.layer.v1.tar", layer)
-	config, _ := json.Marshal(map[string]any{
-		"architecture": runtime.GOARCH, "os": "linux",
-		"config": map[string]any{"Env": []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, "Cmd": cmd},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDesc.Digest}},
-	})
-	manifest, _ := json.Marshal(map[string]any{
-		"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-		"config": add("application/vnd.oci.image.config.v1+json", config), "layers": []descriptor{layerDesc},
-	})
-	m := add("application/vnd.oci.image.manifest.v1+json", manifest)
-	_, tag, _ := strings.Cut(name[strings.LastIndex(name, "/")+1:], ":")
-	m.Annotations = map[string]string{"io.containerd.image.name": name, "org.opencontainers.image.ref.name": tag}
-	index, _ := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []descriptor{m}})
-	files := map[string][]byte{"oci-layout": []byte(`{"imageLayoutVersion":"1.0.0"}`), "index.json": index}
-	for d, b := range blobs {
-		files["blobs/sha256/"+strings.TrimPrefix(d, "sha256:")] = b
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, d := range []string{"blobs/", "blobs/sha256/"} {
-		if err := tw.WriteHeader(&tar.Header{Name: d, Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
-			return err
-		}
-	}
-	for n, b := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		if _, err := tw.Write(b); err != nil {
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return os.WriteFile(path, buf.Bytes(), 0o644)
 }

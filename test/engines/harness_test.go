@@ -385,8 +385,13 @@ func tarTree(root string) ([]byte, error) {
 }
 
 // writeOCIArchive writes a one-layer OCI image archive (the format
-// `ctr image import` reads) named name.
+// `ctr image import` reads) named name, whose command is /bin/sh.
 func writeOCIArchive(path string, layer []byte, name string) error {
+	return writeImageArchive(path, layer, name, []string{"/bin/sh"})
+}
+
+// writeImageArchive is writeOCIArchive with the image's command cmd.
+func writeImageArchive(path string, layer []byte, name string, cmd []string) error {
 	type descriptor struct {
 		MediaType   string            `json:"mediaType"`
 		Digest      string            `json:"digest"`
@@ -406,7 +411,7 @@ func writeOCIArchive(path string, layer []byte, name string) error {
 		"os":           "linux",
 		"config": map[string]any{
 			"Env": []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-			"Cmd": []string{"/bin/sh"},
+			"Cmd": cmd,
 		},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{layerDesc.Digest}},
 	})
