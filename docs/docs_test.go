@@ -1,24 +1,35 @@
 // Package docs tests the documentation against the programs it documents,
-// so the docs cannot rot:
+// so the docs cannot rot. Every command line of a ```sh block of
+// docs/*.md and README.md (and every "$ " line of a transcript block) is
+// either run here or accounted for (TestEveryCommandRunOrMapped):
 //
-//   - every command line in a ```sh block of docs/*.md and README.md (and
-//     every "$ " line of a transcript block) that runs one of our programs is
-//     checked against the program built from this tree: the subcommand
-//     exists and every flag on the line is in that command's --help; make
-//     targets exist in the Makefile; scripts/*.sh and bench/*.sh exist and
-//     are executable;
 //   - blocks preceded by "<!-- doctest -->" are run, in order, with bash in a
 //     sandbox (simulated GPUs, a fake driver root, temporary HOME and
-//     TMPDIR) and must exit 0; in a transcript block (no language, "$ "
-//     lines followed by their output) each command's output must match, a
-//     line "..." standing for any number of lines;
+//     TMPDIR; see sandbox_test.go) and must exit 0; in a transcript block (no
+//     language, "$ " lines followed by their output) each command's output
+//     must match, a line "..." standing for any number of lines;
+//   - blocks preceded by "<!-- doctest: root -->" write system paths (sudo
+//     make install, /etc/docker/daemon.json, /var/run/cdi) or use fixed
+//     ports and /tmp paths: they run as root in a private mount and network
+//     namespace whose /etc, /usr/bin, /var, /run and /tmp are scratch, so the
+//     docs' exact lines run and nothing reaches the host;
+//   - a line that needs a daemon, a cluster or a GPU (docker run, ctr,
+//     podman, kubectl, helm install, systemctl) is listed in notRun
+//     (notrun_test.go) with the Go tests of this repository that run its
+//     equivalent against the real engine, which must exist, or, for the few
+//     nothing here can run, why; in a doctest block such a line is left out
+//     of the run. A line neither run nor listed fails the test, and so does
+//     an entry no line matches;
+//   - every command line that runs one of our programs is also checked
+//     against the program built from this tree: the subcommand exists and
+//     every flag on the line is in that command's --help; make targets exist
+//     in the Makefile; scripts/*.sh and bench/*.sh exist and are executable;
 //   - troubleshooting.md is generated from internal/doctor's Catalog:
 //     go test ./docs -update rewrites it, and the test fails when it is stale.
 package docs
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -28,22 +39,24 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gantry-gpu/gantry/internal/doctor"
 )
 
 var update = flag.Bool("update", false, "rewrite troubleshooting.md from internal/doctor's Catalog")
 
-// binDir holds gantry, gantry-device-plugin and gantry's other names, built
-// from this tree by TestMain.
+// binDir holds gantry, gantry-runtime and gantry-device-plugin, built from
+// this tree by TestMain, and the names make install links to them.
 var binDir string
 
 const repoRoot = ".."
 
-// gantryNames are the names gantry answers to (cmd/gantry dispatches on argv0).
-var gantryNames = []string{"gantry-runtime", "gantry-hook", "nvidia-container-runtime",
-	"nvidia-container-runtime-hook", "nvidia-container-cli"}
+// installedNames are the names make install links to each binary (both
+// dispatch on argv0).
+var installedNames = map[string][]string{
+	"gantry-runtime": {"gantry-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit"},
+	"gantry":         {"nvidia-container-cli", "nvidia-docker"},
+}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -55,7 +68,7 @@ func TestMain(m *testing.M) {
 	binDir = filepath.Join(dir, "bin")
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, pkg := range []string{"gantry", "gantry-device-plugin"} {
+		for _, pkg := range []string{"gantry", "gantry-runtime", "gantry-device-plugin"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "./cmd/"+pkg)
 			cmd.Dir = repoRoot
 			cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
@@ -64,10 +77,12 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 		}
-		for _, n := range gantryNames {
-			if err := os.Symlink("gantry", filepath.Join(binDir, n)); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
+		for target, names := range installedNames {
+			for _, n := range names {
+				if err := os.Symlink(target, filepath.Join(binDir, n)); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					return 1
+				}
 			}
 		}
 		return m.Run()
@@ -102,7 +117,8 @@ type block struct {
 	line    int    // of the opening fence
 	lang    string
 	text    string
-	doctest bool
+	doctest bool // preceded by <!-- doctest --> or <!-- doctest: root -->
+	root    bool // <!-- doctest: root -->: runs in the private namespace
 }
 
 func (b block) where() string { return fmt.Sprintf("%s:%d", b.file, b.line) }
@@ -123,8 +139,13 @@ func docFiles(t *testing.T) []string {
 
 var fenceRe = regexp.MustCompile("^```\\s*([A-Za-z0-9_+-]*)\\s*$")
 
+const (
+	doctestMarker     = "<!-- doctest -->"
+	rootDoctestMarker = "<!-- doctest: root -->"
+)
+
 // readBlocks returns the fenced blocks of a markdown file. A block is a
-// doctest when the last non-blank line before its fence is <!-- doctest -->.
+// doctest when the last non-blank line before its fence is a doctest marker.
 func readBlocks(t *testing.T, file string) []block {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot, file))
@@ -149,7 +170,8 @@ func readBlocks(t *testing.T, file string) []block {
 		}
 		if m := fenceRe.FindStringSubmatch(line); m != nil {
 			cur = &block{file: file, line: i + 1, lang: m[1],
-				doctest: lastNonBlank == "<!-- doctest -->"}
+				doctest: lastNonBlank == doctestMarker || lastNonBlank == rootDoctestMarker,
+				root:    lastNonBlank == rootDoctestMarker}
 			continue
 		}
 		if strings.TrimSpace(line) != "" {
@@ -169,9 +191,19 @@ func isTranscript(b block) bool {
 	return b.lang == "" && strings.HasPrefix(b.text, "$ ")
 }
 
-// commandLines returns the shell command lines of a block (continuations
-// joined) with the line number of each in the markdown file.
-func commandLines(b block) (lines []string, at []int) {
+// cmdLine is one shell command line of a block: continuation lines joined,
+// a here-document's body left out (it is data, not commands).
+type cmdLine struct {
+	text        string
+	at          int // line number in the markdown file
+	first, last int // its lines in the block's text, 0-based
+}
+
+var heredocRe = regexp.MustCompile(`<<(-?)\s*(['"]?)([A-Za-z_][A-Za-z0-9_]*)['"]?`)
+
+// commandLines returns the shell command lines of a block.
+func commandLines(b block) []cmdLine {
+	var lines []cmdLine
 	raw := strings.Split(strings.TrimSuffix(b.text, "\n"), "\n")
 	transcript := isTranscript(b)
 	for i := 0; i < len(raw); i++ {
@@ -183,15 +215,40 @@ func commandLines(b block) (lines []string, at []int) {
 			}
 			line = c
 		}
-		start := b.line + 1 + i
+		first := i
 		for strings.HasSuffix(line, "\\") && i+1 < len(raw) {
 			i++
 			line = strings.TrimSuffix(line, "\\") + " " + strings.TrimSpace(raw[i])
 		}
-		lines = append(lines, line)
-		at = append(at, start)
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		lines = append(lines, cmdLine{text: line, at: b.line + 1 + first, first: first, last: i})
+		if m := heredocRe.FindStringSubmatch(line); m != nil && !strings.Contains(line, "<<<") {
+			for i+1 < len(raw) && strings.TrimSpace(raw[i+1]) != m[3] {
+				i++
+			}
+			i++ // the delimiter
+		}
 	}
-	return lines, at
+	return lines
+}
+
+// displayLine is a command line as notRun's patterns see it: without its
+// comment, white space runs as one space.
+func displayLine(line string) string {
+	inSingle, inDouble := false, false
+	for i, c := range line {
+		switch {
+		case c == '\'' && !inDouble:
+			inSingle = !inSingle
+		case c == '"' && !inSingle:
+			inDouble = !inDouble
+		case c == '#' && !inSingle && !inDouble && (i == 0 || line[i-1] == ' ' || line[i-1] == '\t'):
+			return norm(line[:i])
+		}
+	}
+	return norm(line)
 }
 
 // splitCommands splits a shell line into simple commands, each a list of
@@ -596,15 +653,14 @@ func TestCommandsExist(t *testing.T) {
 			if !isShell(b.lang) && !isTranscript(b) {
 				continue
 			}
-			lines, at := commandLines(b)
-			for i, line := range lines {
-				for _, words := range splitCommands(line) {
+			for _, line := range commandLines(b) {
+				for _, words := range splitCommands(line.text) {
 					ours, err := checkCommand(t, words, targets)
 					if ours {
 						checked++
 					}
 					if err != nil {
-						t.Errorf("%s:%d: %s\n\t%s", file, at[i], err, line)
+						t.Errorf("%s:%d: %s\n\t%s", file, line.at, err, line.text)
 					}
 				}
 			}
@@ -616,69 +672,8 @@ func TestCommandsExist(t *testing.T) {
 	t.Logf("%d documented command lines checked", checked)
 }
 
-// sandbox is where doctest blocks run: simulated GPUs, a fake driver root,
-// and temporary HOME, TMPDIR, CDI spec directory and inventory cache.
-type sandbox struct {
-	work string
-	env  []string
-}
-
-func newSandbox(t *testing.T) *sandbox {
-	t.Helper()
-	root := t.TempDir()
-	s := &sandbox{work: filepath.Join(root, "work")}
-	home, tmp := filepath.Join(root, "home"), filepath.Join(root, "tmp")
-	for _, d := range []string{s.work, home, tmp} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// bin/gantry as README's commands run it from the repository root.
-	if err := os.Symlink(binDir, filepath.Join(s.work, "bin")); err != nil {
-		t.Fatal(err)
-	}
-	driverRoot := filepath.Join(root, "driver")
-	if out, err := exec.Command(filepath.Join(binDir, "gantry"), "sim", "driver-root", driverRoot).CombinedOutput(); err != nil {
-		t.Fatalf("gantry sim driver-root: %v\n%s", err, out)
-	}
-	cfg := filepath.Join(root, "gantry.toml")
-	conf := fmt.Sprintf(`gpus = "sim:h100x8"
-driver-root = %q
-
-[cdi]
-spec-dirs = [%q]
-
-[runtime]
-cache-dir = %q
-`, driverRoot, filepath.Join(tmp, "cdi"), filepath.Join(root, "cache"))
-	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s.env = []string{
-		"PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH"),
-		"HOME=" + home, "TMPDIR=" + tmp, "GANTRY_CONFIG=" + cfg,
-		"LANG=C", "LC_ALL=C",
-	}
-	return s
-}
-
-// prepare drops "make build" lines: TestMain built those binaries from this
-// tree, into the directory the sandbox's bin/ and PATH point at.
-var makeBuildLine = regexp.MustCompile(`(?m)^\s*make (build|build-device-plugin)\s*(#.*)?$`)
-
-func (s *sandbox) run(t *testing.T, script string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", "set -euo pipefail\n"+makeBuildLine.ReplaceAllString(script, ":"))
-	cmd.Dir = s.work
-	cmd.Env = s.env
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-// TestDoctests runs the blocks marked <!-- doctest -->, file by file, each
-// file's blocks in order in one sandbox.
+// TestDoctests runs the doctest blocks, file by file, each file's blocks in
+// order in one sandbox (sandbox_test.go).
 func TestDoctests(t *testing.T) {
 	trackSources()
 	if _, err := exec.LookPath("bash"); err != nil {
@@ -687,9 +682,11 @@ func TestDoctests(t *testing.T) {
 	total := 0
 	for _, file := range docFiles(t) {
 		var tests []block
+		wantRoot := false
 		for _, b := range readBlocks(t, file) {
 			if b.doctest {
 				tests = append(tests, b)
+				wantRoot = wantRoot || b.root
 			}
 		}
 		if len(tests) == 0 {
@@ -697,12 +694,22 @@ func TestDoctests(t *testing.T) {
 		}
 		total += len(tests)
 		t.Run(file, func(t *testing.T) {
-			s := newSandbox(t)
+			s := newSandbox(t, wantRoot)
+			var skipped []string
 			for _, b := range tests {
+				if b.root && s.host == nil {
+					skipped = append(skipped, b.where())
+					continue
+				}
+				if tool := missingTool(b); tool != "" {
+					skipped = append(skipped, b.where()+" ("+tool+" is not installed; scripts/deps.sh --test installs it)")
+					continue
+				}
 				switch {
 				case isShell(b.lang):
-					if out, err := s.run(t, b.text); err != nil {
-						t.Errorf("%s: doctest failed: %v\n--- block\n%s--- output\n%s", b.where(), err, b.text, out)
+					script := doctestScript(b)
+					if out, err := s.run(t, script); err != nil {
+						t.Errorf("%s: doctest failed: %v\n--- block as run\n%s--- output\n%s", b.where(), err, script, out)
 					}
 				case isTranscript(b):
 					checkTranscript(t, s, b)
@@ -710,11 +717,54 @@ func TestDoctests(t *testing.T) {
 					t.Errorf("%s: <!-- doctest --> on a %q block: only sh blocks and $ transcripts run", b.where(), b.lang)
 				}
 			}
+			if len(skipped) > 0 {
+				t.Skipf("not run: %s; %s", strings.Join(skipped, ", "), s.why)
+			}
 		})
 	}
 	if total == 0 {
 		t.Fatal("no <!-- doctest --> blocks found")
 	}
+}
+
+// doctestScript is the block as the sandbox runs it: a line notRun lists
+// (it needs a daemon, a cluster or a GPU) becomes a no-op that names the
+// test that runs it instead.
+func doctestScript(b block) string {
+	raw := strings.Split(strings.TrimSuffix(b.text, "\n"), "\n")
+	for _, l := range commandLines(b) {
+		e := notRunFor(displayLine(l.text))
+		if e == nil {
+			continue
+		}
+		for i := l.first; i <= l.last; i++ {
+			raw[i] = ":"
+		}
+		raw[l.first] = ": not run here: " + shellQuote(displayLine(l.text)) + " " + shellQuote(e.ref())
+	}
+	return strings.Join(raw, "\n") + "\n"
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// optionalTools are programs a doctest may use that are not part of every
+// installation; a block that needs a missing one is skipped, saying so.
+var optionalTools = map[string]bool{"socat": true, "curl": true, "make": true, "gcc": true}
+
+func missingTool(b block) string {
+	for _, l := range commandLines(b) {
+		if notRunFor(displayLine(l.text)) != nil {
+			continue
+		}
+		for _, words := range splitCommands(l.text) {
+			if prog, _ := program(words); optionalTools[prog] {
+				if _, err := exec.LookPath(prog); err != nil {
+					return prog
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // checkTranscript runs each "$ " command of a transcript block and compares

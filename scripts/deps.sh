@@ -29,6 +29,9 @@ if $tests; then
   # engineconfig checks its diffs with GNU patch; nsmount/hook run runc under unshare
   command -v patch >/dev/null || optional+=(patch)
   command -v unshare >/dev/null || optional+=(util-linux)
+  # docs: the guide's health and :3476 examples, run by go test ./docs
+  command -v socat >/dev/null || optional+=(socat)
+  command -v curl >/dev/null || optional+=(curl)
 fi
 [ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
 sudo=""

@@ -121,7 +121,7 @@ var Catalog = []CheckDoc{
 		Verifies: "`nvidia-container-runtime-hook` is on `PATH`: `docker run --gpus` runs it; skipped when Docker is not installed.",
 		Failures: []FailureDoc{
 			{"the hook is not on `PATH`: `docker run --gpus` fails with \"could not select device driver\"",
-				"`ln -s /usr/bin/gantry /usr/bin/nvidia-container-runtime-hook` (`make install` does it)"},
+				"`ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it)"},
 		},
 	},
 	{

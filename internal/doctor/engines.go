@@ -197,6 +197,6 @@ func checkHook(docker bool) Check {
 	if !docker {
 		return skip(CheckHook, "%s is not on PATH; only docker --gpus needs it and Docker is not installed", name)
 	}
-	return fail(CheckHook, "ln -s /usr/bin/gantry /usr/bin/"+name+" (gantry runs as the hook under that name)",
+	return fail(CheckHook, "ln -s gantry-runtime /usr/bin/"+name+" (gantry-runtime runs as the hook under that name; make install links it)",
 		"%s is not on PATH (%s): docker run --gpus fails with \"could not select device driver\"", name, os.Getenv("PATH"))
 }

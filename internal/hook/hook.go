@@ -58,7 +58,7 @@ Docker's --gpus flag adds this hook to the container by the name
 nvidia-container-runtime-hook, found in PATH, with PHASE "prestart", and sets
 NVIDIA_VISIBLE_DEVICES (and NVIDIA_DRIVER_CAPABILITIES) in the container. So:
 
-  ln -s /usr/bin/gantry /usr/bin/nvidia-container-runtime-hook
+  ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook
   docker run --gpus '"device=1"' debian nvidia-smi -L
 
 needs no runtime registered in daemon.json. For Podman or CRI-O, an OCI hooks.d

@@ -1,0 +1,400 @@
+package docs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The sandbox doctest blocks run in.
+//
+// Every sandbox has simulated GPUs (sim:h100x8 in the file GANTRY_CONFIG
+// names), a fake driver root, temporary HOME and TMPDIR, and a working
+// directory laid out like a checkout: bin/ holds the binaries TestMain built
+// from this tree (as `make build` and `make build-device-plugin` name them),
+// and Makefile, scripts/, bench/ and deployments/ are the repository's.
+//
+// Blocks marked <!-- doctest: root --> write system paths (sudo make
+// install, gantry runtime configure, cdi generate --output
+// /var/run/cdi/...) and use fixed ports and /tmp paths. They run, as root,
+// in a private mount and network namespace held by one locked OS thread:
+//
+//   - /run and /tmp are empty tmpfs (the sandbox's own directories, which
+//     may live under /tmp, are bound back at their paths);
+//   - /etc, /usr/bin and /var are overlays whose writes go to a tmpfs; in
+//     them the engines' and Gantry's configuration directories
+//     (/etc/docker, /etc/containerd, /etc/crio, /etc/cdi, /etc/gantry) and
+//     /var/lib/kubelet are removed, so every file the docs write starts
+//     from nothing, and /etc/nvidia-container-runtime/config.toml is the one
+//     NVIDIA's toolkit 1.18 installs (internal/config/testdata), as on a host
+//     being migrated;
+//   - the network has only a loopback interface, so the docs' fixed ports
+//     (3476, 9401) are free.
+//
+// Nothing a block does reaches the host. A file's blocks share one
+// namespace, in order; when the test ends, its processes are killed and
+// the namespace goes with the thread. Without root (or where namespaces
+// cannot be made) the root blocks are skipped and say so; CI runs as root.
+//
+// The same sandbox defines two shell functions, because the docs are
+// written for a user's shell and the sandbox's binaries come from TestMain:
+//   - sudo runs its command as it is: the sandbox is root already, and a
+//     real sudo would reset the sandbox's environment (GANTRY_CONFIG, PATH);
+//   - make runs the real make with the targets build, build-device-plugin
+//     and deps taken as done (make -o): TestMain built the binaries from
+//     this tree with the same go build, and the test's own prerequisites
+//     are deps. Every other target (install, demo, gpu-e2e) runs its recipe.
+type sandbox struct {
+	root string // the sandbox's directory
+	work string // the working directory of every block
+	env  []string
+	host *privateHost // nil: blocks run on the host, root blocks are skipped
+	why  string       // why host is nil
+}
+
+// prelude is prepended to every block; see sandbox.
+const prelude = `set -euo pipefail
+sudo() { "$@"; }
+make() { command make -o build -o build-device-plugin -o deps "$@"; }
+`
+
+func newSandbox(t *testing.T, wantRoot bool) *sandbox {
+	t.Helper()
+	root := t.TempDir()
+	s := &sandbox{root: root, work: filepath.Join(root, "work")}
+	home, tmp := filepath.Join(root, "home"), filepath.Join(root, "tmp")
+	bin := filepath.Join(s.work, "bin")
+	for _, d := range []string{s.work, home, tmp, bin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// bin/ is the sandbox's own (make gpu-e2e writes into it); its programs
+	// are TestMain's.
+	entries, err := os.ReadDir(binDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.Symlink(filepath.Join(binDir, e.Name()), filepath.Join(bin, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repo, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"Makefile", "scripts", "bench", "deployments"} {
+		if err := os.Symlink(filepath.Join(repo, f), filepath.Join(s.work, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	driverRoot := filepath.Join(root, "driver")
+	if out, err := exec.Command(filepath.Join(binDir, "gantry"), "sim", "driver-root", driverRoot).CombinedOutput(); err != nil {
+		t.Fatalf("gantry sim driver-root: %v\n%s", err, out)
+	}
+
+	if wantRoot {
+		switch {
+		case os.Geteuid() != 0:
+			s.why = "not root: the blocks marked <!-- doctest: root --> need a private mount namespace (CI runs as root)"
+		default:
+			nvidiaConfig, err := os.ReadFile(filepath.Join(repo, "internal/config/testdata/nvidia/ctk-1.18.toml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := newPrivateHost([]string{root, filepath.Dir(binDir), repo}, nvidiaConfig)
+			if err != nil {
+				s.why = fmt.Sprintf("cannot make a private mount namespace: %v", err)
+			} else {
+				s.host = h
+				t.Cleanup(h.close)
+			}
+		}
+	}
+
+	// Gantry's configuration: simulated GPUs over the fake driver root.
+	// In the private namespace everything else is the default (CDI specs
+	// in /etc/cdi and /var/run/cdi, the inventory cache in /run/gantry),
+	// as on a host; on the host, those point into the sandbox.
+	conf := fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n", driverRoot)
+	if s.host == nil {
+		conf += fmt.Sprintf("\n[cdi]\nspec-dirs = [%q]\n\n[runtime]\ncache-dir = %q\n",
+			filepath.Join(tmp, "cdi"), filepath.Join(root, "cache"))
+	}
+	cfg := filepath.Join(root, "gantry.toml")
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.env = []string{
+		"PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"HOME=" + home, "TMPDIR=" + tmp, "GANTRY_CONFIG=" + cfg,
+		"LANG=C", "LC_ALL=C",
+	}
+	return s
+}
+
+// run runs a script with bash in the sandbox: in the private namespace when
+// there is one. Processes the script leaves behind (a server started with
+// &) are killed when it ends.
+func (s *sandbox) run(t *testing.T, script string) (string, error) {
+	t.Helper()
+	out, err := os.CreateTemp(s.root, "out-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	cmd := exec.Command("bash", "-c", prelude+script)
+	cmd.Dir = s.work
+	cmd.Env = s.env
+	cmd.Stdin = nil
+	cmd.Stdout, cmd.Stderr = out, out // a file: no copying goroutine waits for a background child
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	start := cmd.Start
+	if s.host != nil {
+		start = func() error { return s.host.do(cmd.Start) }
+	}
+	if err := start(); err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var runErr error
+	select {
+	case runErr = <-done:
+	case <-time.After(2 * time.Minute):
+		runErr = context.DeadlineExceeded
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if runErr == context.DeadlineExceeded {
+		<-done
+	}
+	b, err := os.ReadFile(out.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), runErr
+}
+
+// privateHost is a mount and network namespace held by one locked OS
+// thread; processes started on that thread (do) are born in it.
+type privateHost struct {
+	jobs chan func()
+}
+
+func newPrivateHost(keep []string, nvidiaConfig []byte) (*privateHost, error) {
+	h := &privateHost{jobs: make(chan func())}
+	ready := make(chan error)
+	go func() {
+		// Never unlocked: when this goroutine returns, the thread, which
+		// is the only one in the namespaces, ends with it.
+		runtime.LockOSThread()
+		if err := enterPrivateHost(keep, nvidiaConfig); err != nil {
+			ready <- err
+			return
+		}
+		ready <- nil
+		for job := range h.jobs {
+			job()
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// do runs f on the namespace's thread.
+func (h *privateHost) do(f func() error) error {
+	errc := make(chan error)
+	h.jobs <- func() { errc <- f() }
+	return <-errc
+}
+
+func (h *privateHost) close() { close(h.jobs) }
+
+// The directories a root block may write, and what replaces them.
+var (
+	freshDirs   = []string{"/run", "/tmp"}             // empty tmpfs
+	overlayDirs = []string{"/etc", "/usr/bin", "/var"} // the host's, writes to a tmpfs
+	removed     = []string{"/etc/docker", "/etc/containerd", "/etc/crio", "/etc/cdi", "/etc/gantry",
+		"/etc/nvidia-container-runtime", "/var/lib/kubelet"}
+)
+
+// enterPrivateHost moves the calling (locked) thread into new mount and
+// network namespaces and lays out the directories root blocks write; keep
+// are the directories that must stay visible at their paths.
+func enterPrivateHost(keep []string, nvidiaConfig []byte) error {
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("unshare: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making / private: %w", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return err
+	}
+	// Hold the kept directories by descriptor: once covered, they are
+	// bound back from /proc/self/fd.
+	var kept []string
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	for _, k := range keep {
+		for _, d := range append(freshDirs, overlayDirs...) {
+			if k == d || strings.HasPrefix(k, d+"/") {
+				fd, err := unix.Open(k, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					return fmt.Errorf("opening %s: %w", k, err)
+				}
+				kept, fds = append(kept, k), append(fds, fd)
+				break
+			}
+		}
+	}
+	for _, d := range freshDirs {
+		if err := unix.Mount("tmpfs", d, "tmpfs", unix.MS_NOSUID, "mode=1777"); err != nil {
+			return fmt.Errorf("tmpfs on %s: %w", d, err)
+		}
+	}
+	if err := unix.Chmod("/run", 0o755); err != nil {
+		return err
+	}
+	for _, d := range overlayDirs {
+		layers := filepath.Join("/run/.docs-overlays", strings.ReplaceAll(strings.Trim(d, "/"), "/", "-"))
+		upper, wdir := filepath.Join(layers, "upper"), filepath.Join(layers, "work")
+		if err := os.MkdirAll(upper, 0o755); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(wdir, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount("overlay", d, "overlay", 0, "lowerdir="+d+",upperdir="+upper+",workdir="+wdir); err != nil {
+			return fmt.Errorf("overlay on %s: %w", d, err)
+		}
+		// What is removed below must be the overlay's, never the host's.
+		var st unix.Statfs_t
+		if err := unix.Statfs(d, &st); err != nil || st.Type != unix.OVERLAYFS_SUPER_MAGIC {
+			return fmt.Errorf("%s is not the overlay just mounted (statfs: %v)", d, err)
+		}
+	}
+	for i, k := range kept {
+		if err := os.MkdirAll(k, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fds[i]), k, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("binding %s back: %w", k, err)
+		}
+	}
+	for _, r := range removed {
+		if err := os.RemoveAll(r); err != nil {
+			return err
+		}
+	}
+	p := "/etc/nvidia-container-runtime/config.toml"
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, nvidiaConfig, 0o644)
+}
+
+// loopbackUp brings up lo, the new network namespace's only interface.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("lo flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bringing lo up: %w", err)
+	}
+	return nil
+}
+
+// TestRootSandboxIsPrivate: what a root block writes to system paths stays
+// in its namespace, its network has only lo, it sees the sandbox's files,
+// a failing block fails, and what it leaves running is killed.
+func TestRootSandboxIsPrivate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("not root: no private namespace (CI runs as root)")
+	}
+	s := newSandbox(t, true)
+	if s.host == nil {
+		t.Fatalf("no private namespace as root: %s", s.why)
+	}
+	probe := fmt.Sprintf("gantry-docs-probe-%d", os.Getpid())
+	hostFiles := []string{"/usr/bin/" + probe, "/run/cdi/" + probe, "/tmp/" + probe, "/etc/" + probe, "/var/lib/" + probe}
+	for _, f := range hostFiles {
+		if _, err := os.Lstat(f); err == nil {
+			t.Fatalf("%s exists before the test", f)
+		}
+	}
+	daemonJSON, daemonErr := os.ReadFile("/etc/docker/daemon.json")
+	pidFile := filepath.Join(s.root, "tmp", "pid")
+	out, err := s.run(t, `
+for f in `+strings.Join(hostFiles, " ")+`; do mkdir -p "$(dirname "$f")"; echo x > "$f"; done
+mkdir -p /etc/docker && echo '{"runtimes": {}}' > /etc/docker/daemon.json
+test ! -e /var/lib/kubelet && test ! -e /etc/cdi && test ! -e /etc/gantry
+grep -q '^\[nvidia-container-cli\]' /etc/nvidia-container-runtime/config.toml
+test -f "$GANTRY_CONFIG" && test -x bin/gantry && test -f Makefile && test -d "$TMPDIR"
+test "$(awk 'NR > 2 {print $1}' /proc/net/dev)" = "lo:"
+sleep 600 & echo $! > `+pidFile+`
+`)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, f := range hostFiles {
+		if _, err := os.Lstat(f); err == nil {
+			os.Remove(f)
+			t.Errorf("%s, written in the sandbox, reached the host", f)
+		}
+	}
+	if b, err := os.ReadFile("/etc/docker/daemon.json"); string(b) != string(daemonJSON) || (err == nil) != (daemonErr == nil) {
+		t.Errorf("the host's /etc/docker/daemon.json changed: %q (%v), was %q (%v)", b, err, daemonJSON, daemonErr)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(b))
+	// Killed when the block ended; wait for the kernel to finish it.
+	for i := 0; ; i++ {
+		st, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the block's background process %s outlived it: %s", pid, st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	if out, err := s.run(t, "true\nfalse\necho not reached\n"); err == nil || strings.Contains(out, "not reached") {
+		t.Errorf("a failing line did not fail the block: %v %q", err, out)
+	}
+	// Blocks share the namespace, in order.
+	if out, err := s.run(t, "cat /tmp/"+probe+" /etc/docker/daemon.json"); err != nil {
+		t.Errorf("the next block does not see the first one's files: %v\n%s", err, out)
+	}
+}
