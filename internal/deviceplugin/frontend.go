@@ -293,6 +293,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 0
 	}
 	if !disabled {
+		policy.Log = log
 		p.source = healthSource(&cfg, policy, log)
 	} else {
 		log.Warn("health checks disabled", "by", cfg.from("gantry.health.disable"))

@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,18 @@ type Policy struct {
 	// RecoveryQuiet is how long a device must go without a critical event
 	// to become healthy again; 0 means never (NVIDIA's behaviour).
 	RecoveryQuiet time.Duration
+	// Log receives the source's own messages (ignored XIDs, NVML trouble);
+	// nil means slog.Default(). State changes are the caller's to log, from
+	// the events it receives; they are logged here at debug level only.
+	Log *slog.Logger
+}
+
+// logger is p.Log, or slog.Default() when unset.
+func (p Policy) logger() *slog.Logger {
+	if p.Log != nil {
+		return p.Log
+	}
+	return slog.Default()
 }
 
 // Source watches devices. Run sends an Event on out for every state change of

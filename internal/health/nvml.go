@@ -21,7 +21,7 @@ import (
 // internal/gpu/nvml loads it (the dynamic loader, then the library
 // directories under driverRoot).
 func NewNVML(driverRoot string, p Policy) Source {
-	return &nvmlSource{root: driverRoot, p: p, clk: realClock{}, log: slog.Default()}
+	return &nvmlSource{root: driverRoot, p: p, clk: realClock{}, log: p.logger()}
 }
 
 type nvmlSource struct {

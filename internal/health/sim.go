@@ -32,7 +32,7 @@ import (
 //
 // does the same.
 func NewSim(path string, p Policy) Source {
-	return &simSource{path: path, p: p, clk: realClock{}, log: slog.Default()}
+	return &simSource{path: path, p: p, clk: realClock{}, log: p.logger()}
 }
 
 type simSource struct {

@@ -161,11 +161,7 @@ type request struct {
 // quiet periods end by clk, state changes go out.
 func watch(ctx context.Context, clk clock, t *tracker, in <-chan request, out chan<- Event) {
 	send := func(e Event) bool {
-		if e.Healthy {
-			t.log.Info("GPU healthy again", "uuid", e.UUID, "reason", e.Reason)
-		} else {
-			t.log.Warn("GPU unhealthy", "uuid", e.UUID, "reason", e.Reason)
-		}
+		t.log.Debug("GPU health changed", "uuid", e.UUID, "healthy", e.Healthy, "reason", e.Reason)
 		select {
 		case out <- e:
 			return true

@@ -206,4 +206,3 @@ func TestContainerd(t *testing.T) {
 		_, _ = e.ctr("containers", "delete", "gpu9")
 	})
 }
-
