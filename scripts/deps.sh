@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages Gantry needs, if missing:
-#   scripts/deps.sh          what the build and `make demo` need (failure is fatal)
+#   scripts/deps.sh          what the build and `make demo` need (runc included; failure is fatal)
 #   scripts/deps.sh --test   also the real engines the tests drive (containerd, lxc, docker.io);
 #                            best effort: those tests skip with a reason without them
 set -euo pipefail
@@ -12,6 +12,8 @@ command -v ldconfig >/dev/null || [ -x /sbin/ldconfig ] || need+=(libc-bin)
 [ -e /usr/include/stdio.h ] || need+=(libc6-dev)
 command -v git >/dev/null || need+=(git)
 command -v chroot >/dev/null || need+=(coreutils)
+# make demo runs a GPU container through gantry-runtime and runc; so do the tests
+command -v runc >/dev/null || need+=(runc)
 if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
   need+=(golang-go)
 fi
@@ -19,8 +21,7 @@ if $tests; then
   command -v containerd >/dev/null || optional+=(containerd)
   # LXC and its nvidia hook (internal/nvcli)
   [ -x /usr/share/lxc/hooks/nvidia ] || optional+=(lxc)
-  # runc containers of the hook and nsmount tests; a static busybox is their image
-  command -v runc >/dev/null || optional+=(runc)
+  # a static busybox is the image of the hook and nsmount tests' runc containers
   dpkg -s busybox-static >/dev/null 2>&1 || optional+=(busybox-static)
   # test/engines: a private dockerd (the runtime, --gpus through the hook) and
   # Compose GPU reservations (docker-compose 1.29 has deploy.resources devices)

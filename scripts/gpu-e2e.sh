@@ -72,6 +72,8 @@ if [ $mode = gpu ]; then
   done < <(nvidia-smi --query-gpu=index,uuid,pci.bus_id --format=csv,noheader)
 else
   for ((i = 0; i < 64; i++)); do [ -e "$WORK/driver/dev/nvidia$i" ] && NODE[i]=/dev/nvidia$i; done
+  # The simulated profile's UUIDs, which the fake nvidia-smi -L names too.
+  while read -r minor uuid; do UUID[minor]=$uuid; done < <("$GANTRY" info | awk '/^Device Minor:/ {m = $3} /^GPU UUID:/ {print m, $3}')
 fi
 ngpu=${#NODE[@]}
 # The driver version the injected libcuda must carry (a stale libcuda of another
@@ -122,8 +124,8 @@ check_gpus() {
     got=$(sed -n 's/^cuda-check: device [0-9]*: .*(UUID: \(GPU-[^)]*\)).*/\1/p' "$out" | sort)
     [ "$want" = "$got" ] || { FAIL "$name: CUDA sees ${got//$'\n'/ } (want ${want//$'\n'/ })"; ok=0; }
   else
-    want=$(for i in "$@"; do echo "GPU ${NODE[i]#/dev/nvidia}"; done | sort)
-    got=$(grep -o '^GPU [0-9]*' "$out" | sort)
+    want=$(for i in "$@"; do echo "GPU ${NODE[i]#/dev/nvidia}: ${UUID[i]}"; done | sort)
+    got=$(sed -n 's/^\(GPU [0-9]*\): .*(UUID: \(GPU-[^)]*\)).*/\1: \2/p' "$out" | sort)
     [ "$want" = "$got" ] || { FAIL "$name: fake nvidia-smi -L lists ${got//$'\n'/ } (want ${want//$'\n'/ })"; ok=0; }
   fi
   grep -qx 'cuda-exit=0' "$out" || { FAIL "$name: cuda-check failed in the container"; ok=0; }

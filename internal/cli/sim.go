@@ -53,6 +53,7 @@ Needs gcc and ldconfig.
 					return usagef("need exactly one argument, the directory to build in")
 				}
 				v, n := *version, *count
+				var ids []fakedriver.Identity
 				if spec, ok := strings.CutPrefix(e.cfg.GPUs, "sim:"); ok {
 					if sys, err := sim.Load(spec); err == nil {
 						if v == "" {
@@ -60,6 +61,10 @@ Needs gcc and ldconfig.
 						}
 						if n == 0 {
 							n = len(sys.Devices)
+						}
+						// The fake nvidia-smi -L names the profile's GPUs.
+						for _, d := range sys.Devices {
+							ids = append(ids, fakedriver.Identity{Minor: d.Minor, UUID: d.UUID, Name: d.Name})
 						}
 					}
 				}
@@ -72,7 +77,7 @@ Needs gcc and ldconfig.
 				if *layout != "standard" && *layout != "gke" {
 					return usagef("--layout %q: use standard or gke", *layout)
 				}
-				res, err := fakedriver.Build(args[0], fakedriver.Options{Version: v, Layout: *layout, GPUs: n, DeviceNodes: true})
+				res, err := fakedriver.Build(args[0], fakedriver.Options{Version: v, Layout: *layout, GPUs: n, DeviceNodes: true, Identities: ids})
 				if err != nil {
 					return err
 				}

@@ -56,11 +56,19 @@ int nvmlSystemGetDriverVersion(char *buf, unsigned int len) {
 // programSource is the fake nvidia-smi, also copied under the other binary
 // names. It says it is fake, and counts the /dev/nvidiaN nodes it can see,
 // so a container test can check which GPUs it was given.
-func programSource(version string, cudaVersion int) string {
+func programSource(version string, cudaVersion int, ids []Identity) string {
+	var table strings.Builder
+	for _, id := range ids {
+		fmt.Fprintf(&table, "\t{%d, %s, %s},\n", id.Minor, cString(id.UUID), cString(id.Name))
+	}
+	table.WriteString("\t{-1, 0, 0},\n")
 	return fmt.Sprintf(`/* gantry fakedriver: fake NVIDIA driver program */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+
+static const struct { int minor; const char *uuid, *name; } ids[] = {
+%s};
 
 static int visible(int i) {
 	char p[64];
@@ -78,9 +86,17 @@ int main(int argc, char **argv) {
 		return 0;
 	}
 	if (argc > 1 && strcmp(argv[1], "-L") == 0) {
-		for (i = 0; i < 64; i++)
-			if (visible(i))
+		for (i = 0; i < 64; i++) {
+			int k;
+			if (!visible(i))
+				continue;
+			for (k = 0; ids[k].minor >= 0 && ids[k].minor != i; k++)
+				;
+			if (ids[k].minor == i)
+				printf("GPU %%d: %%s (UUID: %%s)\n", i, ids[k].name, ids[k].uuid);
+			else
 				printf("GPU %%d: Fake NVIDIA GPU (UUID: GPU-fa4e0000-0000-4000-8000-%%012d)\n", i, i);
+		}
 		return 0;
 	}
 	for (i = 0; i < 64; i++)
@@ -89,5 +105,25 @@ int main(int argc, char **argv) {
 	printf("%%d GPU device node(s) visible\n", n);
 	return 0;
 }
-`, version, version, cudaVersion/1000, (cudaVersion%1000)/10)
+`, table.String(), version, version, cudaVersion/1000, (cudaVersion%1000)/10)
+}
+
+// cString is s as a C string literal (UUIDs and model names are printable
+// ASCII; anything else is escaped octally).
+func cString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, "\\%03o", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }

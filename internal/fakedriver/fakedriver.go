@@ -62,6 +62,16 @@ type Options struct {
 	// CacheDir holds compiled objects between builds; empty means
 	// $XDG_CACHE_HOME/gantry/fakedriver (or the OS temp dir).
 	CacheDir string
+	// Identities name the GPUs the fake nvidia-smi -L lists, by device
+	// minor (a simulated profile's models and UUIDs); GPUs without one are
+	// "Fake NVIDIA GPU" with a made-up UUID.
+	Identities []Identity
+}
+
+// Identity is what the fake nvidia-smi says of the GPU behind /dev/nvidia<Minor>.
+type Identity struct {
+	Minor      int
+	UUID, Name string
 }
 
 // Library is one library file Build made.
@@ -453,7 +463,7 @@ func (b *builder) libraries() error {
 
 // programs installs the fake driver programs and the X server modules.
 func (b *builder) programs() error {
-	src := programSource(b.opts.Version, b.cuda)
+	src := programSource(b.opts.Version, b.cuda, b.opts.Identities)
 	prog, err := b.cc.build(src, []string{"-O2", "-static"})
 	if err != nil {
 		b.note("nvidia-smi is dynamically linked: static linking failed (%v)", err)

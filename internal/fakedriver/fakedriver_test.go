@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -215,6 +216,54 @@ func TestPrograms(t *testing.T) {
 	out, err = exec.Command(filepath.Join(root, "usr/bin/nvidia-debugdump")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "nvidia-debugdump: fake") {
 		t.Errorf("nvidia-debugdump printed %q, %v", out, err)
+	}
+}
+
+// TestSMIIdentities: nvidia-smi -L names the GPUs it was given identities
+// for (a simulated profile's models and UUIDs) and only those whose node it
+// sees; it runs chrooted into a directory whose dev/ has nodes 0 to 2.
+func TestSMIIdentities(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: runs nvidia-smi chrooted")
+	}
+	ids := []Identity{
+		{Minor: 0, UUID: "GPU-4f91bcb3-3e48-9102-8e22-ab4a3e0c4bce", Name: "NVIDIA H100 80GB HBM3"},
+		{Minor: 2, UUID: "GPU-cccc", Name: `odd "name" \ 100%`},
+		{Minor: 5, UUID: "GPU-not-visible", Name: "absent"},
+	}
+	root, res := build(t, Options{GPUs: 3, Identities: ids})
+	jail := t.TempDir()
+	smi, err := os.ReadFile(filepath.Join(root, "usr/bin/nvidia-smi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range res.Notes {
+		if strings.Contains(n, "dynamically linked") {
+			t.Skip("nvidia-smi is not static here: cannot run it chrooted")
+		}
+	}
+	if err := os.WriteFile(filepath.Join(jail, "nvidia-smi"), smi, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(jail, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"nvidia0", "nvidia1", "nvidia2"} {
+		if err := os.WriteFile(filepath.Join(jail, "dev", n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("/nvidia-smi", "-L")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: jail}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("nvidia-smi -L: %v: %s", err, out)
+	}
+	want := "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-4f91bcb3-3e48-9102-8e22-ab4a3e0c4bce)\n" +
+		"GPU 1: Fake NVIDIA GPU (UUID: GPU-fa4e0000-0000-4000-8000-000000000001)\n" +
+		"GPU 2: odd \"name\" \\ 100% (UUID: GPU-cccc)\n"
+	if string(out) != want {
+		t.Errorf("nvidia-smi -L printed\n%s\nwant\n%s", out, want)
 	}
 }
 
