@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -167,6 +168,12 @@ func (m cgroupMounts) dir(p cgroupPlace) (string, error) {
 	}
 	if root == "" {
 		return "", fmt.Errorf("%s is not mounted here (no such cgroup mount in mountinfo)", what)
+	}
+	// /proc/PID/cgroup shows a cgroup outside the reader's cgroup
+	// namespace as a path climbing out of it ("/../../kubepods/..."). It is
+	// not under this mount: cleaning the path would name another cgroup.
+	if slices.Contains(strings.Split(p.Path, "/"), "..") {
+		return "", fmt.Errorf("%s is outside doctor's cgroup namespace (doctor runs in a container or a cgroup namespace): run doctor on the host, or enter the host's namespaces (nsenter -t 1 -m -C -- gantry doctor ...)", p)
 	}
 	return filepath.Join(root, filepath.Clean("/"+p.Path)), nil
 }

@@ -70,9 +70,10 @@ func TestParseCgroupMounts(t *testing.T) {
 	if d, err := got.dir(cgroupPlace{V2: true, Path: "/system.slice/a.scope"}); err != nil || d != "/sys/fs/cgroup/system.slice/a.scope" {
 		t.Errorf("dir: %q, %v", d, err)
 	}
-	// A /proc/PID/cgroup path cannot climb out of the mount.
-	if d, _ := got.dir(cgroupPlace{V2: true, Path: "/../../etc"}); d != "/sys/fs/cgroup/etc" {
-		t.Errorf("dir of a climbing path: %q", d)
+	// A path climbing out is a cgroup outside doctor's cgroup namespace:
+	// not under the mount, and not the cgroup the cleaned path would name.
+	if d, err := got.dir(cgroupPlace{V2: true, Path: "/../../kubepods/pod1/c1"}); err == nil || !strings.Contains(err.Error(), "outside doctor's cgroup namespace") {
+		t.Errorf("dir of a climbing path: %q, %v", d, err)
 	}
 	if _, err := got.dir(cgroupPlace{Path: "/x"}); err == nil || !strings.Contains(err.Error(), "devices controller is not mounted") {
 		t.Errorf("v1 place without a devices mount: %v", err)

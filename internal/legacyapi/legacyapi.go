@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/gantry-gpu/gantry/internal/driver"
@@ -884,7 +885,22 @@ func newText(w io.Writer) *text {
 	return &text{w: w}
 }
 
-func (t *text) row(label, value string) { t.rows = append(t.rows, textRow{label: label, value: value}) }
+// row adds "label: value". The value is printable: a process's name comes
+// from its argv[0], which a container's process sets as it likes, and a
+// newline in it would forge rows of the text.
+func (t *text) row(label, value string) {
+	t.rows = append(t.rows, textRow{label: label, value: printable(value)})
+}
+
+// printable replaces control characters and invalid UTF-8 with '?'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
+}
 
 // line is a row without a value.
 func (t *text) line(s string) { t.rows = append(t.rows, textRow{label: s, heading: true}) }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -320,5 +321,56 @@ func TestGPUStatusUnreadable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// hostileNames is the simulator's readings with every process named as a
+// real process on this host is: one whose argv[0] a container chose.
+type hostileNames struct {
+	Reader
+	pid uint32
+}
+
+func (h hostileNames) Read(uuid string) (readings.Sample, error) {
+	s, err := h.Reader.Read(uuid)
+	for i := range s.Processes {
+		s.Processes[i].Name = readings.ProcessName("/proc", h.pid)
+	}
+	return s, err
+}
+
+// A process name with a newline (argv[0] is the process's to choose, and
+// a container's processes show up here) stays on its row of the text: it
+// cannot forge a device or a reading.
+func TestGPUStatusProcessNameCannotForgeRows(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skipf("no sleep program: %v", err)
+	}
+	cmd := exec.Command(sleep, "60")
+	cmd.Args[0] = "job\n\nDevice #99\n  Power:  1 / 1 W\x1b[2J"
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	f := newFixtureGPUs(t, fakedriver.LayoutStandard, "sim:h100x8")
+	r := hostileNames{Reader: readings.NewSim(f.sys), pid: uint32(cmd.Process.Pid)}
+	if n := readings.ProcessName("/proc", r.pid); !strings.Contains(n, "\n") {
+		t.Fatalf("the process's name %q lost its newline before the test", n)
+	}
+	ts := httptest.NewServer(New(Options{System: f.sys, Driver: f.inv, Reader: r}))
+	defer ts.Close()
+	_, text, _ := get(t, ts.URL+"/gpu/status")
+	if regexp.MustCompile(`(?m)^Device #99`).MatchString(text) {
+		t.Fatalf("a process name forged a device:\n%s", text)
+	}
+	if strings.Contains(text, "\x1b") {
+		t.Errorf("a control character reached the text: %q", text)
+	}
+	if got := len(statusText(t, text)); got != len(f.sys.Devices) {
+		t.Errorf("%d devices in the text, want %d:\n%s", got, len(f.sys.Devices), text)
+	}
+	if !strings.Contains(text, "job??Device #99?  Power:  1 / 1 W?[2J") {
+		t.Errorf("the name is not on its row with its control characters shown as '?':\n%s", text)
 	}
 }
