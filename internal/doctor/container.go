@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
@@ -171,7 +172,7 @@ func checkDeviceAccess(opts Options, who string, pid int, fx containerFixes, spe
 		return fail(CheckContainerDevice, "run doctor as root on the container's host; see the error",
 			"%s: probing its device cgroup: %v", who, err)
 	}
-	nodes, nodesErr := containerGPUNodes(opts.Proc, pid)
+	nodes, nodesErr := containerGPUNodesWithin(opts.Proc, pid, listTimeout)
 	inside := ""
 	switch {
 	case nodesErr != nil:
@@ -209,6 +210,30 @@ func contains(l []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// listTimeout bounds the listing of a container's /dev: the container may
+// have mounted a filesystem there (FUSE) that never answers.
+const listTimeout = 3 * time.Second
+
+// containerGPUNodesWithin is containerGPUNodes, given up after d (the
+// listing goroutine is left behind; doctor exits soon after).
+func containerGPUNodesWithin(proc string, pid int, d time.Duration) ([]string, error) {
+	type result struct {
+		nodes []string
+		err   error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		n, err := containerGPUNodes(proc, pid)
+		ch <- result{n, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.nodes, r.err
+	case <-time.After(d):
+		return nil, fmt.Errorf("listing its /dev did not finish within %v", d)
+	}
 }
 
 // containerGPUNodes lists the /dev/nvidia* entries in the root of process

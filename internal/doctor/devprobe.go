@@ -232,7 +232,14 @@ func startProbe(node, dir string, intoCgroup bool) (probeReport, error) {
 			stdin.Close()
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			return probeReport{}, fmt.Errorf("moving the probe into the container's cgroup: %w (doctor needs root for this check)", err)
+			why := "doctor needs root for this check"
+			switch {
+			case errors.Is(err, syscall.EBUSY):
+				why = "the cgroup has child cgroups with controllers enabled, so no process may join it"
+			case errors.Is(err, syscall.EAGAIN):
+				why = "the container is at its pids limit"
+			}
+			return probeReport{}, fmt.Errorf("moving the probe into the container's cgroup %s: %w (%s)", dir, err, why)
 		}
 	}
 	_, werr := stdin.Write([]byte("g"))
@@ -242,7 +249,10 @@ func startProbe(node, dir string, intoCgroup bool) (probeReport, error) {
 		return probeReport{}, fmt.Errorf("the device probe in %s did not finish within %v (is the container's cgroup frozen or out of memory?)", dir, probeTimeout)
 	}
 	if err != nil || werr != nil {
-		return probeReport{}, fmt.Errorf("the device probe: %v %v: %s", err, werr, strings.TrimSpace(stderr.String()))
+		if err == nil {
+			err = werr
+		}
+		return probeReport{}, fmt.Errorf("the device probe in %s failed: %v: %s", dir, err, strings.TrimSpace(stderr.String()))
 	}
 	var rep probeReport
 	if err := json.NewDecoder(bufio.NewReader(&stdout)).Decode(&rep); err != nil {

@@ -225,8 +225,9 @@ func getNode(a apiAccess) (*nodeResources, error) {
 			if !gpuResource(name) {
 				continue
 			}
-			// Extended resources are whole numbers; the API server refuses others.
-			v, err := strconv.ParseInt(q, 10, 64)
+			// Extended resources are whole numbers; the API server refuses
+			// others, and writes large ones with a suffix (1000 is "1k").
+			v, err := wholeQuantity(q)
 			if err != nil {
 				return nil, fmt.Errorf("GET %s: %s is %q, not a whole number", u, name, q)
 			}
@@ -234,4 +235,37 @@ func getNode(a apiAccess) (*nodeResources, error) {
 		}
 	}
 	return n, nil
+}
+
+// wholeQuantity reads a Kubernetes quantity that is a whole number: digits
+// with an optional decimal (k, M, G, T, P, E) or binary (Ki ... Ei) suffix,
+// or an exponent (1e3), as the API server canonicalises them.
+func wholeQuantity(q string) (int64, error) {
+	mult := int64(1)
+	num := q
+	for _, s := range []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"Pi", 1 << 50}, {"Ei", 1 << 60},
+		{"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"P", 1e15}, {"E", 1e18}} {
+		if rest, ok := strings.CutSuffix(q, s.suffix); ok && rest != "" {
+			num, mult = rest, s.mult
+			break
+		}
+	}
+	if mant, exp, ok := strings.Cut(num, "e"); ok && mult == 1 {
+		e, err := strconv.Atoi(exp)
+		if err != nil || e < 0 || e > 18 {
+			return 0, fmt.Errorf("quantity %q", q)
+		}
+		num = mant
+		for ; e > 0; e-- {
+			mult *= 10
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v < 0 || (v > 0 && mult > (1<<63-1)/v) {
+		return 0, fmt.Errorf("quantity %q", q)
+	}
+	return v * mult, nil
 }

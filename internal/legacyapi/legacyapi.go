@@ -723,14 +723,14 @@ const mib = 1 << 20
 // uintOf cuts a reading down to a whole number, as the original's integer
 // divisions did; nil when unknown.
 func uintOf(f float64) *uint {
-	if math.IsNaN(f) || f < 0 {
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 		return nil
 	}
 	return ptr(uint(math.Floor(f)))
 }
 
 func uint64Of(f float64) *uint64 {
-	if math.IsNaN(f) || f < 0 {
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 		return nil
 	}
 	return ptr(uint64(math.Floor(f)))

@@ -262,6 +262,8 @@ type opts struct {
 	mutate   func(rootfs string)
 	noCaps   bool // drop CAP_SYS_ADMIN (runc's default spec does not grant it anyway)
 	privileg bool
+	// annotations are the spec's (CDI names under cdi.k8s.io/).
+	annotations map[string]string
 }
 
 var idSeq struct {
@@ -298,6 +300,7 @@ func newContainer(t *testing.T, o opts) *container {
 	spec.Process.Args = o.args
 	spec.Process.Env = append([]string{"PATH=/bin"}, o.env...)
 	spec.Root = &ocispecs.Root{Path: "rootfs"}
+	spec.Annotations = o.annotations
 	if o.privileg {
 		spec.Process.Capabilities.Bounding = append(spec.Process.Capabilities.Bounding, "CAP_SYS_ADMIN")
 	}

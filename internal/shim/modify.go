@@ -142,15 +142,15 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 	if err := e.ApplyToSpec(&spec); err != nil {
 		return nil, err
 	}
-	if e != nil {
+	if e != nil || len(others) > 0 {
 		if spec.Annotations == nil {
 			spec.Annotations = map[string]string{}
 		}
-		injected := strings.Join(res.Devices, ",")
-		if injected == "" {
-			injected = req.Devices.Mode.String()
+		injected := append(append([]string{}, res.Devices...), others...)
+		if len(injected) == 0 {
+			injected = []string{req.Devices.Mode.String()}
 		}
-		spec.Annotations[edits.InjectedAnnotation] = injected
+		spec.Annotations[edits.InjectedAnnotation] = strings.Join(injected, ",")
 	}
 	if len(others) > 0 {
 		if err := injectCDI(&spec, cfg.CDI.SpecDirs, others); err != nil {

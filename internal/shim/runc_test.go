@@ -181,6 +181,54 @@ func TestCreateTwiceInjectsOnce(t *testing.T) {
 	}
 }
 
+// Another vendor's CDI device named in an annotation: gantry-runtime
+// injects it through the CNCF library from the spec directories, and marks
+// the spec as injected like a GPU request.
+func TestOtherVendorCDIDevice(t *testing.T) {
+	specDir := t.TempDir()
+	spec := `cdiVersion: "0.6.0"
+kind: example.com/fpga
+devices:
+- name: f0
+  containerEdits:
+    env: ["FPGA_SLOT=f0"]
+`
+	if err := os.WriteFile(filepath.Join(specDir, "fpga.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newContainer(t, opts{
+		args:        []string{"sh", "-c", "echo FPGA_SLOT=$FPGA_SLOT"},
+		config:      fmt.Sprintf("[cdi]\nspec-dirs = [%q]", specDir),
+		annotations: map[string]string{"cdi.k8s.io/fpga": "example.com/fpga=f0"},
+	})
+	out, stderr, err := c.run()
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(out, "FPGA_SLOT=f0") {
+		t.Errorf("the CDI device's edits are not in the container:\n%s", out)
+	}
+	var got struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(c.configJSON(), &got); err != nil || got.Annotations[edits.InjectedAnnotation] != "example.com/fpga=f0" {
+		t.Errorf("annotations %v (%v): want %s=example.com/fpga=f0", got.Annotations, err, edits.InjectedAnnotation)
+	}
+
+	// A name no spec has: one error naming it, no container.
+	c = newContainer(t, opts{
+		args:        []string{"true"},
+		config:      fmt.Sprintf("[cdi]\nspec-dirs = [%q]", specDir),
+		annotations: map[string]string{"cdi.k8s.io/fpga": "example.com/fpga=f9"},
+	})
+	if _, stderr, err := c.runtime("create", "--bundle", c.bundle, c.id); err == nil {
+		c.runtime("delete", "--force", c.id)
+		t.Error("create succeeded with an unknown CDI device")
+	} else if !strings.Contains(stderr, "example.com/fpga=f9") {
+		t.Errorf("error does not name the device: %s", stderr)
+	}
+}
+
 // Failures stop the container before runc creates anything.
 func TestRefusedRequests(t *testing.T) {
 	for _, tc := range []struct {
