@@ -40,7 +40,10 @@ import (
 //   - the network has only a loopback interface, so the docs' fixed ports
 //     (3476, 9401) are free.
 //
-// Nothing a block does reaches the host. A file's blocks share one
+// What the docs' commands write (configuration under /etc, /var/run/cdi,
+// /usr/bin links, servers on fixed ports) stays in the namespace. It is a
+// guard against the docs' own lines, not a jail: /proc, the PID namespace,
+// /dev, /sys and the rest of / are the host's. A file's blocks share one
 // namespace, in order; when the test ends, its processes are killed and
 // the namespace goes with the thread. Without root (or where namespaces
 // cannot be made) the root blocks are skipped and say so; CI runs as root.
