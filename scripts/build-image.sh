@@ -30,10 +30,13 @@ while [ $# -gt 0 ]; do
     *) echo "build-image.sh: unknown argument $1 (see scripts/build-image.sh --help)" >&2; exit 2 ;;
   esac
 done
-case "$tag" in
-  *:*) ;;
-  *) echo "build-image.sh: -t $tag: give IMAGE:TAG (e.g. ghcr.io/gantry-gpu/gantry:0.1.0)" >&2; exit 2 ;;
-esac
+# IMAGE:TAG, the tag after the last colon and no slash in it (host:5000/img is
+# an image without a tag); only the characters image references allow, so the
+# JSON below needs no escaping.
+if ! [[ $tag =~ ^[a-z0-9][a-z0-9._/:-]*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || [[ ${tag##*:} == */* ]]; then
+  echo "build-image.sh: -t $tag: give IMAGE:TAG (e.g. ghcr.io/gantry-gpu/gantry:0.1.0)" >&2
+  exit 2
+fi
 for tool in go gcc ldd tar sha256sum; do
   if ! command -v "$tool" >/dev/null && ! { [ "$tool" = go ] && [ -x /usr/local/go/bin/go ]; }; then
     echo "build-image.sh: $tool not found (make deps installs the build tools)" >&2
@@ -42,6 +45,10 @@ for tool in go gcc ldd tar sha256sum; do
 done
 GO=$(command -v go || echo /usr/local/go/bin/go)
 VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+if ! [[ $VERSION =~ ^[A-Za-z0-9][A-Za-z0-9_.+-]*$ ]]; then
+  echo "build-image.sh: VERSION=$VERSION: use letters, digits and . _ + - only (it goes into labels and -ldflags)" >&2
+  exit 2
+fi
 arch=$("$GO" env GOARCH)
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gantry-image-XXXXXX")
