@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -20,6 +21,7 @@ const DefaultRuncRoot = "/run/runc"
 type runcState struct {
 	Root, ID, Bundle string
 	Pid              int
+	Start            uint64
 	Spec             *specs.Spec
 }
 
@@ -33,8 +35,11 @@ func findRuncState(root, id string) (*runcState, error) {
 		return nil, fmt.Errorf("no runc container %q in %s (--runc-root names another runc state directory)", id, root)
 	}
 	var st struct {
-		ID     string `json:"id"`
-		Pid    int    `json:"init_process_pid"`
+		ID  string `json:"id"`
+		Pid int    `json:"init_process_pid"`
+		// Start is the init process's start time (/proc/PID/stat field
+		// 22), which tells it from a later process given the same PID.
+		Start  uint64 `json:"init_process_start"`
 		Config struct {
 			Labels []string `json:"labels"`
 		} `json:"config"`
@@ -42,7 +47,7 @@ func findRuncState(root, id string) (*runcState, error) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("runc container %s: %s is not runc's state: %v", id, filepath.Join(root, id, "state.json"), err)
 	}
-	c := &runcState{Root: root, ID: id, Pid: st.Pid}
+	c := &runcState{Root: root, ID: id, Pid: st.Pid, Start: st.Start}
 	for _, l := range st.Config.Labels {
 		if v, ok := strings.CutPrefix(l, "bundle="); ok {
 			c.Bundle = v
@@ -64,8 +69,9 @@ func findRuncState(root, id string) (*runcState, error) {
 // checkRuncState examines a container runc runs without an engine.
 func checkRuncState(opts Options, c *runcState) []Check {
 	who := fmt.Sprintf("runc container %s (root %s)", c.ID, c.Root)
-	running := c.Pid > 0
-	if running {
+	running := c.Pid > 0 && processStart(opts.Proc, c.Pid) == c.Start
+	if c.Start == 0 && c.Pid > 0 {
+		// A state without the start time: the process existing must do.
 		_, err := os.Stat(filepath.Join(opts.Proc, fmt.Sprint(c.Pid)))
 		running = err == nil
 	}
@@ -74,4 +80,25 @@ func checkRuncState(opts Options, c *runcState) []Check {
 		recur:   "to stop it recurring give the GPUs through gantry-runtime or CDI, so the device rules are in the container's spec (linux.resources.devices) rather than added to its cgroup by a hook",
 	}
 	return checkSpecAndAccess(opts, who, c.Spec, nil, " (bundle "+c.Bundle+")", "runc", c.Pid, running, fx)
+}
+
+// processStart is the start time of process pid (/proc/PID/stat field 22,
+// in clock ticks since boot), 0 when it cannot be read.
+func processStart(proc string, pid int) uint64 {
+	b, err := os.ReadFile(filepath.Join(proc, fmt.Sprint(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces and parentheses: the
+	// fields after it start after the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
 }

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,5 +59,40 @@ func TestDoctorRuncContainer(t *testing.T) {
 	got = byName(checkContainer(opts("no-such-container", allowed.state)))
 	if c := got[CheckContainer]; c.Status != Fail || !strings.Contains(c.Evidence, `no runc container "no-such-container" in `+allowed.state) {
 		t.Errorf("unknown container: %+v", c)
+	}
+}
+
+// A state whose init process is gone while its PID now belongs to another
+// process (here: this test) is not running: doctor must not probe that
+// process's cgroup.
+func TestRuncStateReusedPID(t *testing.T) {
+	root, bundle := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"ociVersion":"1.0.2","process":{"env":["NVIDIA_VISIBLE_DEVICES=0"]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := func(start uint64) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, "c1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b := fmt.Sprintf(`{"id":"c1","init_process_pid":%d,"init_process_start":%d,"config":{"labels":["bundle=%s"]}}`, os.Getpid(), start, bundle)
+		if err := os.WriteFile(filepath.Join(root, "c1", "state.json"), []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := Options{Proc: "/proc", Config: configWithDevRoot(t.TempDir())}
+	o.defaults()
+
+	state(processStart("/proc", os.Getpid()) + 1) // another process's start time
+	c, err := findRuncState(root, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := checkRuncState(o, c)
+	if last := checks[len(checks)-1]; last.Name != CheckContainerDevice || last.Status != Skip || !strings.Contains(last.Evidence, "not running") {
+		t.Errorf("reused PID: %+v", last)
+	}
+	if processStart("/proc", os.Getpid()) == 0 {
+		t.Fatal("cannot read this process's start time")
 	}
 }
