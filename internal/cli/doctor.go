@@ -24,7 +24,8 @@ name, else a containerd task (any namespace, or --namespace) read from
 containerd's state directory, else a container runc runs without an engine
 (its state under --runc-root, default /run/runc). The cgroup is tested by a short-lived host
 process placed in the container's cgroup that opens a 195:255 node; nothing
-from the image runs. With --pod, the pod's containers are found through the
+from the image runs (the probe needs root, and counts for a moment against
+the container's memory and pids limits). With --pod, the pod's containers are found through the
 CRI socket (--cri-socket) and examined the same way. On a Kubernetes node
 (--kubelet-dir exists), also whether a device plugin is registered and its
 socket answers (a socket left by a crashed plugin is a stale registration),
