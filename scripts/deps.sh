@@ -30,6 +30,9 @@ if $tests; then
   # engineconfig checks its diffs with GNU patch; nsmount/hook run runc under unshare
   command -v patch >/dev/null || optional+=(patch)
   command -v unshare >/dev/null || optional+=(util-linux)
+  # containerhook's compat32 tests build i386 programs and libraries (gcc -m32:
+  # libc6-dev-i386, lib32gcc; about 20 MB of small packages)
+  [ "$(uname -m)" != x86_64 ] || dpkg -s gcc-multilib >/dev/null 2>&1 || optional+=(gcc-multilib)
   # docs: the guide's health and :3476 examples, run by go test ./docs
   command -v socat >/dev/null || optional+=(socat)
   command -v curl >/dev/null || optional+=(curl)

@@ -57,11 +57,12 @@ func ForwardCompat(root *rootfs.Root, hostVersion string) ([]Library, string, er
 	if compatMajor <= hostMajor {
 		return nil, fmt.Sprintf("%s is for driver %s, not newer than the host's %s; not used", CompatDir, versions[0], hostVersion), nil
 	}
-	flags, machine, err := nativeABI()
+	native, _, err := hostABIs()
 	if err != nil {
 		return nil, "", err
 	}
-	entries, err := libraries(root, CompatDir, flags, machine)
+	// CUDA's forward-compatibility package is 64-bit only.
+	entries, err := libraries(root, CompatDir, []abi{native})
 	if err != nil {
 		return nil, "", err
 	}

@@ -18,7 +18,10 @@
 // instead the cache is read, extended and rewritten here: the image's
 // /etc/ld.so.cache is parsed by package ldcache, every lib*.so* in the folders
 // whose ELF headers say it is a shared object of the host's architecture with
-// a DT_SONAME becomes an entry SONAME -> FOLDER/SONAME, and the cache is
+// a DT_SONAME becomes an entry SONAME -> FOLDER/SONAME (on x86-64 hosts i386
+// libraries too, the compat32 capability's, under the flags the 32-bit
+// loader looks for: a SONAME can then have two entries, one per loader), and
+// the cache is
 // written back with those entries ahead of the image's entries of the same
 // name (glibc's loader takes the first of equal names; ldcache's sort is
 // stable). /etc/ld.so.conf.d/000-gantry.conf lists the folders, so that an

@@ -11,10 +11,11 @@ import (
 // ApplyEdits makes the part of e that must land inside the container's root
 // filesystem, for the front ends that do it in-process (the runtime shim,
 // the prestart hook, nvidia-container-cli configure): the SONAME links, and
-// ld.so.cache entries for every injected 64-bit library under its SONAME,
-// known from inv, so the libraries need not be mounted yet. When forwardCompat
-// is set and libcuda is injected, the image's CUDA forward-compatibility
-// libraries go first if they are newer than the host driver (ForwardCompat).
+// ld.so.cache entries for every injected library under its SONAME, 64-bit
+// and (compat32) 32-bit, known from inv, so the libraries need not be
+// mounted yet. When forwardCompat is set and the 64-bit libcuda is injected,
+// the image's CUDA forward-compatibility libraries go first if they are newer
+// than the host driver (ForwardCompat).
 // note receives decisions and warnings worth a log line.
 func ApplyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, forwardCompat bool, note func(string)) error {
 	if e == nil || inv == nil {
@@ -39,11 +40,14 @@ func ApplyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, forwar
 	cuda := false
 	for _, m := range e.Mounts {
 		f, ok := byPath[m.ContainerPath]
-		if !ok || f.SONAME == "" || f.Capability == driver.Compat32 {
+		if !ok || f.SONAME == "" {
 			continue
 		}
-		libs = append(libs, Library{SONAME: f.SONAME, Path: path.Join(path.Dir(m.ContainerPath), f.SONAME)})
-		cuda = cuda || f.SONAME == "libcuda.so.1"
+		// The inventory marks every 32-bit library Compat32: the bits
+		// come from there, and nothing is read from the library here.
+		bits32 := f.Capability == driver.Compat32
+		libs = append(libs, Library{SONAME: f.SONAME, Path: path.Join(path.Dir(m.ContainerPath), f.SONAME), Compat32: bits32})
+		cuda = cuda || (f.SONAME == "libcuda.so.1" && !bits32)
 	}
 	if len(libs) == 0 {
 		return nil

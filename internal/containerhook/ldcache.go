@@ -49,7 +49,7 @@ func UpdateLDCache(root *rootfs.Root, folders []string, warn func(string)) error
 // go ahead of the folders' and CompatDir heads ConfFile. An empty
 // hostDriver is UpdateLDCache.
 func UpdateLDCacheCompat(root *rootfs.Root, folders []string, hostDriver string, warn func(string)) error {
-	flags, machine, err := nativeABI()
+	native, compat, err := hostABIs()
 	if err != nil {
 		return err
 	}
@@ -59,19 +59,23 @@ func UpdateLDCacheCompat(root *rootfs.Root, folders []string, hostDriver string,
 	}
 	var ours []ldcache.Entry
 	if hostDriver != "" {
-		compat, _, err := ForwardCompat(root, hostDriver)
+		fwd, _, err := ForwardCompat(root, hostDriver)
 		if err != nil {
 			return err
 		}
-		for _, l := range compat {
-			ours = append(ours, ldcache.Entry{Name: l.SONAME, Path: l.Path, Flags: flags})
+		for _, l := range fwd {
+			ours = append(ours, ldcache.Entry{Name: l.SONAME, Path: l.Path, Flags: native.flags})
 		}
-		if len(compat) > 0 {
+		if len(fwd) > 0 {
 			dirs = append([]string{CompatDir}, dirs...)
 		}
 	}
+	abis := []abi{native}
+	if compat != nil {
+		abis = append(abis, *compat)
+	}
 	for _, dir := range dirs {
-		entries, err := libraries(root, dir, flags, machine)
+		entries, err := libraries(root, dir, abis)
 		if err != nil {
 			return err
 		}
@@ -85,6 +89,11 @@ func UpdateLDCacheCompat(root *rootfs.Root, folders []string, hostDriver string,
 type Library struct {
 	SONAME string
 	Path   string
+	// Compat32 marks a 32-bit library (the compat32 capability's i386
+	// builds on an x86-64 host), entered with the flags the 32-bit loader
+	// looks for. The caller knows it from the host inventory, so the
+	// library is not read.
+	Compat32 bool
 }
 
 // AddToLDCache puts libs into the container's /etc/ld.so.cache ahead of the
@@ -92,8 +101,12 @@ type Library struct {
 // UpdateLDCache it reads nothing of the libraries themselves: the runtime
 // shim calls it before the runtime has mounted them, with the SONAMEs
 // learned from the host's files. The other rules are UpdateLDCache's.
+//
+// A SONAME may come twice, 64-bit and Compat32: the cache keeps both and each
+// loader takes the entry with its own flags. On hosts with no 32-bit ABI of
+// their own (arm64) Compat32 libraries are left out of the cache.
 func AddToLDCache(root *rootfs.Root, libs []Library, dirs []string, warn func(string)) error {
-	flags, _, err := nativeABI()
+	native, compat, err := hostABIs()
 	if err != nil {
 		return err
 	}
@@ -105,6 +118,13 @@ func AddToLDCache(root *rootfs.Root, libs []Library, dirs []string, warn func(st
 	for _, l := range libs {
 		if l.SONAME == "" || strings.ContainsAny(l.SONAME, "/\x00") || !path.IsAbs(l.Path) {
 			return fmt.Errorf("library %q at %q: want a bare SONAME and an absolute container path", l.SONAME, l.Path)
+		}
+		flags := native.flags
+		if l.Compat32 {
+			if compat == nil {
+				continue
+			}
+			flags = compat.flags
 		}
 		ours = append(ours, ldcache.Entry{Name: l.SONAME, Path: path.Clean(l.Path), Flags: flags})
 	}
@@ -208,10 +228,11 @@ func merge(ours, image []ldcache.Entry) []ldcache.Entry {
 	return out
 }
 
-// libraries returns cache entries for the shared objects in dir that the
-// host's loader can use, keyed by SONAME and pointing at the SONAME link when
-// the folder has one (as ldconfig does), else at the file found.
-func libraries(root *rootfs.Root, dir string, flags int32, machine elf.Machine) ([]ldcache.Entry, error) {
+// libraries returns cache entries for the shared objects in dir that one of
+// the host's loaders (abis) can use, keyed by SONAME and ABI and pointing at
+// the SONAME link when the folder has one (as ldconfig does), else at the
+// file found.
+func libraries(root *rootfs.Root, dir string, abis []abi) ([]ldcache.Entry, error) {
 	names, err := root.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("listing --folder %s in the container: %w", dir, err)
@@ -221,17 +242,21 @@ func libraries(root *rootfs.Root, dir string, flags int32, machine elf.Machine) 
 	for _, n := range names {
 		have[n] = true
 	}
+	type key struct {
+		soname string
+		flags  int32
+	}
 	var out []ldcache.Entry
-	done := map[string]bool{}
+	done := map[key]bool{}
 	for _, n := range names {
 		if !strings.HasPrefix(n, "lib") || !strings.Contains(n, ".so") {
 			continue
 		}
-		soname, ok := readSONAME(root, path.Join(dir, n), machine)
-		if !ok || done[soname] {
+		soname, flags, ok := readSONAME(root, path.Join(dir, n), abis)
+		if !ok || done[key{soname, flags}] {
 			continue
 		}
-		done[soname] = true
+		done[key{soname, flags}] = true
 		p := path.Join(dir, n)
 		if have[soname] {
 			p = path.Join(dir, soname)
@@ -242,36 +267,57 @@ func libraries(root *rootfs.Root, dir string, flags int32, machine elf.Machine) 
 }
 
 // readSONAME reads the ELF headers of the file at p (through the root; a
-// symlink resolves inside it) and returns its DT_SONAME if it is a 64-bit
-// shared object for machine. Anything else — a directory, a dangling link,
-// a FIFO, a 32-bit library, a linker script named libfoo.so — is skipped.
-func readSONAME(root *rootfs.Root, p string, machine elf.Machine) (string, bool) {
+// symlink resolves inside it) and returns its DT_SONAME and the cache flags
+// of the first of abis whose class and machine it has. Anything else — a
+// directory, a dangling link, a FIFO, another architecture's library, a
+// linker script named libfoo.so — is skipped.
+func readSONAME(root *rootfs.Root, p string, abis []abi) (string, int32, bool) {
 	f, err := root.OpenFile(p)
 	if err != nil {
-		return "", false
+		return "", 0, false
 	}
 	defer f.Close()
 	var r io.ReaderAt = f
 	class, m, soname, err := driver.ReadELF(r)
-	if err != nil || class != elf.ELFCLASS64 || m != machine || soname == "" {
-		return "", false
+	if err != nil || soname == "" {
+		return "", 0, false
 	}
 	// A SONAME is a file name; one with a slash or NUL would put an entry
 	// the loader matches against paths.
 	if strings.ContainsAny(soname, "/\x00") || len(soname) > 255 {
-		return "", false
+		return "", 0, false
 	}
-	return soname, true
+	for _, a := range abis {
+		if class == a.class && m == a.machine {
+			return soname, a.flags, true
+		}
+	}
+	return "", 0, false
 }
 
-// nativeABI is the loader cache flags word and ELF machine of the host's
-// 64-bit libraries.
-func nativeABI() (int32, elf.Machine, error) {
+// abi is one kind of library a loader on the host uses: its ELF class and
+// machine, and the flags word its cache entries carry.
+type abi struct {
+	flags   int32
+	class   elf.Class
+	machine elf.Machine
+}
+
+// hostABIs returns the host's native 64-bit ABI and, where the driver ships
+// 32-bit libraries for it, the 32-bit one (nil otherwise).
+//
+// On x86-64 the compat32 libraries are i386 objects, entered with the flags
+// ldconfig gives them (FlagsI386), which only the i386 loader accepts. On
+// arm64 the cache stays 64-bit only: NVIDIA ships no 32-bit Arm driver
+// libraries, and an armhf entry would only serve a loader with no driver to
+// load.
+func hostABIs() (native abi, compat *abi, err error) {
 	switch runtime.GOARCH {
 	case "amd64":
-		return ldcache.FlagsX8664, elf.EM_X86_64, nil
+		return abi{ldcache.FlagsX8664, elf.ELFCLASS64, elf.EM_X86_64},
+			&abi{ldcache.FlagsI386, elf.ELFCLASS32, elf.EM_386}, nil
 	case "arm64":
-		return ldcache.FlagsAArch64, elf.EM_AARCH64, nil
+		return abi{ldcache.FlagsAArch64, elf.ELFCLASS64, elf.EM_AARCH64}, nil, nil
 	}
-	return 0, 0, fmt.Errorf("%w (this host is %s)", ErrUnsupportedArch, runtime.GOARCH)
+	return abi{}, nil, fmt.Errorf("%w (this host is %s)", ErrUnsupportedArch, runtime.GOARCH)
 }

@@ -144,7 +144,11 @@ func probe(t *testing.T, dir string) (string, error) {
 	if _, err := exec.LookPath("chroot"); err != nil {
 		t.Skip("skipping: chroot not installed")
 	}
-	out, err := exec.Command("chroot", dir, "/"+probeBin).CombinedOutput()
+	cmd := exec.Command("chroot", dir, "/"+probeBin)
+	// A clean environment: a GPU host's LD_LIBRARY_PATH (GKE sets one)
+	// would find libcuda without the cache this test checks.
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
 

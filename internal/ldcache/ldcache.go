@@ -58,6 +58,12 @@ const (
 	FlagsX8664 = FlagELFLibc6 | FlagX8664Lib64
 	// FlagsAArch64 is the exact flags word of a 64-bit Arm glibc library.
 	FlagsAArch64 = FlagELFLibc6 | FlagAArch64Lib64
+	// FlagsI386 is the flags word ldconfig writes on an x86-64 host for a
+	// 32-bit i386 library that links glibc ("(libc6)" in `ldconfig -p`):
+	// the library type alone, the required-ABI byte 0 being the platform's
+	// default 32-bit ABI. ldconfig gives FlagELF to one without a libc
+	// dependency; the i386 loader accepts both, the x86-64 loader neither.
+	FlagsI386 = FlagELFLibc6
 )
 
 // HWCapExtension is the bit of Entry.HWCap that marks a glibc-hwcaps entry
