@@ -120,7 +120,8 @@ static int low_level(char *out, size_t size) {
 }
 
 // resolve finds name like Main's findRuntime: a path as given, else the
-// first executable in PATH that is not this program.
+// first executable in PATH (DefaultPath when PATH is unset or empty) that
+// is not this program.
 static int resolve(const char *name, char *out, size_t size) {
 	if (strchr(name, '/')) {
 		if (strlen(name) >= size || access(name, X_OK) != 0) return 0;
@@ -130,7 +131,9 @@ static int resolve(const char *name, char *out, size_t size) {
 	struct stat self;
 	if (stat("/proc/self/exe", &self) != 0) return 0;
 	const char *path = getenv("PATH");
-	if (!path) return 0;
+	// As Main's findRuntime: engines that call the runtime with an empty
+	// environment (Podman's delete and kill) get the usual directories.
+	if (!path || !*path) path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 	while (*path) {
 		size_t n = strcspn(path, ":");
 		const char *dir = n ? path : ".";

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 )
@@ -226,6 +228,47 @@ devices:
 		t.Error("create succeeded with an unknown CDI device")
 	} else if !strings.Contains(stderr, "example.com/fpga=f9") {
 		t.Errorf("error does not name the device: %s", stderr)
+	}
+}
+
+// Podman runs the runtime's delete (and kill) with an empty environment:
+// no PATH, no GANTRY_CONFIG. The default low-level runtime ("runc") is then
+// found in the usual directories, by the C fast path and by Main alike, so
+// the container is really deleted.
+func TestEmptyEnvironment(t *testing.T) {
+	if _, err := os.Stat(config.DefaultPath); err == nil {
+		t.Skipf("%s exists: its low-level runtime would be used instead of the default", config.DefaultPath)
+	}
+	found := false
+	for _, dir := range filepath.SplitList(DefaultPath) {
+		if _, err := os.Stat(filepath.Join(dir, "runc")); err == nil {
+			found = true
+		}
+	}
+	if !found {
+		t.Skipf("no runc in %s", DefaultPath)
+	}
+	for _, env := range [][]string{{}, {"GANTRY_NO_FASTPATH=1"}} {
+		c := newContainer(t, opts{args: []string{"true"}})
+		if _, stderr, err := c.runtime("create", "--bundle", c.bundle, c.id); err != nil {
+			t.Fatalf("create: %v\n%s", err, stderr)
+		}
+		bare := func(args ...string) (string, error) {
+			cmd := exec.Command(c.f.runtime, append([]string{"--root", c.state}, args...)...)
+			cmd.Env = env
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		if out, err := bare("state", c.id); err != nil || !strings.Contains(out, `"status": "created"`) {
+			t.Errorf("env %q: state: %v\n%s", env, err, out)
+		}
+		if out, err := bare("delete", "--force", c.id); err != nil {
+			t.Errorf("env %q: delete: %v\n%s", env, err, out)
+		}
+		if list, _, _ := c.runtime("list", "-q"); strings.TrimSpace(list) != "" {
+			t.Errorf("env %q: the container is still there after delete: %q", env, list)
+			c.runtime("delete", "--force", c.id)
+		}
 	}
 }
 

@@ -113,6 +113,10 @@ func orDefault(p string) string {
 // name through PATH, skipping any entry that is this executable (an
 // installer that put gantry-runtime in PATH as "runc" must not make us exec
 // ourselves forever).
+// DefaultPath is searched for the low-level runtime when PATH is unset or
+// empty (the C fast path uses the same list).
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 func findRuntime(name string) (string, error) {
 	if strings.Contains(name, "/") {
 		if _, err := os.Stat(name); err != nil {
@@ -121,7 +125,13 @@ func findRuntime(name string) (string, error) {
 		return name, nil
 	}
 	self, _ := os.Stat("/proc/self/exe")
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+	path := os.Getenv("PATH")
+	if path == "" {
+		// Some engines call the runtime with an empty environment (Podman
+		// for delete and kill): look where runc and crun are installed.
+		path = DefaultPath
+	}
+	for _, dir := range filepath.SplitList(path) {
 		if dir == "" {
 			dir = "."
 		}
@@ -135,7 +145,7 @@ func findRuntime(name string) (string, error) {
 		}
 		return p, nil
 	}
-	return "", fmt.Errorf("low-level runtime %q not found in PATH (install runc or crun)", name)
+	return "", fmt.Errorf("low-level runtime %q not found in PATH (%s): install runc or crun, or set runtime.low-level to its absolute path", name, path)
 }
 
 // report prints err on stderr and, when the engine passed --log, appends
