@@ -27,6 +27,8 @@ if $tests; then
   # Compose GPU reservations (docker-compose 1.29 has deploy.resources devices)
   command -v dockerd >/dev/null || [ -x /usr/sbin/dockerd ] || optional+=(docker.io)
   command -v docker-compose >/dev/null || optional+=(docker-compose)
+  # test/engines: a private rootful podman (CDI, hooks.d, --runtime); ~18 MB, ~15 s
+  command -v podman >/dev/null || optional+=(podman)
   # engineconfig checks its diffs with GNU patch; nsmount/hook run runc under unshare
   command -v patch >/dev/null || optional+=(patch)
   command -v unshare >/dev/null || optional+=(util-linux)
