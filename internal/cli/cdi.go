@@ -10,7 +10,6 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gantry-gpu/gantry/internal/cdispec"
-	"github.com/gantry-gpu/gantry/internal/discover"
 )
 
 func init() {
@@ -57,15 +56,10 @@ output file's extension (.json or .yaml).`,
 						return fmt.Errorf("finding the gantry executable for CDI hooks: %w (set cdi.hook-path in the config)", err)
 					}
 				}
-				sys, err := discover.GPUs(e.cfg, true)
+				sys, inv, err := e.host(true)
 				if err != nil {
 					return err
 				}
-				inv, err := discover.Driver(e.cfg)
-				if err != nil {
-					return err
-				}
-				reportGaps(e, inv)
 				if len(inv.Missing) > 0 && !*allowPartial {
 					return fmt.Errorf("driver %s under %s is incomplete (%s missing): reinstall the driver or fix --driver-root; --allow-partial writes a spec anyway", inv.Version, inv.Root, strings.Join(inv.Missing, ", "))
 				}

@@ -55,15 +55,10 @@ with the given capabilities (default: all capabilities), found under --driver-ro
 				if err != nil {
 					return usagef("--capabilities: %v", err)
 				}
-				sys, err := discover.GPUs(e.cfg, true)
+				sys, inv, err := e.host(true)
 				if err != nil {
 					return err
 				}
-				inv, err := discover.Driver(e.cfg)
-				if err != nil {
-					return err
-				}
-				reportGaps(e, inv)
 				files := listFiles(sys, inv, caps, e.cfg.EffectiveDevRoot())
 				if *asJSON {
 					return writeJSON(e.stdout, files)
@@ -138,6 +133,21 @@ func writeJSON(w io.Writer, v any) error {
 
 // reportGaps tells the user, on stderr, what the driver root lacks: a
 // partial driver still works for what is there, but is rarely intended.
+// host discovers the GPUs (light: from procfs where that is enough) and the
+// driver's files, and warns on stderr about driver files that are missing.
+func (e *env) host(light bool) (*gpu.System, *driver.Inventory, error) {
+	sys, err := discover.GPUs(e.cfg, light)
+	if err != nil {
+		return nil, nil, err
+	}
+	inv, err := discover.Driver(e.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	reportGaps(e, inv)
+	return sys, inv, nil
+}
+
 func reportGaps(e *env, inv *driver.Inventory) {
 	for _, m := range inv.Missing {
 		fmt.Fprintf(e.stderr, "warning: driver %s under %s: %s not found\n", inv.Version, inv.Root, m)

@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/gpu/readings"
 	"github.com/gantry-gpu/gantry/internal/legacyapi"
 )
@@ -43,15 +42,10 @@ and driver are. It stops on SIGINT or SIGTERM.`,
 				if err := checkListen(*listen, *allowRemote); err != nil {
 					return usagef("%v", err)
 				}
-				sys, err := discover.GPUs(e.cfg, false)
+				sys, inv, err := e.host(false)
 				if err != nil {
 					return err
 				}
-				inv, err := discover.Driver(e.cfg)
-				if err != nil {
-					return err
-				}
-				reportGaps(e, inv)
 				var reader legacyapi.Reader
 				if strings.HasPrefix(e.cfg.GPUs, "sim") {
 					reader = readings.NewSim(sys)
