@@ -720,6 +720,15 @@ type Process struct {
 
 const mib = 1 << 20
 
+// usedOf is "used / total UNIT", as the original printed power, memory and
+// BAR1; "N/A" when either is unknown.
+func usedOf[A, B ~uint | ~uint64](used *A, total *B, unit string) string {
+	if used == nil || total == nil {
+		return "N/A"
+	}
+	return fmt.Sprintf("%d / %d%s", *used, *total, unit)
+}
+
 // uintOf cuts a reading down to a whole number, as the original's integer
 // divisions did; nil when unknown.
 func uintOf(f float64) *uint {
@@ -801,11 +810,7 @@ func (s *Server) gpuStatus(w http.ResponseWriter, r *http.Request) {
 		t.line(fmt.Sprintf("Device #%d", i))
 		// As in the original, the power and BAR1 lines show "used / total"
 		// or N/A, and need both.
-		power := "N/A"
-		if ds.Power != nil && di.Power != nil {
-			power = fmt.Sprintf("%d / %d W", *ds.Power, *di.Power)
-		}
-		t.row("  Power:", power)
+		t.row("  Power:", usedOf(ds.Power, di.Power, " W"))
 		t.row("  Temperature:", num(ds.Temperature, " °C"))
 		t.line("  Utilization")
 		t.row("    GPU:", num(ds.Utilization.GPU, " %"))
@@ -813,21 +818,13 @@ func (s *Server) gpuStatus(w http.ResponseWriter, r *http.Request) {
 		t.row("    Encoder:", num(ds.Utilization.Encoder, " %"))
 		t.row("    Decoder:", num(ds.Utilization.Decoder, " %"))
 		t.line("  Memory")
-		global := "N/A"
-		if ds.Memory.GlobalUsed != nil && di.Memory.Global != nil {
-			global = fmt.Sprintf("%d / %d MiB", *ds.Memory.GlobalUsed, *di.Memory.Global)
-		}
-		t.row("    Global:", global)
+		t.row("    Global:", usedOf(ds.Memory.GlobalUsed, di.Memory.Global, " MiB"))
 		t.line("    ECC Errors")
 		t.row("      L1 Cache:", num(ds.Memory.ECCErrors.L1Cache, ""))
 		t.row("      L2 Cache:", num(ds.Memory.ECCErrors.L2Cache, ""))
 		t.row("      Global:", num(ds.Memory.ECCErrors.Global, ""))
 		t.line("  PCI")
-		bar1 := "N/A"
-		if ds.PCI.BAR1Used != nil && di.PCI.BAR1 != nil {
-			bar1 = fmt.Sprintf("%d / %d MiB", *ds.PCI.BAR1Used, *di.PCI.BAR1)
-		}
-		t.row("    BAR1:", bar1)
+		t.row("    BAR1:", usedOf(ds.PCI.BAR1Used, di.PCI.BAR1, " MiB"))
 		t.line("    Throughput")
 		t.row("      RX:", num(ds.PCI.Throughput.RX, " MB/s"))
 		t.row("      TX:", num(ds.PCI.Throughput.TX, " MB/s"))
