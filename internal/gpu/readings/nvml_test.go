@@ -3,7 +3,6 @@
 package readings
 
 import (
-	"bufio"
 	"fmt"
 	"math"
 	"os"
@@ -31,15 +30,7 @@ import (
 //	CGO_CFLAGS=-Wno-deprecated-declarations go test -c -o readings.test ./internal/gpu/readings
 //	./readings.test -test.run 'NVML' -test.v
 func TestNVMLReader(t *testing.T) {
-	sys, err := gpunvml.Discover(gpunvml.Options{Light: true})
-	if err != nil {
-		t.Skipf("no NVIDIA driver here: %v", err)
-	}
-	r, closeNVML, err := NewNVML("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeNVML()
+	sys, r := openNVML(t)
 	probe := startCUDAProbe(t)
 	found := false
 	for _, d := range sys.Devices {
@@ -156,20 +147,7 @@ func startCUDAProbe(t *testing.T) *exec.Cmd {
 	}
 	cmd := exec.Command(bin)
 	cmd.Args[0] = probeArgv0
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
-	line, _ := bufio.NewReader(stdout).ReadString('\n')
-	if strings.TrimSpace(line) != "ready" {
+	if _, line := startReady(t, cmd); line != "ready" {
 		t.Logf("the CUDA probe did not start (%q): the process list is not checked against a known process", line)
 		return nil
 	}
@@ -319,15 +297,7 @@ func TestReadPropertiesAndPeer(t *testing.T) {
 // NVML's values, is the number the original computed from CUDA's.
 // Skipped without a driver. The command is in TestNVMLReader's comment.
 func TestNVMLProperties(t *testing.T) {
-	sys, err := gpunvml.Discover(gpunvml.Options{Light: true})
-	if err != nil {
-		t.Skipf("no NVIDIA driver here: %v", err)
-	}
-	r, closeNVML, err := NewNVML("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeNVML()
+	sys, r := openNVML(t)
 	info := r.(interface {
 		Properties(string) (Properties, error)
 		Peer(string, string) (Peer, error)
@@ -564,4 +534,20 @@ func TestReadDeviceMemoryVersions(t *testing.T) {
 	if s := readDevice(d, "/proc", true); s.MemoryUsedBytes != 615<<20 {
 		t.Errorf("v2 failing: used %v, want the first version's 615 MiB", s.MemoryUsedBytes)
 	}
+}
+
+// openNVML discovers the host's GPUs and opens the NVML reader, closed when
+// the test ends; the test is skipped where there is no driver.
+func openNVML(t *testing.T) (*gpu.System, Reader) {
+	t.Helper()
+	sys, err := gpunvml.Discover(gpunvml.Options{Light: true})
+	if err != nil {
+		t.Skipf("no NVIDIA driver here: %v", err)
+	}
+	r, closeNVML, err := NewNVML("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeNVML)
+	return sys, r
 }

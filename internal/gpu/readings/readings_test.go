@@ -2,6 +2,7 @@ package readings
 
 import (
 	"bufio"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -145,23 +146,11 @@ func TestProcessName(t *testing.T) {
 	}
 	cmd := exec.Command(sh, "-c", "echo ready; read x")
 	cmd.Args[0] = "gantry-test-argv0"
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer stdin.Close()
 	// "ready" comes once the shell runs, so its exec is complete and its
 	// cmdline final.
-	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
-		t.Fatal(err)
+	stdin, line := startReady(t, cmd)
+	if line != "ready" {
+		t.Fatalf("the shell said %q", line)
 	}
 	pid := uint32(cmd.Process.Pid)
 	if got := ProcessName("/proc", pid); got != "gantry-test-argv0" {
@@ -272,4 +261,25 @@ func TestSimPeer(t *testing.T) {
 	if _, err := r.Peer(sys.Devices[0].UUID, "GPU-00000000-0000-0000-0000-000000000000"); err == nil {
 		t.Error("unknown peer without error")
 	}
+}
+
+// startReady starts cmd with pipes for stdin and stdout and returns its
+// stdin and the first line it prints (trimmed); closing stdin and waiting
+// for cmd are left to the test's cleanup.
+func startReady(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, string) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	return stdin, strings.TrimSpace(line)
 }
