@@ -231,19 +231,7 @@ const pauseImage = "docker.io/gantry-test/pause:1"
 // own (lowering it needs CAP_SYS_RESOURCE, which a test host inside a
 // container may lack), and the stream server on loopback. Pods
 // use the node's network namespace, so no CNI plugin is needed.
-const containerdCRIConfig = `version = 2
-root = %q
-state = %q
-
-[grpc]
-  address = %q
-
-[ttrpc]
-  address = %q
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-
+const containerdCRIConfig = containerdConfig + `
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q
   stream_server_address = "127.0.0.1"
