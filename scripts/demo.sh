@@ -19,7 +19,9 @@ else
 fi
 step $g "${args[@]}" info
 printf '\n\033[1m$ %s\033[0m\n' "$g ${args[*]} list | head -20"
-$g "${args[@]}" list | head -20
+# Through a file: with pipefail, head closing the pipe early would fail the demo.
+$g "${args[@]}" list >"$work/list.txt"
+head -20 "$work/list.txt"
 mkdir -p "$work/cdi"
 step $g "${args[@]}" cdi generate --output "$work/cdi/nvidia.yaml"
 step $g cdi list --spec-dirs "$work/cdi"
