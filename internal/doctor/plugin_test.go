@@ -499,6 +499,18 @@ func TestDoctorStaleRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
+	// The kubelet marks a resource's devices unhealthy once it sees that
+	// stream end; under load that can come after the kill returns.
+	for _, res := range []string{"nvidia.com/mig-1g.5gb", "nvidia.com/mig-2g.10gb", "nvidia.com/mig-3g.20gb"} {
+		k.await(res, func(l []*pluginapi.Device) bool {
+			for _, d := range l {
+				if d.Health == pluginapi.Healthy {
+					return false
+				}
+			}
+			return true
+		})
+	}
 	sock := filepath.Join(k.pluginDir(), "nvidia-mig-1g.5gb.sock")
 	if _, err := os.Stat(sock); err != nil {
 		t.Fatalf("the killed plugin's socket is gone (%v); the test needs it left behind", err)
