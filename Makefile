@@ -67,12 +67,14 @@ gpu-check: build
 # Everything scripts/gpu-e2e.sh and bench/runtime-lifecycle.sh need on a GPU host
 # that has no compiler, no runc and no network, gathered under bin/ (~20 MB):
 # bin/gantry, bin/cuda-check (CUDA driver-API test, no CUDA needed to build it),
+# bin/e2e-preload.so (a hostile image's LD_PRELOAD library, for check i),
 # bin/runc (this machine's, e.g. Debian 12's runc package) and the libseccomp.so.2
 # it links, in bin/lib for hosts without one. Then, as root on the GPU host:
 #   scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh      (--sim: without a GPU)
 RUNC_BIN ?= $(shell command -v runc 2>/dev/null || ls /usr/sbin/runc 2>/dev/null)
 gpu-e2e: build
 	gcc -O2 -Wall -o $(BIN)/cuda-check scripts/cuda-check.c -ldl
+	gcc -O2 -Wall -shared -fPIC -o $(BIN)/e2e-preload.so scripts/e2e-preload.c
 	@[ -n "$(RUNC_BIN)" ] || { echo "runc not found: apt-get install runc (or make gpu-e2e RUNC_BIN=/path/to/runc)"; exit 1; }
 	cp -L --remove-destination $(RUNC_BIN) $(BIN)/runc
 	@mkdir -p $(BIN)/lib

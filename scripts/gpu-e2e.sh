@@ -22,6 +22,12 @@
 #   h  `gantry doctor --container` on a running GPU container (runc state): its request
 #      and injected nodes PASS, and a probe process placed in its cgroup opens
 #      /dev/nvidiactl (the device cgroup allows the GPU)
+#   i  a CDI spec from `gantry cdi generate`, consumed the way CDI engines do (its
+#      createContainer hooks run by runc inside the container's mount namespace), for
+#      an image whose environment is hostile: LD_PRELOAD of a library in the image,
+#      LD_LIBRARY_PATH, GCONV_PATH, GANTRY_CONFIG=/dev/zero (the CVE-2025-23266
+#      class). GPU 0 as in a, the hooks ran, and the preload library never ran on
+#      the host (bin/e2e-preload.so marks a host file if it does)
 # In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
@@ -240,6 +246,45 @@ if "$GANTRY_RUNTIME" --root "$STATE" create --bundle "$b" e2e-h </dev/null >"$WO
 else
   FAIL "h: gantry-runtime could not start a long-running GPU container"
   show "$WORK/h.out"
+fi
+
+echo "== i: a CDI spec's hooks, an image with a hostile environment (CVE-2025-23266 class)"
+# A spec of another kind than Gantry's own (whose names gantry-runtime handles in
+# process) goes through the CNCF CDI library into config.json, hooks and all, as
+# in Podman, CRI-O, containerd and Docker: runc then runs the spec's
+# createContainer hooks from inside the container's mount namespace, before
+# pivot_root, in the root filesystem's directory.
+PRELOAD=${E2E_PRELOAD:-$REPO/bin/e2e-preload.so}
+if [ ! -e "$PRELOAD" ]; then
+  SKIP "i: $PRELOAD missing (make gpu-e2e builds it)"
+elif ! mkdir -p "$WORK/cdi" || ! "$GANTRY" cdi generate --kind e2e.example.com/gpu --output "$WORK/cdi/e2e.yaml" >"$WORK/i.gen" 2>&1; then
+  FAIL "i: gantry cdi generate failed"
+  show "$WORK/i.gen"
+else
+  cfg_i=$WORK/gantry-i.toml
+  { cat "$GANTRY_CONFIG"; printf '\n[cdi]\nspec-dirs = ["%s"]\n' "$WORK/cdi"; } >"$cfg_i"
+  marker=$WORK/i.marker
+  b=$WORK/b-i
+  make_bundle "$b" "LD_PRELOAD=/proc/self/cwd/e2e-preload.so" "E2E_MARKER=$marker" \
+    "LD_LIBRARY_PATH=/proc/self/cwd" "GCONV_PATH=/proc/self/cwd" "GANTRY_CONFIG=/dev/zero" -- /bin/sh -c "$probe"
+  cp "$PRELOAD" "$b/rootfs/e2e-preload.so"
+  ANN='"annotations": {"cdi.k8s.io/e2e": "e2e.example.com/gpu=0"},'
+  ANN=$ANN awk '{ print } /"ociVersion"/ && !done { print ENVIRON["ANN"]; done = 1 }' "$b/config.json" >"$b/config.json.new" && mv "$b/config.json.new" "$b/config.json"
+  if GANTRY_CONFIG=$cfg_i run_container "$GANTRY_RUNTIME" e2e-i "$b" "$WORK/i.out"; then
+    hooks=$(grep -o '"createContainer"' "$b/config.json" | wc -l)
+    if [ -e "$marker" ]; then
+      FAIL "i: the image's LD_PRELOAD library ran on the host in: $(tr '\n' ' ' <"$marker")"
+    elif [ "$hooks" -lt 1 ]; then
+      FAIL "i: config.json has no createContainer hook: the spec's hooks were not exercised"
+    else
+      check_gpus "i (CDI e2e.example.com/gpu=0, hostile image env)" "$WORK/i.out" 0
+      PASS "i: the spec's createContainer hooks ran with their own environment; no preload on the host"
+    fi
+  else
+    FAIL "i: gantry-runtime could not run the container with the CDI device"
+    show "$WORK/i.out"
+  fi
+  [ -e "$marker" ] && [ -s "$marker" ] && show "$marker"
 fi
 
 echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"
