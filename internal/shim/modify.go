@@ -15,6 +15,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/containerhook"
+	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/request"
@@ -78,7 +79,7 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 		// runtime chain with Gantry twice in it).
 		return &Result{Notes: []string{"GPUs " + v + " already injected (annotation " + edits.InjectedAnnotation + "): left as is"}}, nil
 	}
-	req, err := request.Parse(request.InputFromSpec(peek.spec()), containerhook.RequestOptions(cfg))
+	req, err := request.Parse(request.InputFromSpec(peek.spec()), discover.RequestOptions(cfg))
 	if err != nil {
 		return nil, err
 	}
