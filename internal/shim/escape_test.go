@@ -98,6 +98,10 @@ func TestCDIHooksIgnoreImageEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The bundle's root is a hard-linked copy of the fixture's image,
+		// which has an evil.so of its own: replace the link, never write
+		// through it.
+		os.Remove(filepath.Join(r, "evil.so"))
 		if err := os.WriteFile(filepath.Join(r, "evil.so"), b, 0o755); err != nil {
 			t.Fatal(err)
 		}
