@@ -22,7 +22,7 @@ func init() {
 	for _, hc := range containerhook.Commands {
 		register(&command{
 			name:     "hook " + hc.Name,
-			summary:  "OCI hook of older CDI specs (new ones run gantry-cdi-hook): " + hc.Summary,
+			summary:  "OCI hook of older CDI specs (now gantry-cdi-hook): " + hc.Summary,
 			usage:    hc.Usage,
 			help:     hc.Help + "\n\nThe same as gantry-cdi-hook " + hc.Name + ", which new specs run. Reads no\nconfiguration (neither $GANTRY_CONFIG nor --config) and takes no global flags.",
 			noConfig: true,
