@@ -22,9 +22,13 @@ all: build
 deps:
 	@scripts/deps.sh
 
+# gantry-cdi-hook, which the CDI specs of gantry cdi generate run as root
+# inside the container's mount namespace, is built without cgo: a static
+# binary, so no dynamic loader (and no LD_PRELOAD of an image) ever runs for it.
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry ./cmd/gantry
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-runtime ./cmd/gantry-runtime
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-cdi-hook ./cmd/gantry-cdi-hook
 
 # The Kubernetes device plugin: a binary of its own (client-go, Prometheus).
 build-device-plugin:
@@ -66,7 +70,8 @@ gpu-check: build
 
 # Everything scripts/gpu-e2e.sh and bench/runtime-lifecycle.sh need on a GPU host
 # that has no compiler, no runc and no network, gathered under bin/ (~20 MB):
-# bin/gantry, bin/cuda-check (CUDA driver-API test, no CUDA needed to build it),
+# bin/gantry (and bin/gantry-cdi-hook beside it, which its CDI specs run),
+# bin/cuda-check (CUDA driver-API test, no CUDA needed to build it),
 # bin/e2e-preload.so (a hostile image's LD_PRELOAD library, for check i),
 # bin/runc (this machine's, e.g. Debian 12's runc package) and the libseccomp.so.2
 # it links, in bin/lib for hosts without one. Then, as root on the GPU host:
@@ -82,11 +87,12 @@ gpu-e2e: build
 	if [ -n "$$lib" ]; then cp -L "$$lib" $(BIN)/lib/; fi
 	@du -sh $(BIN); echo "on the GPU host, as root: scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh"
 
-# Installs three binaries and the names engines and scripts look for:
+# Installs four binaries and the names engines and scripts look for:
 # gantry (the CLI; also nvidia-container-cli for LXC's hook and the nvidia-docker
 # wrapper), gantry-runtime (the runc shim, also nvidia-container-runtime, and the
 # prestart hook gantry-hook / nvidia-container-runtime-hook for Docker's --gpus: the
-# per-container path, kept lean), and gantry-device-plugin (Kubernetes).
+# per-container path, kept lean), gantry-cdi-hook (the static hook binary the CDI
+# specs of gantry cdi generate run) and gantry-device-plugin (Kubernetes).
 #   sudo make install [PREFIX=/usr] [NVIDIA_NAMES=0 to skip NVIDIA's names]
 PREFIX ?= /usr
 NVIDIA_NAMES ?= 1
@@ -94,6 +100,7 @@ install: build build-device-plugin
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN)/gantry $(DESTDIR)$(PREFIX)/bin/gantry
 	install -m 0755 $(BIN)/gantry-runtime $(DESTDIR)$(PREFIX)/bin/gantry-runtime
+	install -m 0755 $(BIN)/gantry-cdi-hook $(DESTDIR)$(PREFIX)/bin/gantry-cdi-hook
 	install -m 0755 $(BIN)/gantry-device-plugin $(DESTDIR)$(PREFIX)/bin/gantry-device-plugin
 	@nv=$$([ "$(NVIDIA_NAMES)" = 1 ] && echo yes); \
 	for n in gantry-hook $${nv:+nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-toolkit}; do \

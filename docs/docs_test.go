@@ -68,10 +68,13 @@ func TestMain(m *testing.M) {
 	binDir = filepath.Join(dir, "bin")
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, pkg := range []string{"gantry", "gantry-runtime", "gantry-device-plugin"} {
+		for _, pkg := range []string{"gantry", "gantry-runtime", "gantry-device-plugin", "gantry-cdi-hook"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "./cmd/"+pkg)
 			cmd.Dir = repoRoot
 			cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
+			if pkg == "gantry-cdi-hook" {
+				cmd.Env = append(cmd.Env, "CGO_ENABLED=0") // as make build builds it
+			}
 			if out, err := cmd.CombinedOutput(); err != nil {
 				fmt.Fprintf(os.Stderr, "go build ./cmd/%s: %v\n%s", pkg, err, out)
 				return 1

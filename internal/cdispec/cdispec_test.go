@@ -16,12 +16,13 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the current output")
 
-const hookPath = "/usr/bin/gantry"
+const hookPath = "/usr/bin/gantry-cdi-hook"
 
 // devRootMarker replaces the temporary device root in golden output.
 const devRootMarker = "/DEVROOT"
@@ -465,6 +466,48 @@ func BenchmarkGenerate(b *testing.B) {
 	for b.Loop() {
 		if _, err := Generate(sys, inv, opts); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// Every hook of every spec form carries the fixed environment, also through
+// the CDI library's injection into an OCI spec: a createContainer hook
+// without one runs with the container's process.env.
+func TestHooksHaveEnv(t *testing.T) {
+	for _, hp := range []string{hookPath, "/usr/bin/gantry", "/usr/bin/nvidia-cdi-hook"} {
+		spec, _ := generate(t, Options{HookPath: hp})
+		var hooks []*specs.Hook
+		hooks = append(hooks, spec.ContainerEdits.Hooks...)
+		for _, d := range spec.Devices {
+			hooks = append(hooks, d.ContainerEdits.Hooks...)
+		}
+		if len(hooks) == 0 {
+			t.Fatalf("%s: no hooks", hp)
+		}
+		for _, h := range hooks {
+			if !slices.Equal(h.Env, edits.HookEnv()) {
+				t.Errorf("%s: hook %q has env %q, want %q", hp, h.Args, h.Env, edits.HookEnv())
+			}
+		}
+		dir := t.TempDir()
+		if err := Write(spec, filepath.Join(dir, "gpu.yaml"), ""); err != nil {
+			t.Fatal(err)
+		}
+		cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		oci := &ocispecs.Spec{Process: &ocispecs.Process{Env: []string{"LD_PRELOAD=/proc/self/cwd/evil.so"}}, Linux: &ocispecs.Linux{}}
+		if _, err := cache.InjectDevices(oci, "nvidia.com/gpu=0"); err != nil {
+			t.Fatalf("%s: %v", hp, err)
+		}
+		if oci.Hooks == nil || len(oci.Hooks.CreateContainer) < 2 {
+			t.Fatalf("%s: injected hooks %+v", hp, oci.Hooks)
+		}
+		for _, h := range oci.Hooks.CreateContainer {
+			if !slices.Equal(h.Env, edits.HookEnv()) {
+				t.Errorf("%s: injected hook %q has env %q", hp, h.Args, h.Env)
+			}
 		}
 	}
 }

@@ -18,7 +18,9 @@
 //   - "all", the union of the device edits above;
 //   - spec-wide containerEdits: the driver files for the capabilities (all of
 //     them by default), the control device nodes, createContainer hooks that
-//     make the library symlinks and update ld.so.cache, and
+//     make the library symlinks and update ld.so.cache (gantry-cdi-hook, a
+//     static binary, each hook with the fixed environment edits.HookEnv: a
+//     hook without one would run as root with the image's environment), and
 //     NVIDIA_VISIBLE_DEVICES=void so that no legacy injector runs again;
 //   - cdiVersion: the lowest version able to express the content, as the CDI
 //     specs-go package computes it, so older runtimes can read the file.

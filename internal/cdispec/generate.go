@@ -33,7 +33,8 @@ type Options struct {
 	// Kind is vendor.com/class; "" means DefaultKind.
 	Kind string
 	// HookPath is the absolute path of the binary the createContainer hooks
-	// run (gantry itself, or nvidia-cdi-hook); "" leaves the hooks out.
+	// run (gantry-cdi-hook, nvidia-cdi-hook, or for the old form the gantry
+	// CLI); "" leaves the hooks out. Every hook gets edits.HookEnv.
 	HookPath string
 	// Capabilities narrows the driver files in the spec; nil means all.
 	Capabilities []driver.Capability
@@ -130,6 +131,7 @@ func copyEdits(c specs.ContainerEdits) specs.ContainerEdits {
 	for _, h := range c.Hooks {
 		hh := *h
 		hh.Args = append([]string(nil), h.Args...)
+		hh.Env = append([]string(nil), h.Env...)
 		out.Hooks = append(out.Hooks, &hh)
 	}
 	return out
@@ -215,7 +217,7 @@ func addForwardCompat(e *specs.ContainerEdits, hookPath, version string) {
 			continue
 		}
 		if filepath.Base(hookPath) == "nvidia-cdi-hook" {
-			compat := &specs.Hook{HookName: h.HookName, Path: h.Path, Args: []string{h.Args[0], "enable-cuda-compat", "--host-driver-version=" + version}}
+			compat := &specs.Hook{HookName: h.HookName, Path: h.Path, Args: []string{h.Args[0], "enable-cuda-compat", "--host-driver-version=" + version}, Env: edits.HookEnv()}
 			e.Hooks = append(e.Hooks[:i], append([]*specs.Hook{compat}, e.Hooks[i:]...)...)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -25,7 +26,12 @@ Podman, CRI-O, containerd and Docker (with CDI enabled) then take devices by nam
   docker run --device nvidia.com/gpu=all ...
 
 Without --output the spec goes to stdout. The format follows --format, else the
-output file's extension (.json or .yaml).`,
+output file's extension (.json or .yaml).
+
+The spec's createContainer hooks (the SONAME links, the container's ld.so.cache)
+run gantry-cdi-hook, a static binary that reads no configuration, each with a
+fixed environment (PATH only). Its path is cdi.hook-path, by default the
+gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 		usage: "",
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			output := fs.String("output", "", "write the spec to FILE (e.g. /var/run/cdi/nvidia.yaml) instead of stdout")
@@ -52,8 +58,8 @@ output file's extension (.json or .yaml).`,
 				}
 				hook := e.cfg.CDI.HookPath
 				if hook == "" {
-					if hook, err = os.Executable(); err != nil {
-						return fmt.Errorf("finding the gantry executable for CDI hooks: %w (set cdi.hook-path in the config)", err)
+					if hook, err = defaultHookPath(); err != nil {
+						return err
 					}
 				}
 				sys, inv, err := e.host(true)
@@ -130,4 +136,35 @@ qualified device names, one per line. Errors in spec files are reported.`,
 		},
 	})
 	_ = cdispec.Names
+}
+
+// hookName is the CDI hook binary (cmd/gantry-cdi-hook) that generated specs
+// run, and systemHookPath where `make install` puts it.
+const (
+	hookName       = "gantry-cdi-hook"
+	systemHookPath = "/usr/bin/" + hookName
+)
+
+// executable is os.Executable; tests place the running gantry elsewhere.
+var executable = os.Executable
+
+// defaultHookPath finds the CDI hook binary when cdi.hook-path is empty: the
+// gantry-cdi-hook beside the running gantry (bin/ of a build, or where it
+// was installed), else systemHookPath. A spec naming a hook that does not
+// exist would fail every container that uses it, so a missing one is an
+// error here, naming the fix.
+func defaultHookPath() (string, error) {
+	var tried []string
+	if exe, err := executable(); err == nil {
+		tried = append(tried, filepath.Join(filepath.Dir(exe), hookName))
+	}
+	if len(tried) == 0 || tried[0] != systemHookPath {
+		tried = append(tried, systemHookPath)
+	}
+	for _, p := range tried {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("the CDI hook binary %s is missing (looked at %s): install it with `make install`, or set cdi.hook-path in the configuration", hookName, strings.Join(tried, " and "))
 }

@@ -34,6 +34,10 @@ type command struct {
 	usage   string // argument synopsis after the name
 	help    string // paragraphs shown by --help
 	flags   func(fs *flag.FlagSet) func(e *env, args []string) error
+	// noConfig commands take no global flags and run with the default
+	// configuration, never reading $GANTRY_CONFIG or a file: the CDI hooks,
+	// which run as root with an environment the image may have written.
+	noConfig bool
 }
 
 // usageError is an error in how the command was called: exit code 2.
@@ -80,7 +84,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("gantry "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	g := globalFlags(fs)
+	var g *globals
+	if !cmd.noConfig {
+		g = globalFlags(fs)
+	}
 	run := cmd.flags(fs)
 	if err := fs.Parse(rest); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -90,10 +97,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gantry %s: %v (see gantry %s --help)\n", cmd.name, err, cmd.name)
 		return 2
 	}
-	e, err := g.resolve(fs, stdout, stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "gantry: %v\n", err)
-		return 1
+	var e *env
+	if cmd.noConfig {
+		e = &env{stdout: stdout, stderr: stderr, cfg: config.Default(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	} else {
+		var err error
+		if e, err = g.resolve(fs, stdout, stderr); err != nil {
+			fmt.Fprintf(stderr, "gantry: %v\n", err)
+			return 1
+		}
 	}
 	if err := run(e, fs.Args()); err != nil {
 		var ue usageError

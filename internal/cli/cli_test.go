@@ -45,8 +45,22 @@ func fakeRoot(t *testing.T) string {
 
 func TestMain(m *testing.M) {
 	// A configuration file on the test machine must not change the results.
-	os.Setenv("GANTRY_CONFIG", os.DevNull)
+	// (The child of TestHookCommandsIgnoreDevZeroConfig keeps its own.)
+	if os.Getenv("GANTRY_TEST_HOOK_CHILD") == "" {
+		os.Setenv("GANTRY_CONFIG", os.DevNull)
+	}
+	// cdi generate finds gantry-cdi-hook beside the running gantry: the
+	// test binary stands in for gantry in a directory that has one.
+	exeDir, err := os.MkdirTemp("", "gantry-cli-exe-")
+	if err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(filepath.Join(exeDir, hookName), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		panic(err)
+	}
+	executable = func() (string, error) { return filepath.Join(exeDir, "gantry"), nil }
 	code := m.Run()
+	os.RemoveAll(exeDir)
 	if rootDir != "" {
 		os.RemoveAll(filepath.Dir(rootDir))
 	}
@@ -246,6 +260,77 @@ func TestSimDriverRoot(t *testing.T) {
 	_, _, code = run("sim", "driver-root")
 	if code != 2 {
 		t.Errorf("missing DIR: exit %d, want 2", code)
+	}
+}
+
+// cdi generate's hooks run the gantry-cdi-hook beside gantry, else
+// /usr/bin's; with neither, it refuses in one line naming the file and the
+// fix, rather than write a spec whose every container would fail.
+func TestCDIHookPath(t *testing.T) {
+	root := fakeRoot(t)
+	saved := executable
+	t.Cleanup(func() { executable = saved })
+	g := []string{"--gpus", "sim:h100x1", "--driver-root", root, "cdi", "generate", "--format", "json"}
+	hooks := func(out string) []string {
+		var spec struct {
+			ContainerEdits struct {
+				Hooks []struct {
+					Path string
+					Args []string
+					Env  []string
+				}
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &spec); err != nil {
+			t.Fatalf("%v: %.200s", err, out)
+		}
+		var got []string
+		for _, h := range spec.ContainerEdits.Hooks {
+			got = append(got, h.Path+" "+strings.Join(h.Args[:2], " ")+" env="+strings.Join(h.Env, ","))
+		}
+		return got
+	}
+
+	dir := t.TempDir()
+	executable = func() (string, error) { return filepath.Join(dir, "gantry"), nil }
+	hook := filepath.Join(dir, hookName)
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(g...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	env := " env=PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	want := []string{hook + " gantry-cdi-hook create-symlinks" + env, hook + " gantry-cdi-hook update-ldcache" + env}
+	if got := hooks(out); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("hooks\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// cdi.hook-path naming the gantry CLI: the old form, gantry hook ...
+	cfg := filepath.Join(t.TempDir(), "gantry.toml")
+	if err := os.WriteFile(cfg, []byte("[cdi]\nhook-path = \"/usr/bin/gantry\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = run(append([]string{"--config", cfg}, g...)...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if got := hooks(out); len(got) != 2 || got[0] != "/usr/bin/gantry gantry hook"+env {
+		t.Errorf("hooks with cdi.hook-path = /usr/bin/gantry: %q", got)
+	}
+
+	if _, err := os.Stat(systemHookPath); err == nil {
+		t.Skipf("%s exists on this machine: cannot test its absence", systemHookPath)
+	}
+	if err := os.Remove(hook); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = run(g...)
+	if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 ||
+		!strings.Contains(errOut, hook) || !strings.Contains(errOut, systemHookPath) ||
+		!strings.Contains(errOut, "make install") || !strings.Contains(errOut, "cdi.hook-path") {
+		t.Errorf("without a hook binary: exit %d, stdout %.100q, stderr %q; want one line naming %s, %s and the fixes", code, out, errOut, hook, systemHookPath)
 	}
 }
 

@@ -80,8 +80,9 @@ type CDI struct {
 	Kind string `toml:"kind"`
 	// SpecDirs are the directories CDI specs are read from, highest priority last.
 	SpecDirs []string `toml:"spec-dirs"`
-	// HookPath is the gantry binary that CDI hooks run (for SONAME symlinks and
-	// the ld.so.cache update); empty means the running gantry executable.
+	// HookPath is the binary that the hooks of generated CDI specs run (for
+	// SONAME symlinks and the ld.so.cache update); empty means the
+	// gantry-cdi-hook beside the running gantry, else /usr/bin/gantry-cdi-hook.
 	HookPath string `toml:"hook-path"`
 	// AnnotationPrefixes are the container annotation key prefixes whose
 	// values are CDI device names for gantry-runtime to inject.
@@ -256,7 +257,7 @@ const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in 
 # log-level            debug | info | warn | error
 # cdi.kind             CDI kind of generated specs
 # cdi.spec-dirs        directories CDI specs are read from
-# cdi.hook-path        gantry binary run by CDI hooks; empty = this executable
+# cdi.hook-path        binary CDI hooks run; empty = gantry-cdi-hook beside gantry, else /usr/bin's
 # cdi.annotation-prefixes  annotation key prefixes whose values are CDI device names
 # runtime.low-level    OCI runtime gantry-runtime execs: runc, crun or an absolute path
 # runtime.cache-dir    cached driver inventory (refreshed on driver change); "" = no cache

@@ -564,7 +564,7 @@ func (m *migrator) modes() error {
 func (m *migrator) hookAndCTK() error {
 	m.ignore("nvidia-container-runtime-hook.path", Ignored, "gantry-runtime edits the OCI spec itself and adds no prestart hook; Docker's --gpus finds gantry-hook under the name nvidia-container-runtime-hook in PATH (make install links it)")
 	m.ignore("nvidia-container-runtime-hook.skip-mode-detection", Ignored, "gantry-hook has no mode detection: it serves every container that asks through the environment or device volume mounts")
-	m.ignore("nvidia-ctk.path", Ignored, "the CDI specs of gantry cdi generate run gantry itself as their hook (cdi.hook-path; empty = the gantry that wrote the spec), not nvidia-ctk")
+	m.ignore("nvidia-ctk.path", Ignored, "the CDI specs of gantry cdi generate run gantry-cdi-hook as their hook (cdi.hook-path; empty = the one beside gantry), not nvidia-ctk")
 	return nil
 }
 

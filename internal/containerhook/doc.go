@@ -1,12 +1,18 @@
 // Package containerhook implements the OCI hooks that Gantry's CDI specs run
-// at createContainer time:
+// at createContainer time (Commands, Main; cmd/gantry-cdi-hook is the binary):
 //
-//	gantry hook create-symlinks --link TARGET::LINK ...
-//	gantry hook update-ldcache --folder DIR ...
+//	gantry-cdi-hook create-symlinks --link TARGET::LINK ...
+//	gantry-cdi-hook update-ldcache --folder DIR ...
 //
-// The runtime (runc or crun under Podman, containerd or CRI-O) runs them on the
-// host, with the container's state on stdin; ReadState finds the container's
-// root filesystem from it (the bundle's config.json, root.path).
+// (`gantry hook create-symlinks|update-ldcache` in specs written before that
+// binary; the gantry CLI runs the same Commands.) The runtime (runc or crun
+// under Podman, containerd or CRI-O) runs them as root inside the container's
+// mount namespace before pivot_root, with the container's state on stdin;
+// ReadState finds the container's root filesystem from it (the bundle's
+// config.json, root.path). Nothing else is read: no configuration, no
+// environment variable, for a hook's environment is the image's when its
+// spec entry has none. The package and everything it imports build without
+// cgo, so the hook binary is static and no dynamic loader runs for it.
 //
 // CreateSymlinks makes the links a CDI mount cannot (the SONAME link
 // libcuda.so.1 -> libcuda.so.580.159.04 beside a mounted library), replacing

@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/nvml"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
+	"github.com/gantry-gpu/gantry/internal/request"
 )
 
 // GPUs returns the GPUs the configured backend reports. light is for the
@@ -43,4 +44,24 @@ func Driver(c config.Config) (*driver.Inventory, error) {
 		DevRoot:            c.EffectiveDevRoot(),
 		LibrarySearchPaths: c.LibrarySearchPaths,
 	})
+}
+
+// RequestOptions are the host's rules for reading a container's GPU request,
+// from the configuration: one place for every front end that reads requests
+// (gantry-runtime and gantry-hook), so that they cannot drift apart. It lives
+// here, not beside the hooks in containerhook, because the CDI hook binary
+// links containerhook and must not link the configuration.
+func RequestOptions(cfg config.Config) request.Options {
+	opts := request.DefaultOptions()
+	opts.AcceptEnvWhenUnprivileged = cfg.Runtime.AcceptEnvUnprivileged
+	opts.AcceptVolumeMounts = cfg.Runtime.AcceptVolumeMounts
+	opts.DisableRequire = cfg.Runtime.DisableRequire
+	opts.SwarmResource = cfg.Runtime.SwarmResource
+	if cfg.CDI.Kind != "" {
+		opts.DefaultKind = cfg.CDI.Kind
+	}
+	if cfg.CDI.AnnotationPrefixes != nil {
+		opts.AnnotationPrefixes = cfg.CDI.AnnotationPrefixes
+	}
+	return opts
 }

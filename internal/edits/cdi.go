@@ -15,13 +15,28 @@ const (
 	hookUpdateLDCache  = "update-ldcache"
 )
 
+// HookPATH is the one variable of every hook's environment (HookEnv).
+const HookPATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// HookEnv is the whole environment of every OCI hook Gantry writes or
+// injects: a fixed PATH and nothing else. runc (and crun) run a
+// createContainer hook whose env is empty with the container's process.env,
+// the image's: LD_PRELOAD=/proc/self/cwd/evil.so there would load the
+// image's code into a root process that still sees the host
+// (CVE-2025-23266), and GANTRY_CONFIG would choose the hook's configuration.
+// An explicit env, even this small one, replaces all of that. Each call
+// returns a new slice.
+func HookEnv() []string { return []string{HookPATH} }
+
 // CDI converts e to CDI container edits. Symlinks and library directories,
 // which a runtime cannot express as mounts or nodes, become createContainer
-// hooks running hookPath: `<name> hook create-symlinks --link TARGET::LINK...`
-// and `<name> hook update-ldcache --folder DIR...`. When hookPath names
-// NVIDIA's nvidia-cdi-hook, whose subcommands are top level, the "hook" word
-// is left out so the spec works with that binary too. An empty hookPath
-// drops the hooks (the caller then makes those changes some other way).
+// hooks running hookPath, each with the environment HookEnv:
+// `gantry-cdi-hook create-symlinks --link TARGET::LINK...` and
+// `gantry-cdi-hook update-ldcache --folder DIR...`, NVIDIA's nvidia-cdi-hook
+// grammar, which that binary also takes. A hookPath naming the gantry CLI
+// itself (base name gantry, as specs before gantry-cdi-hook had) gets its
+// form, `gantry hook create-symlinks ...`. An empty hookPath drops the hooks
+// (the caller then makes those changes some other way).
 func (e *Edits) CDI(hookPath string) cdispecs.ContainerEdits {
 	var c cdispecs.ContainerEdits
 	if e == nil {
@@ -59,7 +74,7 @@ func (e *Edits) CDI(hookPath string) cdispecs.ContainerEdits {
 		return c
 	}
 	base := []string{filepath.Base(hookPath)}
-	if base[0] != "nvidia-cdi-hook" {
+	if base[0] == "gantry" {
 		base = append(base, "hook")
 	}
 	if len(e.Symlinks) > 0 {
@@ -67,14 +82,14 @@ func (e *Edits) CDI(hookPath string) cdispecs.ContainerEdits {
 		for _, s := range e.Symlinks {
 			args = append(args, "--link", s.Target+"::"+s.Link)
 		}
-		c.Hooks = append(c.Hooks, &cdispecs.Hook{HookName: cdiCreateContainer, Path: hookPath, Args: args})
+		c.Hooks = append(c.Hooks, &cdispecs.Hook{HookName: cdiCreateContainer, Path: hookPath, Args: args, Env: HookEnv()})
 	}
 	if len(e.LibraryDirs) > 0 {
 		args := append(slices.Clone(base), hookUpdateLDCache)
 		for _, d := range e.LibraryDirs {
 			args = append(args, "--folder", d)
 		}
-		c.Hooks = append(c.Hooks, &cdispecs.Hook{HookName: cdiCreateContainer, Path: hookPath, Args: args})
+		c.Hooks = append(c.Hooks, &cdispecs.Hook{HookName: cdiCreateContainer, Path: hookPath, Args: args, Env: HookEnv()})
 	}
 	return c
 }

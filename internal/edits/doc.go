@@ -18,7 +18,8 @@
 //
 // The same Edits is then serialised for each consumer: CDI container edits
 // (Edits.CDI, where symlinks and the ld.so.cache update become createContainer
-// hooks that call `<hook binary> hook create-symlinks|update-ldcache`), or a
+// hooks that call `gantry-cdi-hook create-symlinks|update-ldcache`, each with
+// the fixed environment HookEnv), or a
 // direct patch of an OCI runtime spec (Edits.ApplyToSpec, which a runtime shim
 // uses without forking any hook; symlinks and ld.so.cache entries then land in
 // the root filesystem through package oci, not through the spec).

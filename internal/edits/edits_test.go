@@ -399,6 +399,7 @@ func TestCDIConversion(t *testing.T) {
 		hookPath string
 		wantBase []string
 	}{
+		{"/usr/bin/gantry-cdi-hook", []string{"gantry-cdi-hook"}},
 		{"/usr/bin/gantry", []string{"gantry", "hook"}},
 		{"/usr/bin/nvidia-cdi-hook", []string{"nvidia-cdi-hook"}},
 		{"", nil},
@@ -421,6 +422,10 @@ func TestCDIConversion(t *testing.T) {
 				h := c.Hooks[i]
 				if h.HookName != "createContainer" || h.Path != tt.hookPath || !slices.Equal(h.Args, want) {
 					t.Errorf("hook %d = %+v, want args %v", i, h, want)
+				}
+				// A hook without env would run with the image's.
+				if !slices.Equal(h.Env, []string{HookPATH}) {
+					t.Errorf("hook %d env %q, want only %q", i, h.Env, HookPATH)
 				}
 			}
 		})

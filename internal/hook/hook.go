@@ -180,7 +180,7 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) 
 		return res, nil
 	}
 
-	req, err := request.Parse(request.InputFromSpec(&spec), containerhook.RequestOptions(cfg))
+	req, err := request.Parse(request.InputFromSpec(&spec), discover.RequestOptions(cfg))
 	if err != nil {
 		return res, err
 	}

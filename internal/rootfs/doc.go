@@ -3,7 +3,7 @@
 //
 // # Why
 //
-// OCI hooks such as `gantry hook update-ldcache` run with host privileges on
+// OCI hooks such as `gantry-cdi-hook update-ldcache` run with host privileges on
 // a root filesystem made of image content, and image content is hostile. Any
 // directory in it may be a symlink to a host path ("/etc -> /host/etc", or
 // "usr/lib -> ../../../../root"), the final name of a file we write may be a

@@ -143,8 +143,8 @@ var (
 	gantryBin, rtBin string
 )
 
-// buildGantry builds the gantry command from this tree once, and a
-// gantry-runtime symlink to it.
+// buildGantry builds the gantry command from this tree once, a
+// gantry-runtime symlink to it, and gantry-cdi-hook beside them.
 func buildGantry(t testing.TB) (gantry, runtime string) {
 	t.Helper()
 	binOnce.Do(func() {
@@ -161,6 +161,14 @@ func buildGantry(t testing.TB) (gantry, runtime string) {
 		gantryBin = filepath.Join(dir, "gantry")
 		if err := run(goTool, "build", "-o", gantryBin, "github.com/gantry-gpu/gantry/cmd/gantry"); err != nil {
 			binErr = err.Error()
+			return
+		}
+		// The CDI hook binary beside it, static as make build builds it:
+		// gantry cdi generate finds it there.
+		hook := exec.Command(goTool, "build", "-o", filepath.Join(dir, "gantry-cdi-hook"), "github.com/gantry-gpu/gantry/cmd/gantry-cdi-hook")
+		hook.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := hook.CombinedOutput(); err != nil {
+			binErr = fmt.Sprintf("go build ./cmd/gantry-cdi-hook: %v\n%s", err, out)
 			return
 		}
 		rtBin = filepath.Join(dir, "gantry-runtime")

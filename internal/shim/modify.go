@@ -12,9 +12,11 @@ import (
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/containerhook"
+	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/request"
@@ -78,7 +80,7 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 		// runtime chain with Gantry twice in it).
 		return &Result{Notes: []string{"GPUs " + v + " already injected (annotation " + edits.InjectedAnnotation + "): left as is"}}, nil
 	}
-	req, err := request.Parse(request.InputFromSpec(peek.spec()), containerhook.RequestOptions(cfg))
+	req, err := request.Parse(request.InputFromSpec(peek.spec()), discover.RequestOptions(cfg))
 	if err != nil {
 		return nil, err
 	}
@@ -255,8 +257,22 @@ func modifyRootfs(bundle string, spec *ocispecs.Spec, e *edits.Edits, inv *drive
 }
 
 // injectCDI resolves CDI names of other vendors through the CDI registry.
+//
+// A hook of those specs that has no env of its own gets edits.HookEnv
+// before it is injected: runc and crun run a createContainer hook whose env
+// is empty with the container's process.env, so a spec written without one
+// (by another vendor's tool, or by an older gantry) would hand the image's
+// LD_PRELOAD to a root process that still sees the host. A hook that has an
+// env keeps it: the spec's author chose it.
 func injectCDI(spec *ocispecs.Spec, dirs []string, names []string) error {
 	cache, _ := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	for _, n := range names {
+		// The cache is this call's own: its devices can be edited in place.
+		if d := cache.GetDevice(n); d != nil {
+			setHookEnv(d.ContainerEdits.Hooks)
+			setHookEnv(d.GetSpec().ContainerEdits.Hooks)
+		}
+	}
 	if unresolved, err := cache.InjectDevices(spec, names...); err != nil {
 		if len(unresolved) > 0 {
 			return fmt.Errorf("CDI devices %s are not in any spec under %s: generate one (gantry cdi generate) or fix the names", strings.Join(unresolved, ", "), strings.Join(dirs, ", "))
@@ -264,6 +280,15 @@ func injectCDI(spec *ocispecs.Spec, dirs []string, names []string) error {
 		return fmt.Errorf("injecting CDI devices %s: %w", strings.Join(names, ", "), err)
 	}
 	return nil
+}
+
+// setHookEnv gives every hook without an env the fixed hook environment.
+func setHookEnv(hooks []*cdispecs.Hook) {
+	for _, h := range hooks {
+		if h != nil && len(h.Env) == 0 {
+			h.Env = edits.HookEnv()
+		}
+	}
 }
 
 // mergeJSON serialises spec over the original config.json so that fields

@@ -17,6 +17,12 @@
 // are written in-process through root-confined paths (package rootfs), so no
 // hook program is forked per container and nothing from the image runs.
 //
+// Devices of other CDI kinds (names in cdi.k8s.io/ annotations) are injected
+// through the CNCF CDI library from the spec directories. Their specs'
+// hooks then run as root under runc; one without an env of its own would
+// get the container's environment, the image's, so it is given the fixed
+// edits.HookEnv first.
+//
 // A container that asks for nothing keeps a byte-identical config.json.
 package shim
 

@@ -46,6 +46,7 @@ type fixture struct {
 	rootfs     string // the test image's file tree
 	rootfsTar  string // that tree as a tar file, for docker import
 	ociArchive string // the same image as an OCI archive, for ctr import
+	evilMark   string // host path /evil.so in the image writes if it is ever loaded on the host
 	overlay    bool   // overlayfs works on dir's file system
 	skip       string
 	err        error
@@ -110,6 +111,10 @@ func (f *fixture) buildAll(busybox string) error {
 	if err := buildGantry(f.gantry); err != nil {
 		return err
 	}
+	// gantry cdi generate's specs run the CDI hook binary beside gantry.
+	if err := buildHook(filepath.Join(f.binDir, "gantry-cdi-hook")); err != nil {
+		return err
+	}
 	// The names engines look for: a runtime path in their config, and the
 	// hook Docker finds in its PATH for --gpus.
 	for _, name := range []string{"gantry-runtime", "nvidia-container-runtime", "nvidia-container-runtime-hook"} {
@@ -145,6 +150,10 @@ log-level = 'debug'
 	}
 	f.rootfs = filepath.Join(f.dir, "image")
 	if err := buildImageTree(f.rootfs, busybox); err != nil {
+		return err
+	}
+	f.evilMark = filepath.Join(f.dir, "host-only", "evil-was-loaded")
+	if err := addHostileFiles(f.rootfs, f.evilMark); err != nil {
 		return err
 	}
 	layer, err := tarTree(f.rootfs)
@@ -203,6 +212,57 @@ func buildGantry(dst string) error {
 		return fmt.Errorf("go build ./cmd/gantry: %v\n%s", err, out)
 	}
 	return nil
+}
+
+// buildHook builds cmd/gantry-cdi-hook as make build does: CGO_ENABLED=0,
+// statically linked.
+func buildHook(dst string) error {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = "/usr/local/go/bin/go"
+	}
+	cmd := exec.Command(goTool, "build", "-trimpath", "-o", dst, "github.com/gantry-gpu/gantry/cmd/gantry-cdi-hook")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/gantry-cdi-hook: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// evilSrc is the library a hostile image names in LD_PRELOAD
+// (CVE-2025-23266): loaded anywhere it leaves two marks, HOSTMARK, a host
+// path no container sees, and evil-rootfs-mark in its working directory
+// (the image's root, for a createContainer hook and for the container).
+const evilSrc = `#include <stdio.h>
+static void leave(const char *p) {
+	FILE *f = fopen(p, "w");
+	if (f) { fputs("loaded", f); fclose(f); }
+}
+__attribute__((constructor)) static void mark(void) {
+	leave(HOSTMARK);
+	leave("evil-rootfs-mark");
+}
+`
+
+// addHostileFiles puts what the image-environment tests point at into the
+// image: /evil.so (evilSrc, marking hostMark), /evil-libs and /evil-gconv
+// for LD_LIBRARY_PATH and GCONV_PATH, and /etc/gantry-evil.toml, a
+// configuration that fails whoever reads it (an unknown GPU backend).
+func addHostileFiles(root, hostMark string) error {
+	for _, d := range []string{filepath.Dir(hostMark), filepath.Join(root, "evil-libs"), filepath.Join(root, "evil-gconv")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	src := filepath.Join(filepath.Dir(hostMark), "evil.c")
+	if err := os.WriteFile(src, []byte(evilSrc), 0o644); err != nil {
+		return err
+	}
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-DHOSTMARK=\""+hostMark+"\"", "-o", filepath.Join(root, "evil.so"), src).CombinedOutput(); err != nil {
+		return fmt.Errorf("gcc evil.so: %v\n%s", err, out)
+	}
+	toml := "gpus = \"opencl\"\n[cdi]\nhook-path = \"/proc/self/cwd/evil\"\n"
+	return os.WriteFile(filepath.Join(root, "etc/gantry-evil.toml"), []byte(toml), 0o644)
 }
 
 // probeName is the probe program's path inside the image.

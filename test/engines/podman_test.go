@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -328,6 +329,8 @@ func TestPodman(t *testing.T) {
 		}
 	})
 
+	t.Run("CDIImageEnv", func(t *testing.T) { podmanCDIImageEnv(t, e) })
+
 	t.Run("HooksDir", func(t *testing.T) {
 		// The hook file as NVIDIA's oci-nvidia-hook.json names it, with the
 		// executable nvidia-container-toolkit being Gantry; runc runs
@@ -443,4 +446,112 @@ func TestPodman(t *testing.T) {
 			t.Errorf("containers left after the failed run: %q %v", ps, err)
 		}
 	})
+}
+
+// escapeScript is what the image-environment containers run: whether the
+// image's evil.so left its mark in the root, the SONAME link and the cache
+// entry the CDI hooks make, and the probe, run without the image's loader
+// variables (busybox is static, so they do not touch sh itself).
+const escapeScript = `exec 2>&1
+echo '== mark'; test -e /evil-rootfs-mark && echo rootfs-mark
+echo '== link'; readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1
+echo '== cache'; grep -c libcuda.so.1 /etc/ld.so.cache
+echo '== probe'; env -u LD_PRELOAD -u LD_LIBRARY_PATH -u GCONV_PATH probe
+echo '== end'`
+
+// podmanCDIImageEnv is the CDI hook escape (CVE-2025-23266 class) through
+// podman --device: the image's environment names its own evil.so in
+// LD_PRELOAD (by /proc/self/cwd, the image's root for a createContainer
+// hook), LD_LIBRARY_PATH and GCONV_PATH into the image, and GANTRY_CONFIG at
+// the image's configuration or /dev/zero. The spec's hooks, run by runc as
+// root before pivot_root, must do their work and load nothing of it, both
+// the static gantry-cdi-hook the spec names by default and the dynamically
+// linked `gantry hook` of older specs (whose explicit env alone keeps the
+// loader away). The host directory evil.so would write to stays unchanged.
+func podmanCDIImageEnv(t *testing.T, e *podmanEngine) {
+	f := e.f
+	hostDir := filepath.Dir(f.evilMark)
+	before := snapshotDir(t, hostDir)
+	oldSpec := filepath.Join(t.TempDir(), "gantry.toml")
+	base, err := os.ReadFile(f.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(oldSpec, append(base, fmt.Sprintf("\n[cdi]\n  hook-path = %q\n", f.gantry)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, form := range []struct{ name, config, hook string }{
+		{"gantry-cdi-hook", f.config, filepath.Join(f.binDir, "gantry-cdi-hook")},
+		{"gantry hook", oldSpec, f.gantry},
+	} {
+		t.Run(form.name, func(t *testing.T) {
+			spec := "/var/run/cdi/nvidia.yaml"
+			if out, err := e.withCDI(f.gantry, "--config", form.config, "cdi", "generate", "--output", spec); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			b, err := os.ReadFile(filepath.Join(e.specDir, "nvidia.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), "path: "+form.hook) || !strings.Contains(string(b), "env:\n    - PATH=") {
+				t.Fatalf("the spec's hooks do not run %s with an env:\n%s", form.hook, b)
+			}
+			for _, config := range []string{"/proc/self/cwd/etc/gantry-evil.toml", "/dev/zero"} {
+				args := slices.Concat([]string{"podman"}, e.global,
+					[]string{"run", "--rm", "--network", "none", "--cgroup-parent", e.cgroupParent, "--device", "nvidia.com/gpu=1",
+						"-e", "LD_PRELOAD=/proc/self/cwd/evil.so",
+						"-e", "LD_LIBRARY_PATH=/proc/self/cwd/evil-libs:/proc/self/cwd",
+						"-e", "GCONV_PATH=/proc/self/cwd/evil-gconv",
+						"-e", "GANTRY_CONFIG=" + config})
+				if apparmorUnusable() {
+					args = append(args, "--security-opt", "apparmor=unconfined")
+				}
+				out, err := e.withCDI(append(args, e.image, "sh", "-c", escapeScript)...)
+				if _, markErr := os.Stat(f.evilMark); markErr == nil {
+					os.Remove(f.evilMark)
+					t.Fatalf("GANTRY_CONFIG=%s: the image's LD_PRELOAD library ran on the host (a CDI hook loaded it)\n%s", config, out)
+				}
+				if err != nil {
+					t.Fatalf("GANTRY_CONFIG=%s: %v\n%s", config, err, out)
+				}
+				sec := sections(out)
+				if len(sec["mark"]) > 0 {
+					t.Errorf("GANTRY_CONFIG=%s: evil.so left its mark in the container's root: a hook loaded it\n%s", config, out)
+				}
+				if _, ok := sec["end"]; !ok || len(sec["link"]) != 1 || !strings.HasPrefix(sec["link"][0], "libcuda.so.") ||
+					len(sec["cache"]) != 1 || sec["cache"][0] == "0" || len(sec["probe"]) < 2 || !strings.HasPrefix(sec["probe"][0], "cuda ") {
+					t.Errorf("GANTRY_CONFIG=%s: the hooks' work is missing (want the libcuda.so.1 link, a cache entry, the probe loading libcuda):\n%s", config, out)
+				}
+			}
+		})
+	}
+	if after := snapshotDir(t, hostDir); !maps.Equal(before, after) {
+		t.Errorf("%s changed on the host:\nbefore %v\nafter  %v", hostDir, before, after)
+	}
+}
+
+// snapshotDir maps each file under dir to its content or link target.
+func snapshotDir(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			m[p] = "-> " + l
+		case d.Type().IsRegular():
+			b, _ := os.ReadFile(p)
+			m[p] = string(b)
+		default:
+			m[p] = d.Type().String()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
