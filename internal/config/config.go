@@ -11,8 +11,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/pelletier/go-toml/v2"
 )
@@ -121,7 +123,7 @@ func Load(path string) (Config, string, error) {
 			path = DefaultPath
 		}
 	}
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !explicit {
 			return Default(), "", nil
@@ -133,6 +135,40 @@ func Load(path string) (Config, string, error) {
 		return Config{}, path, fmt.Errorf("config %s: %w", path, err)
 	}
 	return c, path, nil
+}
+
+// MaxFileSize bounds the configuration file. Real ones are a few hundred
+// bytes; the bound keeps a path such as /dev/zero, or a huge file, from
+// costing memory in every program that reads the configuration.
+const MaxFileSize = 1 << 20
+
+// readFile reads a configuration file that must be a regular file of at
+// most MaxFileSize bytes. It opens without blocking, so a FIFO in its place
+// is refused instead of hanging the caller.
+func readFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
+	}
+	if st.Size() > MaxFileSize {
+		return nil, fmt.Errorf("%d bytes, over the %d-byte limit for a configuration file", st.Size(), MaxFileSize)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxFileSize {
+		return nil, fmt.Errorf("over the %d-byte limit for a configuration file", MaxFileSize)
+	}
+	return b, nil
 }
 
 // Parse decodes a configuration file over the defaults and validates it.

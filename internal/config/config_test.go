@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParse(t *testing.T) {
@@ -102,4 +104,43 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A configuration path that is not a small regular file (the image's
+// GANTRY_CONFIG reaching a program, a mistake in a unit file) is refused at
+// once with the path named: /dev/zero is not read until memory runs out,
+// and a FIFO does not block the caller.
+func TestLoadRefusesNonRegularAndHuge(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.toml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.toml")
+	if err := os.WriteFile(huge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, MaxFileSize+1); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, want string }{
+		{"/dev/zero", "not a regular file"},
+		{fifo, "not a regular file"},
+		{dir, "not a regular file"},
+		{huge, "over the 1048576-byte limit"},
+	} {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := Load(c.path)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), c.path) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Load(%s) = %v, want an error naming the path and %q", c.path, err, c.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Load(%s) still blocked after 10s", c.path)
+		}
+	}
 }

@@ -73,8 +73,15 @@ static int low_level(char *out, size_t size) {
 	int explicit = path && *path;
 	if (!explicit) path = "/etc/gantry/config.toml";
 	strcpy(out, "runc");
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	// Not blocking on a FIFO, and only a regular file: anything else is
+	// left to the Go side, which refuses it with an error naming it.
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) return !explicit && errno == ENOENT;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return 0;
+	}
 	static char buf[65536];
 	ssize_t len = read(fd, buf, sizeof buf - 1);
 	close(fd);

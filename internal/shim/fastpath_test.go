@@ -1,11 +1,14 @@
 package shim
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // The C fast path and Main must exec the same runtime with the same
@@ -82,5 +85,34 @@ func TestPassThroughFastPath(t *testing.T) {
 				t.Errorf("fast path taken = %v, want %v (stderr %q)", !ranGo, tc.fast, stderr)
 			}
 		})
+	}
+}
+
+// A configuration path that is a FIFO or /dev/zero (GANTRY_CONFIG comes
+// from the engine's environment, but a mistake there must not hang every
+// container operation): neither the C fast path nor Main blocks or reads
+// without end. state goes on to the low-level runtime with the defaults (as
+// for any unreadable configuration); create fails naming the file.
+func TestConfigNotRegularFile(t *testing.T) {
+	_, rt := buildGantry(t)
+	fifo := filepath.Join(t.TempDir(), "config.toml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, "/dev/zero"} {
+		for _, args := range [][]string{{"state", "id1"}, {"create", "--bundle", t.TempDir(), "id1"}} {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			cmd := exec.CommandContext(ctx, rt, args...)
+			cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "GANTRY_CONFIG=" + p}
+			out, err := cmd.CombinedOutput()
+			timedOut := ctx.Err() != nil
+			cancel()
+			if timedOut {
+				t.Fatalf("GANTRY_CONFIG=%s: gantry-runtime %s still running after 20s", p, args[0])
+			}
+			if args[0] == "create" && (err == nil || !strings.Contains(string(out), p) || !strings.Contains(string(out), "not a regular file")) {
+				t.Errorf("GANTRY_CONFIG=%s: create: err %v, output %q; want a failure naming the file as not a regular file", p, err, out)
+			}
+		}
 	}
 }
