@@ -7,11 +7,13 @@
 # `make image` (scripts/build-image.sh) builds the same image without a
 # registry or Docker: from this machine's build and its glibc.
 #
-# /usr/bin holds the three binaries, built as `make build` builds them
-# (cgo, -trimpath, the version stamped) and stripped (-s -w):
+# /usr/bin holds the four binaries, built as `make build` builds them
+# (cgo but for the static CDI hook, -trimpath, the version stamped) and
+# stripped (-s -w):
 #   gantry-device-plugin   what the DaemonSet runs (the entrypoint)
 #   gantry                 the CLI (gantry doctor, gantry cdi generate, ...)
 #   gantry-runtime         the runc shim and hook, for installers that copy it to the host
+#   gantry-cdi-hook        the static hook the CDI specs of `gantry cdi generate` run
 #
 # The binaries use cgo (go-nvml loads libnvidia-ml.so.1 with dlopen), so the
 # final stage needs glibc; the driver's libraries themselves come from the
@@ -36,7 +38,10 @@ RUN set -e; for cmd in gantry gantry-runtime gantry-device-plugin; do \
       go build -trimpath \
         -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=${VERSION}" \
         -o /out/usr/bin/$cmd ./cmd/$cmd; \
-    done
+    done; \
+    CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=${VERSION}" \
+      -o /out/usr/bin/gantry-cdi-hook ./cmd/gantry-cdi-hook
 
 FROM gcr.io/distroless/base-debian12
 ARG VERSION=dev

@@ -68,6 +68,11 @@ for cmd in gantry gantry-runtime gantry-device-plugin; do
     -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=$VERSION" \
     -o "$root/usr/bin/$cmd" "./cmd/$cmd"
 done
+# The CDI hook is static (no cgo, no loader: its specs run it as root beside
+# image content), so it adds no libraries below.
+CGO_ENABLED=0 "$GO" build -trimpath \
+  -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=$VERSION" \
+  -o "$root/usr/bin/gantry-cdi-hook" ./cmd/gantry-cdi-hook
 
 # Their shared libraries, each at the path ldd names (through the tree's
 # own bin/lib links, so a host without merged /usr still fills usr/).

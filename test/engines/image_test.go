@@ -202,8 +202,8 @@ func testImageDocker(t *testing.T, ds daemonSetContainer, archive, version strin
 		}
 	}
 	slices.Sort(bins)
-	if got := fmt.Sprint(bins); got != "[gantry gantry-device-plugin gantry-runtime]" {
-		t.Errorf("usr/bin of the image: %s, want gantry, gantry-device-plugin and gantry-runtime", got)
+	if got := fmt.Sprint(bins); got != "[gantry gantry-cdi-hook gantry-device-plugin gantry-runtime]" {
+		t.Errorf("usr/bin of the image: %s, want gantry, gantry-cdi-hook, gantry-device-plugin and gantry-runtime", got)
 	}
 }
 
