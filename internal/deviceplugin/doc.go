@@ -26,10 +26,11 @@
 // kubelet directory (nvidia-gpu.sock, nvidia-mig-1g.10gb.sock, ...) and
 // registers each with the kubelet's Registration service on kubelet.sock,
 // with GetPreferredAllocationAvailable. It watches the directory (fsnotify,
-// plus a slow periodic check for missed events): when kubelet.sock is
-// created again (the kubelet restarted) every resource registers again; when
-// one of our sockets is deleted, its server is recreated and registers
-// again. Registration failures are retried with backoff; nothing here exits
+// plus a slow periodic check for missed events): every resource registers
+// exactly once with each kubelet.sock (a file of its own: a new inode or
+// birth time; a chmod of the same socket is not a new kubelet), however the
+// plugin learns of it, so the kubelet never holds two connections; when one
+// of our sockets is deleted, its server is recreated and registers again. Registration failures are retried with backoff; nothing here exits
 // for them. On termination the servers stop and the sockets we own are removed.
 //
 // ListAndWatch sends the device list, then the list again on every health

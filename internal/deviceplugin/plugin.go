@@ -12,10 +12,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -199,10 +199,20 @@ func (p *Plugin) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if ev.Name == filepath.Join(dir, KubeletSocketName) && ev.Op.Has(fsnotify.Create) {
-				p.log.Info("kubelet socket created (kubelet restarted); re-registering", "socket", ev.Name)
-				for _, s := range p.servers {
-					s.markUnregistered()
+			// A new kubelet.sock needs no marking here: reconcile registers
+			// with every socket identity once, whether it sees the new socket
+			// first through this event, the removal of our sockets (a
+			// starting kubelet empties the directory) or the periodic check.
+			// Marking on Create registered twice whenever reconcile had
+			// already run for the new socket. Only a socket that is gone
+			// forgets the registration: a kubelet that comes back at once
+			// could reuse the inode.
+			if ev.Name == filepath.Join(dir, KubeletSocketName) && ev.Op.Has(fsnotify.Remove|fsnotify.Rename) {
+				if _, err := fileID(ev.Name); errors.Is(err, fs.ErrNotExist) {
+					p.log.Info("kubelet socket removed (kubelet stopping or restarting); will register with the next one", "socket", ev.Name)
+					for _, s := range p.servers {
+						s.markUnregistered()
+					}
 				}
 			}
 			if ev.Name == dir && ev.Op.Has(fsnotify.Remove|fsnotify.Rename) {
@@ -318,19 +328,31 @@ func (p *Plugin) register(ctx context.Context, s *server) error {
 	return err
 }
 
-// identity tells one file from another at the same path: a recreated socket
-// has a new inode or a new change time.
+// identity tells one file from another at the same path: a recreated
+// socket has a new inode or a new birth time. Birth time rather than change
+// time: a chmod, chown or relabelling changes ctime but not the file, and
+// must not count as a new kubelet (the kubelet would get a second
+// registration and keep two connections). File systems without birth times
+// fall back to ctime.
 type identity struct {
 	dev, ino uint64
-	ctime    int64
+	born     int64
 }
 
 func fileID(path string) (identity, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return identity{}, &fs.PathError{Op: "stat", Path: path, Err: err}
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_INO|unix.STATX_BTIME|unix.STATX_CTIME, &st); err != nil {
+		return identity{}, &fs.PathError{Op: "statx", Path: path, Err: err}
 	}
-	return identity{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano()}, nil
+	t := st.Ctime
+	if st.Mask&unix.STATX_BTIME != 0 {
+		t = st.Btime
+	}
+	return identity{
+		dev:  unix.Mkdev(st.Dev_major, st.Dev_minor),
+		ino:  st.Ino,
+		born: t.Sec*1e9 + int64(t.Nsec),
+	}, nil
 }
 
 // server is the gRPC server of one resource.
