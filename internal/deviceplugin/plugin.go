@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -57,6 +58,25 @@ type Plugin struct {
 	onHealth func(health.Event)      // called on every state change (Kubernetes events)
 
 	kick chan struct{} // asks the reconcile loop to run now
+
+	// control[i] is set once controlDevices[i] was seen under the device
+	// root: a device node, once created, stays, so only absent ones are
+	// looked for again (on each Allocate, as they may appear later).
+	control [len(controlDevices)]atomic.Bool
+}
+
+// controlPresent reports whether controlDevices[i] exists under root, as
+// the plugin sees the host's device root (the chart mounts it at the same
+// path).
+func (p *Plugin) controlPresent(i int, root string) bool {
+	if p.control[i].Load() {
+		return true
+	}
+	if _, err := os.Stat(filepath.Join(root, controlDevices[i])); err != nil {
+		return false
+	}
+	p.control[i].Store(true)
+	return true
 }
 
 // New builds the resources of opts.System and a server for each; nothing
