@@ -59,7 +59,9 @@
 //   - cdi-cri: the same names in the response's CDIDevices field.
 //
 // IDs are UUIDs or indices ("0", "1:3" for MIG) by flags.plugin.deviceIDStrategy;
-// replicas map back to their device, each named once. When only CDI
+// replicas map back to their device, each named once. Every list in the
+// answer is in device order (GPU index, then MIG device), not the kubelet's,
+// so the same devices always give the same answer. When only CDI
 // strategies are on, no variable is set. Unknown IDs fail with
 // codes.InvalidArgument naming them all; more than one replica per container
 // fails the same way when failRequestsGreaterThanOne is set.

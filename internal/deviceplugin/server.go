@@ -121,8 +121,12 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 }
 
 // containerResponse builds one container's answer. Replicas map back to
-// their device, each device named once, in request order.
+// their device, each device named once, in device order (compareDevices),
+// not the kubelet's: the kubelet hands IDs over in no particular order, and
+// the same GPUs must give the same variable, mounts, CDI names and
+// annotation key every time. devs is sorted in place.
 func (s *server) containerResponse(devs []*Device) (*pluginapi.ContainerAllocateResponse, error) {
+	slices.SortFunc(devs, compareDevices)
 	cfg := &s.p.cfg
 	var ids []string
 	seen := map[string]bool{}
