@@ -30,7 +30,9 @@
 // exactly once with each kubelet.sock (a file of its own: a new inode or
 // birth time; a chmod of the same socket is not a new kubelet), however the
 // plugin learns of it, so the kubelet never holds two connections; when one
-// of our sockets is deleted, its server is recreated and registers again. Registration failures are retried with backoff; nothing here exits
+// of our sockets is deleted, its server is recreated and registers again.
+// A kubelet directory that does not exist yet (or goes away) is waited for
+// on inotify, with one log line. Registration failures are retried with backoff; nothing here exits
 // for them. On termination the servers stop and the sockets we own are removed.
 //
 // ListAndWatch sends the device list, then the list again on every health

@@ -197,20 +197,45 @@ func (p *Plugin) Run(ctx context.Context) error {
 	defer tick.Stop()
 	var retry <-chan time.Time
 	backoff := 500 * time.Millisecond
+	const firstRetry = 100 * time.Millisecond
+	failures := 0
+	warnedWatch := false
 	for {
 		if !watching {
+			if !p.waitForDir(ctx, watcher, dir) {
+				return nil
+			}
 			if err := watcher.Add(dir); err == nil {
 				watching = true
-			} else {
-				p.log.Warn("cannot watch the kubelet directory yet; polling", "dir", dir, "err", err)
+			} else if !warnedWatch {
+				// It exists but cannot be watched (inotify limits): the
+				// periodic check still finds a new kubelet, later.
+				p.log.Warn("cannot watch the kubelet directory; checking it every resync instead", "dir", dir, "err", err, "resync", p.resync)
+				warnedWatch = true
 			}
 		}
 		if err := p.reconcile(ctx); err != nil {
-			p.log.Warn("kubelet registration pending; retrying", "err", err, "in", backoff)
-			retry = time.After(backoff)
-			backoff = min(backoff*2, 30*time.Second)
+			if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
+				// The directory went away (a node being reset): not a
+				// fault to retry and warn about, but a wait, as at start.
+				watching = false
+				continue
+			}
+			failures++
+			if failures == 1 {
+				// A kubelet's socket exists a moment before it accepts
+				// (bind, then listen), and the plugin often dials in that
+				// moment, having been woken by the socket's creation: one
+				// quick quiet retry before warning.
+				p.log.Debug("kubelet registration failed; retrying", "err", err, "in", firstRetry)
+				retry = time.After(firstRetry)
+			} else {
+				p.log.Warn("kubelet registration pending; retrying", "err", err, "in", backoff)
+				retry = time.After(backoff)
+				backoff = min(backoff*2, 30*time.Second)
+			}
 		} else {
-			retry, backoff = nil, 500*time.Millisecond
+			retry, backoff, failures = nil, 500*time.Millisecond, 0
 		}
 		select {
 		case <-ctx.Done():
@@ -243,6 +268,66 @@ func (p *Plugin) Run(ctx context.Context) error {
 		case <-tick.C:
 		case <-retry:
 		case <-p.kick:
+		}
+	}
+}
+
+// waitForDir returns once dir exists (true), or when ctx is done (false).
+// A node may start the plugin before the kubelet has made its directory:
+// that is normal, not a fault, so it logs one line and waits on inotify
+// for each missing path component in turn (with the periodic check as a
+// safety net), instead of failing to listen and warning every few seconds.
+func (p *Plugin) waitForDir(ctx context.Context, w *fsnotify.Watcher, dir string) bool {
+	logged := false
+	tick := time.NewTicker(p.resync)
+	defer tick.Stop()
+	for {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			if logged {
+				p.log.Debug("kubelet directory appeared", "dir", dir)
+			}
+			return true
+		}
+		if !logged {
+			p.log.Info("kubelet directory does not exist yet; waiting for the kubelet to create it", "dir", dir)
+			logged = true
+		}
+		// Watch the deepest ancestor that exists; whatever is created in it
+		// may be the next component. Checking again after adding the watch
+		// catches a creation that came just before it.
+		anc := existingAncestor(dir)
+		watched := w.Add(anc) == nil
+		if st, err := os.Stat(dir); err == nil && st.IsDir() || existingAncestor(dir) != anc {
+			if watched {
+				_ = w.Remove(anc)
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case _, ok := <-w.Events:
+			if !ok {
+				return false
+			}
+		case <-w.Errors:
+		case <-tick.C:
+		}
+		if watched {
+			// Errors only when anc itself is gone, which the next round handles.
+			_ = w.Remove(anc)
+		}
+	}
+}
+
+// existingAncestor is the deepest existing directory on the way to dir.
+func existingAncestor(dir string) string {
+	for d := filepath.Dir(filepath.Clean(dir)); ; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return d
 		}
 	}
 }
