@@ -26,7 +26,7 @@ build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry ./cmd/gantry
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-runtime ./cmd/gantry-runtime
 
-# The Kubernetes device plugin: a binary of its own (client-go, Prometheus).
+# The Kubernetes device plugin: a binary of its own (gRPC, Prometheus).
 build-device-plugin:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-device-plugin ./cmd/gantry-device-plugin
 
