@@ -27,8 +27,10 @@ build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-runtime ./cmd/gantry-runtime
 
 # The Kubernetes device plugin: a binary of its own (gRPC, Prometheus).
+# grpcnotrace leaves out gRPC's golang.org/x/net/trace, whose html/template
+# keeps every exported method alive in the linker: 3 MB of binary and of RSS.
 build-device-plugin:
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-device-plugin ./cmd/gantry-device-plugin
+	$(GO) build -tags grpcnotrace -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-device-plugin ./cmd/gantry-device-plugin
 
 # The container image the DaemonSet and the Helm chart run
 # (ghcr.io/gantry-gpu/gantry:<chart appVersion>), built offline: no registry,

@@ -32,7 +32,7 @@ done
 for v in allocations max_rss max_stripped; do
   [[ ${!v} =~ ^[0-9]+$ ]] || { echo "$v=${!v}: need a number" >&2; exit 2; }
 done
-WORK=$(mktemp -d /tmp/gantry-dp-footprint.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gantry-dp-footprint.XXXXXX")
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -46,12 +46,13 @@ cd "$REPO"
 fail=0
 if [ -z "$bin" ]; then
   bin=$WORK/gantry-device-plugin
-  go build -trimpath -o "$bin" ./cmd/gantry-device-plugin
-  go build -trimpath -ldflags "-s -w" -o "$bin.stripped" ./cmd/gantry-device-plugin
+  # As make build-device-plugin and the image build it.
+  go build -tags grpcnotrace -trimpath -o "$bin" ./cmd/gantry-device-plugin
+  go build -tags grpcnotrace -trimpath -ldflags "-s -w" -o "$bin.stripped" ./cmd/gantry-device-plugin
   size=$(stat -c %s "$bin") ssize=$(stat -c %s "$bin.stripped")
-  pkgs=$(go list -deps ./cmd/gantry-device-plugin | wc -l)
-  nonstd=$(go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./cmd/gantry-device-plugin | grep -c .)
-  mods=$(go list -deps -f '{{with .Module}}{{.Path}}{{end}}' ./cmd/gantry-device-plugin | sort -u | grep -vc '^github.com/gantry-gpu/gantry$')
+  pkgs=$(go list -tags grpcnotrace -deps ./cmd/gantry-device-plugin | wc -l)
+  nonstd=$(go list -tags grpcnotrace -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./cmd/gantry-device-plugin | grep -c .)
+  mods=$(go list -tags grpcnotrace -deps -f '{{with .Module}}{{.Path}}{{end}}' ./cmd/gantry-device-plugin | sort -u | grep -vc '^github.com/gantry-gpu/gantry$')
   echo "== gantry-device-plugin binary ($(go env GOVERSION), $(go env GOOS)/$(go env GOARCH))"
   printf '%-28s %6.1f MB\n' "unstripped" "$(echo "$size / 1000000" | bc -l)"
   printf '%-28s %6.1f MB   (goal <= %s MB)\n' "stripped (-s -w)" "$(echo "$ssize / 1000000" | bc -l)" "$max_stripped"
