@@ -133,6 +133,8 @@ var notRun = []notRunEntry{
 	// GPU hosts.
 	{line: `make gpu-check`,
 		why: "needs NVIDIA GPUs: it compares gantry with nvidia-smi (README's Development section has its results)"},
+	{line: `bench/device-plugin-footprint.sh( --allocations 1000 --gpus sim:a100x2-mig)?`,
+		why: "a measurement with limits (binary size, RSS), not a test: memory targets live in bench/, never in timed tests; it builds the plugin and runs it against bench/fakekubelet by hand"},
 	{line: `scripts/gpu-e2e.sh|bench/runtime-lifecycle.sh|bench/runtime-overhead.sh`,
 		why: "needs NVIDIA GPUs and a real libcuda, run by hand as root on GPU hosts (README's Development section has the results); --sim runs them without one"},
 }

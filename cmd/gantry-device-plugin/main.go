@@ -3,9 +3,11 @@
 // replicas), with health, topology-aware allocation, GPU Feature Discovery
 // labels and Prometheus metrics. See `gantry-device-plugin --help`.
 //
-// It is a binary of its own, not a name of the gantry binary: it links the
-// Kubernetes client and Prometheus libraries, whose start-up cost the
-// container-create path (gantry-runtime) must not pay.
+// It is a binary of its own, not a name of the gantry binary: it links gRPC
+// and the Prometheus libraries, whose start-up cost the container-create
+// path (gantry-runtime) must not pay. It talks to the API server through
+// internal/kubeapi (plain HTTPS), not client-go: bench/device-plugin-footprint.sh
+// keeps its size and memory in check.
 package main
 
 import (

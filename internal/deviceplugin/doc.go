@@ -26,10 +26,13 @@
 // kubelet directory (nvidia-gpu.sock, nvidia-mig-1g.10gb.sock, ...) and
 // registers each with the kubelet's Registration service on kubelet.sock,
 // with GetPreferredAllocationAvailable. It watches the directory (fsnotify,
-// plus a slow periodic check for missed events): when kubelet.sock is
-// created again (the kubelet restarted) every resource registers again; when
-// one of our sockets is deleted, its server is recreated and registers
-// again. Registration failures are retried with backoff; nothing here exits
+// plus a slow periodic check for missed events): every resource registers
+// exactly once with each kubelet.sock (a file of its own: a new inode or
+// birth time; a chmod of the same socket is not a new kubelet), however the
+// plugin learns of it, so the kubelet never holds two connections; when one
+// of our sockets is deleted, its server is recreated and registers again.
+// A kubelet directory that does not exist yet (or goes away) is waited for
+// on inotify, with one log line. Registration failures are retried with backoff; nothing here exits
 // for them. On termination the servers stop and the sockets we own are removed.
 //
 // ListAndWatch sends the device list, then the list again on every health
@@ -58,7 +61,9 @@
 //   - cdi-cri: the same names in the response's CDIDevices field.
 //
 // IDs are UUIDs or indices ("0", "1:3" for MIG) by flags.plugin.deviceIDStrategy;
-// replicas map back to their device, each named once. When only CDI
+// replicas map back to their device, each named once. Every list in the
+// answer is in device order (GPU index, then MIG device), not the kubelet's,
+// so the same devices always give the same answer. When only CDI
 // strategies are on, no variable is set. Unknown IDs fail with
 // codes.InvalidArgument naming them all; more than one replica per container
 // fails the same way when failRequestsGreaterThanOne is set.

@@ -35,6 +35,7 @@ type fakeKubelet struct {
 	t      testing.TB
 	dir    string
 	server *grpc.Server
+	ln     *net.UnixListener
 	regs   chan *pluginapi.RegisterRequest
 
 	mu      sync.Mutex
@@ -50,10 +51,11 @@ func startKubelet(t testing.TB, dir string) *fakeKubelet {
 		lists: map[string]chan []*pluginapi.Device{}, options: map[string]*pluginapi.DevicePluginOptions{},
 	}
 	sock := filepath.Join(dir, KubeletSocketName)
-	ln, err := net.Listen("unix", sock)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		t.Fatalf("fake kubelet: %v", err)
 	}
+	k.ln = ln
 	k.server = grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(k.server, k)
 	go k.server.Serve(ln)
@@ -119,6 +121,33 @@ func (k *fakeKubelet) stop() {
 		c.Close()
 	}
 	k.conns = nil
+}
+
+// crash is a kubelet killed: its streams close but its socket stays behind
+// (nothing unlinks it), as after SIGKILL.
+func (k *fakeKubelet) crash() {
+	k.ln.SetUnlinkOnClose(false)
+	k.stop()
+}
+
+// restartKubelet starts a kubelet the way the real device manager starts
+// (pkg/kubelet/cm/devicemanager/plugin/v1beta1 server.Start): it first
+// removes every file in the socket directory (an old kubelet.sock and the
+// plugins' sockets), then listens on a new kubelet.sock.
+func restartKubelet(t testing.TB, dir string) *fakeKubelet {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return startKubelet(t, dir)
 }
 
 // registration waits for the next registration.
@@ -218,14 +247,22 @@ func loadSim(t testing.TB, profile string) *gpu.System {
 // here) on the profile's GPUs and the simulated health source.
 func startHarness(t testing.TB, profile string, cfg Config) *harness {
 	t.Helper()
+	return startHarnessResync(t, profile, cfg, 0)
+}
+
+// startHarnessResync is startHarness with the plugin's periodic check of
+// the kubelet directory every resync (0: the default).
+func startHarnessResync(t testing.TB, profile string, cfg Config, resync time.Duration) *harness {
+	t.Helper()
 	h := &harness{t: t, dir: shortTempDir(t), sys: loadSim(t, profile), done: make(chan error, 1)}
-	h.health = filepath.Join(h.dir, "health.sock")
+	// Not in the kubelet directory, which a restarting kubelet empties.
+	h.health = filepath.Join(shortTempDir(t), "health.sock")
 	cfg.Gantry.KubeletDir = h.dir
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	h.kubelet = startKubelet(t, h.dir)
-	p, err := New(Options{Config: cfg, System: h.sys, Health: health.NewSim(h.health, health.DefaultPolicy()), Log: testLogger(t)})
+	p, err := New(Options{Config: cfg, System: h.sys, Health: health.NewSim(h.health, health.DefaultPolicy()), Log: testLogger(t), Resync: resync})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,9 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/health"
+	"github.com/gantry-gpu/gantry/internal/kubeapi"
 	"github.com/gantry-gpu/gantry/internal/labels"
 	"github.com/gantry-gpu/gantry/internal/metrics"
 )
@@ -104,7 +101,7 @@ func startObservability(ctx context.Context, o observability, cfg Config, sys *g
 	}
 	simulated := strings.HasPrefix(cfg.Gantry.GPUs, "sim:")
 
-	var client kubernetes.Interface
+	var client *kubeapi.Client
 	if o.labelsMode == "node" {
 		w, err := labels.NewInClusterNodeWriter(o.nodeName)
 		if err != nil {
@@ -193,26 +190,26 @@ func loop(ctx context.Context, interval time.Duration, f func()) {
 
 // postHealthEvent records a health change as a Kubernetes Event on the Node,
 // where `kubectl describe node` shows it.
-func postHealthEvent(c kubernetes.Interface, node string, ev health.Event, log *slog.Logger) {
-	typ, reason := corev1.EventTypeWarning, "GPUUnhealthy"
+func postHealthEvent(c *kubeapi.Client, node string, ev health.Event, log *slog.Logger) {
+	typ, reason := "Warning", "GPUUnhealthy"
 	if ev.Healthy {
-		typ, reason = corev1.EventTypeNormal, "GPUHealthy"
+		typ, reason = "Normal", "GPUHealthy"
 	}
-	now := metav1.NewTime(time.Now())
-	e := &corev1.Event{
-		// A name of our own (not GenerateName): unique per change, and the
+	now := time.Now()
+	e := &kubeapi.Event{
+		// A name of our own (not generateName): unique per change, and the
 		// same in every API implementation.
-		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.gantry-gpu.%x", node, now.UnixNano()), Namespace: metav1.NamespaceDefault},
-		InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: node, UID: "", APIVersion: "v1"},
+		Metadata:       kubeapi.ObjectMeta{Name: fmt.Sprintf("%s.gantry-gpu.%x", node, now.UnixNano()), Namespace: "default"},
+		InvolvedObject: kubeapi.ObjectReference{Kind: "Node", Name: node, APIVersion: "v1"},
 		Reason:         reason,
 		Message:        fmt.Sprintf("GPU %s: %s", ev.UUID, ev.Reason),
 		Type:           typ,
-		Source:         corev1.EventSource{Component: "gantry-device-plugin", Host: node},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		Source:         kubeapi.EventSource{Component: "gantry-device-plugin", Host: node},
+		FirstTimestamp: kubeapi.Time{Time: now}, LastTimestamp: kubeapi.Time{Time: now}, Count: 1,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, e, metav1.CreateOptions{}); err != nil {
+	if err := c.CreateEvent(ctx, e); err != nil {
 		log.Warn("posting the health event", "node", node, "err", err)
 	}
 }

@@ -13,10 +13,9 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gantry-gpu/gantry/internal/health"
+	"github.com/gantry-gpu/gantry/internal/kubeapi/kubeapitest"
 )
 
 func freeAddr(t *testing.T) string {
@@ -150,21 +149,22 @@ func TestObservabilitySettings(t *testing.T) {
 	}
 }
 
-// A health change becomes an Event on the Node (client-go's fake clientset
-// keeps what the API server would).
+// A health change becomes an Event on the Node (an in-memory API server
+// checks and keeps what a real one would).
 func TestHealthEventPosted(t *testing.T) {
-	c := fake.NewSimpleClientset()
+	s := kubeapitest.New(t)
+	c := s.Client()
 	postHealthEvent(c, "node-a", health.Event{UUID: "GPU-1", Healthy: false, Reason: "XID 79 (GPU has fallen off the bus)", XID: 79}, testLogger(t))
 	postHealthEvent(c, "node-a", health.Event{UUID: "GPU-1", Healthy: true, Reason: "recovered"}, testLogger(t))
-	evs, err := c.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(evs.Items) != 2 {
-		t.Fatalf("%d events, want 2", len(evs.Items))
+	evs := s.Events()
+	if len(evs) != 2 {
+		t.Fatalf("%d events, want 2", len(evs))
 	}
 	got := map[string]string{}
-	for _, e := range evs.Items {
+	for _, e := range evs {
+		if e.Namespace != "default" || e.Count != 1 || e.FirstTimestamp.IsZero() || e.Source.Component != "gantry-device-plugin" {
+			t.Errorf("event %+v", e)
+		}
 		if e.InvolvedObject.Kind != "Node" || e.InvolvedObject.Name != "node-a" {
 			t.Errorf("event on %v", e.InvolvedObject)
 		}

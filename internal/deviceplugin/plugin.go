@@ -12,10 +12,11 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -57,6 +58,25 @@ type Plugin struct {
 	onHealth func(health.Event)      // called on every state change (Kubernetes events)
 
 	kick chan struct{} // asks the reconcile loop to run now
+
+	// control[i] is set once controlDevices[i] was seen under the device
+	// root: a device node, once created, stays, so only absent ones are
+	// looked for again (on each Allocate, as they may appear later).
+	control [len(controlDevices)]atomic.Bool
+}
+
+// controlPresent reports whether controlDevices[i] exists under root, as
+// the plugin sees the host's device root (the chart mounts it at the same
+// path).
+func (p *Plugin) controlPresent(i int, root string) bool {
+	if p.control[i].Load() {
+		return true
+	}
+	if _, err := os.Stat(filepath.Join(root, controlDevices[i])); err != nil {
+		return false
+	}
+	p.control[i].Store(true)
+	return true
 }
 
 // New builds the resources of opts.System and a server for each; nothing
@@ -177,20 +197,45 @@ func (p *Plugin) Run(ctx context.Context) error {
 	defer tick.Stop()
 	var retry <-chan time.Time
 	backoff := 500 * time.Millisecond
+	const firstRetry = 100 * time.Millisecond
+	failures := 0
+	warnedWatch := false
 	for {
 		if !watching {
+			if !p.waitForDir(ctx, watcher, dir) {
+				return nil
+			}
 			if err := watcher.Add(dir); err == nil {
 				watching = true
-			} else {
-				p.log.Warn("cannot watch the kubelet directory yet; polling", "dir", dir, "err", err)
+			} else if !warnedWatch {
+				// It exists but cannot be watched (inotify limits): the
+				// periodic check still finds a new kubelet, later.
+				p.log.Warn("cannot watch the kubelet directory; checking it every resync instead", "dir", dir, "err", err, "resync", p.resync)
+				warnedWatch = true
 			}
 		}
 		if err := p.reconcile(ctx); err != nil {
-			p.log.Warn("kubelet registration pending; retrying", "err", err, "in", backoff)
-			retry = time.After(backoff)
-			backoff = min(backoff*2, 30*time.Second)
+			if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
+				// The directory went away (a node being reset): not a
+				// fault to retry and warn about, but a wait, as at start.
+				watching = false
+				continue
+			}
+			failures++
+			if failures == 1 {
+				// A kubelet's socket exists a moment before it accepts
+				// (bind, then listen), and the plugin often dials in that
+				// moment, having been woken by the socket's creation: one
+				// quick quiet retry before warning.
+				p.log.Debug("kubelet registration failed; retrying", "err", err, "in", firstRetry)
+				retry = time.After(firstRetry)
+			} else {
+				p.log.Warn("kubelet registration pending; retrying", "err", err, "in", backoff)
+				retry = time.After(backoff)
+				backoff = min(backoff*2, 30*time.Second)
+			}
 		} else {
-			retry, backoff = nil, 500*time.Millisecond
+			retry, backoff, failures = nil, 500*time.Millisecond, 0
 		}
 		select {
 		case <-ctx.Done():
@@ -199,10 +244,20 @@ func (p *Plugin) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if ev.Name == filepath.Join(dir, KubeletSocketName) && ev.Op.Has(fsnotify.Create) {
-				p.log.Info("kubelet socket created (kubelet restarted); re-registering", "socket", ev.Name)
-				for _, s := range p.servers {
-					s.markUnregistered()
+			// A new kubelet.sock needs no marking here: reconcile registers
+			// with every socket identity once, whether it sees the new socket
+			// first through this event, the removal of our sockets (a
+			// starting kubelet empties the directory) or the periodic check.
+			// Marking on Create registered twice whenever reconcile had
+			// already run for the new socket. Only a socket that is gone
+			// forgets the registration: a kubelet that comes back at once
+			// could reuse the inode.
+			if ev.Name == filepath.Join(dir, KubeletSocketName) && ev.Op.Has(fsnotify.Remove|fsnotify.Rename) {
+				if _, err := fileID(ev.Name); errors.Is(err, fs.ErrNotExist) {
+					p.log.Info("kubelet socket removed (kubelet stopping or restarting); will register with the next one", "socket", ev.Name)
+					for _, s := range p.servers {
+						s.markUnregistered()
+					}
 				}
 			}
 			if ev.Name == dir && ev.Op.Has(fsnotify.Remove|fsnotify.Rename) {
@@ -213,6 +268,66 @@ func (p *Plugin) Run(ctx context.Context) error {
 		case <-tick.C:
 		case <-retry:
 		case <-p.kick:
+		}
+	}
+}
+
+// waitForDir returns once dir exists (true), or when ctx is done (false).
+// A node may start the plugin before the kubelet has made its directory:
+// that is normal, not a fault, so it logs one line and waits on inotify
+// for each missing path component in turn (with the periodic check as a
+// safety net), instead of failing to listen and warning every few seconds.
+func (p *Plugin) waitForDir(ctx context.Context, w *fsnotify.Watcher, dir string) bool {
+	logged := false
+	tick := time.NewTicker(p.resync)
+	defer tick.Stop()
+	for {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			if logged {
+				p.log.Debug("kubelet directory appeared", "dir", dir)
+			}
+			return true
+		}
+		if !logged {
+			p.log.Info("kubelet directory does not exist yet; waiting for the kubelet to create it", "dir", dir)
+			logged = true
+		}
+		// Watch the deepest ancestor that exists; whatever is created in it
+		// may be the next component. Checking again after adding the watch
+		// catches a creation that came just before it.
+		anc := existingAncestor(dir)
+		watched := w.Add(anc) == nil
+		if st, err := os.Stat(dir); err == nil && st.IsDir() || existingAncestor(dir) != anc {
+			if watched {
+				_ = w.Remove(anc)
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case _, ok := <-w.Events:
+			if !ok {
+				return false
+			}
+		case <-w.Errors:
+		case <-tick.C:
+		}
+		if watched {
+			// Errors only when anc itself is gone, which the next round handles.
+			_ = w.Remove(anc)
+		}
+	}
+}
+
+// existingAncestor is the deepest existing directory on the way to dir.
+func existingAncestor(dir string) string {
+	for d := filepath.Dir(filepath.Clean(dir)); ; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return d
 		}
 	}
 }
@@ -318,19 +433,31 @@ func (p *Plugin) register(ctx context.Context, s *server) error {
 	return err
 }
 
-// identity tells one file from another at the same path: a recreated socket
-// has a new inode or a new change time.
+// identity tells one file from another at the same path: a recreated
+// socket has a new inode or a new birth time. Birth time rather than change
+// time: a chmod, chown or relabelling changes ctime but not the file, and
+// must not count as a new kubelet (the kubelet would get a second
+// registration and keep two connections). File systems without birth times
+// fall back to ctime.
 type identity struct {
 	dev, ino uint64
-	ctime    int64
+	born     int64
 }
 
 func fileID(path string) (identity, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return identity{}, &fs.PathError{Op: "stat", Path: path, Err: err}
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_INO|unix.STATX_BTIME|unix.STATX_CTIME, &st); err != nil {
+		return identity{}, &fs.PathError{Op: "statx", Path: path, Err: err}
 	}
-	return identity{dev: uint64(st.Dev), ino: st.Ino, ctime: st.Ctim.Nano()}, nil
+	t := st.Ctime
+	if st.Mask&unix.STATX_BTIME != 0 {
+		t = st.Btime
+	}
+	return identity{
+		dev:  unix.Mkdev(st.Dev_major, st.Dev_minor),
+		ino:  st.Ino,
+		born: t.Sec*1e9 + int64(t.Nsec),
+	}, nil
 }
 
 // server is the gRPC server of one resource.

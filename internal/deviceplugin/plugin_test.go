@@ -99,6 +99,8 @@ func allocate(t *testing.T, c pluginapi.DevicePluginClient, ids ...[]string) (*p
 	return c.Allocate(ctx, req)
 }
 
+// TestAllocateStrategies asks for GPUs 5 and 0 in that order: every
+// answer names them in device order, 0 then 5.
 func TestAllocateStrategies(t *testing.T) {
 	sys := loadSim(t, "h100x8")
 	u0, u5 := sys.Devices[0].UUID, sys.Devices[5].UUID
@@ -109,56 +111,56 @@ func TestAllocateStrategies(t *testing.T) {
 		}
 		return m
 	}
-	annoKey := cdiAnnotationKey("cdi.k8s.io/", "nvidia.com/gpu", []string{u5, u0})
+	annoKey := cdiAnnotationKey("cdi.k8s.io/", "nvidia.com/gpu", []string{u0, u5})
 	tests := []struct {
 		name   string
 		config func(c *Config)
 		want   *pluginapi.ContainerAllocateResponse
 	}{
 		{"envvar", func(c *Config) {},
-			&pluginapi.ContainerAllocateResponse{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": u5 + "," + u0}}},
+			&pluginapi.ContainerAllocateResponse{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": u0 + "," + u5}}},
 		{"envvar index", func(c *Config) { c.Flags.Plugin.DeviceIDStrategy = IDIndex },
-			&pluginapi.ContainerAllocateResponse{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "5,0"}}},
+			&pluginapi.ContainerAllocateResponse{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": "0,5"}}},
 		{"volume-mounts", func(c *Config) { c.Flags.Plugin.DeviceListStrategy = StrategyList{ListVolumeMounts} },
 			&pluginapi.ContainerAllocateResponse{
 				Envs:   map[string]string{"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"},
-				Mounts: mounts(u5, u0)}},
+				Mounts: mounts(u0, u5)}},
 		{"volume-mounts index with envvar", func(c *Config) {
 			c.Flags.Plugin.DeviceListStrategy = StrategyList{ListEnvVar, ListVolumeMounts}
 			c.Flags.Plugin.DeviceIDStrategy = IDIndex
 		}, &pluginapi.ContainerAllocateResponse{
 			Envs:   map[string]string{"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"},
-			Mounts: mounts("5", "0")}},
+			Mounts: mounts("0", "5")}},
 		{"cdi-annotations", func(c *Config) { c.Flags.Plugin.DeviceListStrategy = StrategyList{ListCDIAnnotations} },
-			&pluginapi.ContainerAllocateResponse{Annotations: map[string]string{annoKey: "nvidia.com/gpu=" + u5 + ",nvidia.com/gpu=" + u0}}},
+			&pluginapi.ContainerAllocateResponse{Annotations: map[string]string{annoKey: "nvidia.com/gpu=" + u0 + ",nvidia.com/gpu=" + u5}}},
 		{"cdi-annotations custom prefix and kind", func(c *Config) {
 			c.Flags.Plugin.DeviceListStrategy = StrategyList{ListCDIAnnotations}
 			c.Flags.Plugin.CDIAnnotationPrefix = "example.com/"
 			c.Flags.Plugin.DeviceIDStrategy = IDIndex
 			c.Gantry.CDIKind = "example.com/gpu"
 		}, &pluginapi.ContainerAllocateResponse{Annotations: map[string]string{
-			cdiAnnotationKey("example.com/", "nvidia.com/gpu", []string{"5", "0"}): "example.com/gpu=5,example.com/gpu=0"}}},
+			cdiAnnotationKey("example.com/", "nvidia.com/gpu", []string{"0", "5"}): "example.com/gpu=0,example.com/gpu=5"}}},
 		{"cdi-cri", func(c *Config) { c.Flags.Plugin.DeviceListStrategy = StrategyList{ListCDICRI} },
-			&pluginapi.ContainerAllocateResponse{CdiDevices: []*pluginapi.CDIDevice{{Name: "nvidia.com/gpu=" + u5}, {Name: "nvidia.com/gpu=" + u0}}}},
+			&pluginapi.ContainerAllocateResponse{CdiDevices: []*pluginapi.CDIDevice{{Name: "nvidia.com/gpu=" + u0}, {Name: "nvidia.com/gpu=" + u5}}}},
 		{"cdi-cri with envvar", func(c *Config) { c.Flags.Plugin.DeviceListStrategy = StrategyList{ListCDICRI, ListEnvVar} },
 			&pluginapi.ContainerAllocateResponse{
-				Envs:       map[string]string{"NVIDIA_VISIBLE_DEVICES": u5 + "," + u0},
-				CdiDevices: []*pluginapi.CDIDevice{{Name: "nvidia.com/gpu=" + u5}, {Name: "nvidia.com/gpu=" + u0}}}},
+				Envs:       map[string]string{"NVIDIA_VISIBLE_DEVICES": u0 + "," + u5},
+				CdiDevices: []*pluginapi.CDIDevice{{Name: "nvidia.com/gpu=" + u0}, {Name: "nvidia.com/gpu=" + u5}}}},
 		{"passDeviceSpecs", func(c *Config) {
 			c.Flags.Plugin.PassDeviceSpecs = true
 			c.Flags.NvidiaDevRoot = "/run/nvidia/driver"
 		}, &pluginapi.ContainerAllocateResponse{
-			Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": u5 + "," + u0},
+			Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": u0 + "," + u5},
 			Devices: []*pluginapi.DeviceSpec{
-				{ContainerPath: "/dev/nvidia5", HostPath: "/run/nvidia/driver/dev/nvidia5", Permissions: "rw"},
 				{ContainerPath: "/dev/nvidia0", HostPath: "/run/nvidia/driver/dev/nvidia0", Permissions: "rw"},
+				{ContainerPath: "/dev/nvidia5", HostPath: "/run/nvidia/driver/dev/nvidia5", Permissions: "rw"},
 			}}},
 		{"gdrcopy gds mofed", func(c *Config) {
 			c.Flags.GDRCopyEnabled, c.Flags.GDSEnabled, c.Flags.MOFEDEnabled = true, true, true
 			c.Flags.Plugin.DeviceListStrategy = StrategyList{ListCDICRI}
 		}, &pluginapi.ContainerAllocateResponse{
 			Envs:       map[string]string{"NVIDIA_GDRCOPY": "enabled", "NVIDIA_GDS": "enabled", "NVIDIA_MOFED": "enabled"},
-			CdiDevices: []*pluginapi.CDIDevice{{Name: "nvidia.com/gpu=" + u5}, {Name: "nvidia.com/gpu=" + u0}}}},
+			CdiDevices: []*pluginapi.CDIDevice{{Name: "nvidia.com/gpu=" + u0}, {Name: "nvidia.com/gpu=" + u5}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

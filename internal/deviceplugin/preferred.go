@@ -106,7 +106,7 @@ func preferMIG(must, free []*Device, need int) []*Device {
 			}
 			return 1
 		}
-		return cmp.Or(cmp.Compare(a.GPUIndex, b.GPUIndex), compareIndex(a.Index, b.Index))
+		return compareDevices(a, b)
 	})
 	return free[:need]
 }
@@ -117,7 +117,7 @@ func preferMIG(must, free []*Device, need int) []*Device {
 type replicaGroup struct {
 	uuid, gpu string
 	gpuIndex  int
-	index     string
+	migIndex  int
 	free      []*Device
 	used      int
 	picked    int
@@ -132,7 +132,7 @@ func (s *server) preferReplicas(must, free []*Device, need int) []*Device {
 	get := func(d *Device) *replicaGroup {
 		g, ok := groups[d.UUID]
 		if !ok {
-			g = &replicaGroup{uuid: d.UUID, gpu: d.GPU, gpuIndex: d.GPUIndex, index: d.Index}
+			g = &replicaGroup{uuid: d.UUID, gpu: d.GPU, gpuIndex: d.GPUIndex, migIndex: d.MIGIndex}
 			groups[d.UUID] = g
 			order = append(order, g)
 		}
@@ -170,7 +170,7 @@ func (s *server) preferReplicas(must, free []*Device, need int) []*Device {
 			}
 		}
 		byIndex := func(a, b *replicaGroup) int {
-			return cmp.Or(cmp.Compare(a.gpuIndex, b.gpuIndex), compareIndex(a.index, b.index))
+			return cmp.Or(cmp.Compare(a.gpuIndex, b.gpuIndex), cmp.Compare(a.migIndex, b.migIndex))
 		}
 		if packed {
 			slices.SortStableFunc(cands, func(a, b *replicaGroup) int {
@@ -222,9 +222,7 @@ func (s *server) preferReplicas(must, free []*Device, need int) []*Device {
 		}
 		need = 0
 	}
-	slices.SortStableFunc(out, func(a, b *Device) int {
-		return cmp.Or(cmp.Compare(a.GPUIndex, b.GPUIndex), compareIndex(a.Index, b.Index), cmp.Compare(a.Replica, b.Replica))
-	})
+	slices.SortStableFunc(out, compareDevices)
 	return out
 }
 

@@ -29,6 +29,9 @@ type Device struct {
 	GPU string
 	// GPUIndex is the physical GPU's index, for stable ordering.
 	GPUIndex int
+	// MIGIndex is the MIG device's position on its GPU (the 1 of "0:1"),
+	// -1 for a whole GPU.
+	MIGIndex int
 	// MIG is true for MIG devices.
 	MIG bool
 	// Replica is the replica number of a shared device, -1 otherwise.
@@ -146,21 +149,19 @@ func BuildResources(sys *gpu.System, c *Config, log *slog.Logger) ([]Resource, e
 
 	var out []Resource
 	for name, devs := range byName {
-		slices.SortStableFunc(devs, func(a, b Device) int {
-			return cmp.Or(cmp.Compare(a.GPUIndex, b.GPUIndex), compareIndex(a.Index, b.Index), cmp.Compare(a.Replica, b.Replica))
-		})
+		slices.SortStableFunc(devs, func(a, b Device) int { return compareDevices(&a, &b) })
 		out = append(out, Resource{Name: name, Devices: devs, Replicas: replicas[name]})
 	}
 	slices.SortFunc(out, func(a, b Resource) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
-func compareIndex(a, b string) int {
-	_, am, _ := strings.Cut(a, ":")
-	_, bm, _ := strings.Cut(b, ":")
-	ai, _ := strconv.Atoi(am)
-	bi, _ := strconv.Atoi(bm)
-	return cmp.Compare(ai, bi)
+// compareDevices is the one order of devices everywhere: by GPU index, then
+// MIG device on that GPU (the whole GPU first), then replica. Allocate
+// answers in it whatever order the kubelet asks in, so the same devices
+// always give the same NVIDIA_VISIBLE_DEVICES and CDI annotation key.
+func compareDevices(a, b *Device) int {
+	return cmp.Or(cmp.Compare(a.GPUIndex, b.GPUIndex), cmp.Compare(a.MIGIndex, b.MIGIndex), cmp.Compare(a.Replica, b.Replica))
 }
 
 // checkSingle enforces what the single strategy needs: every GPU in MIG mode
@@ -213,14 +214,14 @@ func migResourceName(c *Config, strategy MIGStrategy, profile string) (string, e
 
 func fullDevice(g gpu.Device) Device {
 	return Device{
-		ID: g.UUID, UUID: g.UUID, Index: strconv.Itoa(g.Index), GPU: g.UUID, GPUIndex: g.Index,
+		ID: g.UUID, UUID: g.UUID, Index: strconv.Itoa(g.Index), GPU: g.UUID, GPUIndex: g.Index, MIGIndex: -1,
 		Replica: -1, NUMANode: g.NUMANode, Paths: []string{g.DevicePath()},
 	}
 }
 
 func migDevice(g gpu.Device, m gpu.MIGDevice) Device {
 	return Device{
-		ID: m.UUID, UUID: m.UUID, Index: m.Name(), GPU: g.UUID, GPUIndex: g.Index, MIG: true,
+		ID: m.UUID, UUID: m.UUID, Index: m.Name(), GPU: g.UUID, GPUIndex: g.Index, MIGIndex: m.Index, MIG: true,
 		Replica: -1, NUMANode: g.NUMANode,
 		Paths: []string{g.DevicePath(), gpu.MIGCapPath(m.GICapMinor), gpu.MIGCapPath(m.CICapMinor)},
 	}

@@ -121,8 +121,12 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 }
 
 // containerResponse builds one container's answer. Replicas map back to
-// their device, each device named once, in request order.
+// their device, each device named once, in device order (compareDevices),
+// not the kubelet's: the kubelet hands IDs over in no particular order, and
+// the same GPUs must give the same variable, mounts, CDI names and
+// annotation key every time. devs is sorted in place.
 func (s *server) containerResponse(devs []*Device) (*pluginapi.ContainerAllocateResponse, error) {
+	slices.SortFunc(devs, compareDevices)
 	cfg := &s.p.cfg
 	var ids []string
 	seen := map[string]bool{}
@@ -185,10 +189,24 @@ func (s *server) containerResponse(devs []*Device) (*pluginapi.ContainerAllocate
 	return r, nil
 }
 
-// deviceSpecs are the device nodes of devs under the host's device root.
+// controlDevices are the driver's device nodes that every GPU user needs
+// besides the GPU's own node: without them a runtime that injects nothing
+// (plain runc, CDI off) gives the container a GPU it cannot open. NVIDIA's
+// plugin passes the same four with passDeviceSpecs, each only where it
+// exists (nvidia-uvm appears once the module is loaded, nvidia-modeset only
+// with the modeset module).
+var controlDevices = [...]string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}
+
+// deviceSpecs are the control device nodes present under the host's device
+// root, then the device nodes of devs, each once.
 func (s *server) deviceSpecs(devs []*Device) []*pluginapi.DeviceSpec {
 	root := s.p.cfg.DevRoot()
-	var paths []string
+	paths := make([]string, 0, len(controlDevices)+len(devs))
+	for i, p := range controlDevices {
+		if s.p.controlPresent(i, root) {
+			paths = append(paths, p)
+		}
+	}
 	for _, d := range devs {
 		for _, p := range d.Paths {
 			if !slices.Contains(paths, p) {

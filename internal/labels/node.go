@@ -7,11 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+	"github.com/gantry-gpu/gantry/internal/kubeapi"
 )
 
 // OwnedAnnotation lists, on the Node, the label keys Gantry wrote last
@@ -22,7 +18,7 @@ const OwnedAnnotation = "gantry-gpu.github.io/labels"
 
 // NodeWriter publishes a Set as labels of one Node.
 type NodeWriter struct {
-	Client   kubernetes.Interface
+	Client   *kubeapi.Client
 	NodeName string
 }
 
@@ -33,13 +29,9 @@ func NewInClusterNodeWriter(nodeName string) (*NodeWriter, error) {
 	if nodeName == "" {
 		return nil, fmt.Errorf("node labels: no node name; set NODE_NAME from the downward API (fieldRef spec.nodeName)")
 	}
-	cfg, err := rest.InClusterConfig()
+	c, err := kubeapi.InCluster()
 	if err != nil {
 		return nil, fmt.Errorf("node labels: %w (outside a cluster, write a node-feature-discovery feature file instead)", err)
-	}
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("node labels: %w", err)
 	}
 	return &NodeWriter{Client: c, NodeName: nodeName}, nil
 }
@@ -50,17 +42,18 @@ func NewInClusterNodeWriter(nodeName string) (*NodeWriter, error) {
 // kept. Nothing is sent when the Node already has them.
 func (w *NodeWriter) Write(ctx context.Context, s Set) error {
 	for _, k := range s.Keys() {
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return fmt.Errorf("node label %q: %s", k, strings.Join(errs, "; "))
+		if err := checkKey(k); err != nil {
+			return fmt.Errorf("node label %q: %w", k, err)
 		}
-		if errs := validation.IsValidLabelValue(s[k]); len(errs) > 0 {
-			return fmt.Errorf("node label %s=%q: %s", k, s[k], strings.Join(errs, "; "))
+		if err := checkValue(s[k]); err != nil {
+			return fmt.Errorf("node label %s=%q: %w", k, s[k], err)
 		}
 	}
-	node, err := w.Client.CoreV1().Nodes().Get(ctx, w.NodeName, metav1.GetOptions{})
+	n, err := w.Client.GetNode(ctx, w.NodeName)
 	if err != nil {
 		return fmt.Errorf("node labels: reading node %s: %w", w.NodeName, err)
 	}
+	node := &n.Metadata
 	stale := map[string]bool{}
 	for _, k := range strings.Split(node.Annotations[OwnedAnnotation], ",") {
 		if k != "" {
@@ -96,7 +89,7 @@ func (w *NodeWriter) Write(ctx context.Context, s Set) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.Client.CoreV1().Nodes().Patch(ctx, w.NodeName, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if err := w.Client.PatchNode(ctx, w.NodeName, patch); err != nil {
 		return fmt.Errorf("node labels: patching node %s: %w (the service account needs get and patch on nodes)", w.NodeName, err)
 	}
 	return nil
@@ -146,4 +139,70 @@ func gfdLabel(k string) bool {
 		return false
 	}
 	return slices.Contains(resourceSuffixes, suffix)
+}
+
+// checkKey checks a label key as the API server does: an optional prefix
+// that is a DNS subdomain (at most 253 characters) and a "/", then a name of
+// at most 63 characters.
+func checkKey(k string) error {
+	prefix, name, hasPrefix := strings.Cut(k, "/")
+	if !hasPrefix {
+		prefix, name = "", k
+	} else if strings.Contains(name, "/") {
+		return fmt.Errorf("a label key has at most one '/'")
+	}
+	if hasPrefix {
+		if prefix == "" || len(prefix) > 253 {
+			return fmt.Errorf("the prefix must be 1 to 253 characters")
+		}
+		for _, part := range strings.Split(prefix, ".") {
+			if !dnsLabel(part) {
+				return fmt.Errorf("the prefix %q must be a DNS subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit", prefix)
+			}
+		}
+	}
+	if name == "" {
+		return fmt.Errorf("the name part must not be empty")
+	}
+	return checkName(name)
+}
+
+// checkValue checks a label value: empty, or a name of at most 63 characters.
+func checkValue(v string) error {
+	if v == "" {
+		return nil
+	}
+	return checkName(v)
+}
+
+// checkName: at most 63 letters, digits, '-', '_' and '.', starting and
+// ending with a letter or digit.
+func checkName(s string) error {
+	if len(s) > 63 {
+		return fmt.Errorf("must be no more than 63 characters")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && ((i == 0 || i == len(s)-1) || (c != '-' && c != '_' && c != '.')) {
+			return fmt.Errorf("must consist of letters, digits, '-', '_' or '.', and must start and end with a letter or digit")
+		}
+	}
+	return nil
+}
+
+// dnsLabel: 1 to 63 lower-case letters, digits and '-', starting and ending
+// with a letter or digit.
+func dnsLabel(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || i == len(s)-1 || c != '-') {
+			return false
+		}
+	}
+	return true
 }

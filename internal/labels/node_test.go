@@ -7,12 +7,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gantry-gpu/gantry/internal/kubeapi/kubeapitest"
 )
 
-// TestNodeWriter runs the writer against client-go's fake clientset, whose
-// object tracker applies strategic merge patches as the API server does.
+// TestNodeWriter runs the writer against an in-memory API server that
+// applies strategic merge patches with the API server's own code.
 func TestNodeWriter(t *testing.T) {
 	ctx := context.Background()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
@@ -26,8 +27,8 @@ func TestNodeWriter(t *testing.T) {
 			"nvidia.com/gfd.timestamp":     "1594644571",
 		},
 	}}
-	client := fake.NewSimpleClientset(node)
-	w := &NodeWriter{Client: client, NodeName: "gpu-node-1"}
+	client := kubeapitest.New(t, node)
+	w := &NodeWriter{Client: client.Client(), NodeName: "gpu-node-1"}
 
 	sys := load(t, "a100x2-mig")
 	first, err := Generate(sys, Config{MIGStrategy: MIGMixed}, ForSystem(sys, ""))
@@ -98,7 +99,7 @@ func TestNodeWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range client.Actions() {
-		if _, ok := a.(k8stesting.PatchAction); ok {
+		if strings.HasPrefix(a, "PATCH ") {
 			t.Errorf("unchanged labels sent a patch: %v", a)
 		}
 	}
@@ -106,7 +107,7 @@ func TestNodeWriter(t *testing.T) {
 
 func TestNodeWriterErrors(t *testing.T) {
 	ctx := context.Background()
-	w := &NodeWriter{Client: fake.NewSimpleClientset(), NodeName: "absent"}
+	w := &NodeWriter{Client: kubeapitest.New(t).Client(), NodeName: "absent"}
 	if err := w.Write(ctx, Set{"nvidia.com/gpu.count": "1"}); err == nil || !strings.Contains(err.Error(), "reading node absent") {
 		t.Errorf("missing node: error %v", err)
 	}
@@ -119,11 +120,37 @@ func TestNodeWriterErrors(t *testing.T) {
 	}
 }
 
-func getNode(t *testing.T, c *fake.Clientset) *corev1.Node {
+func getNode(t *testing.T, s *kubeapitest.Server) *corev1.Node {
 	t.Helper()
-	n, err := c.CoreV1().Nodes().Get(context.Background(), "gpu-node-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	n := s.Node("gpu-node-1")
+	if n == nil {
+		t.Fatal("node gpu-node-1 gone")
 	}
 	return n
+}
+
+// TestLabelChecks: the writer's own key and value checks agree with the API
+// server's (k8s.io/apimachinery's validation), which the binary no longer
+// links.
+func TestLabelChecks(t *testing.T) {
+	long63, long64 := strings.Repeat("a", 63), strings.Repeat("a", 64)
+	keys := []string{
+		"nvidia.com/gpu.count", "nvidia.com/mig-1g.10gb.count", "gpu", "a/b", "A.com/x", "nvidia.com/",
+		"/x", "a/b/c", "-a.com/x", "a-.com/x", "a..com/x", "nvidia.com/-x", "nvidia.com/x_", "nvidia.com/x.y_z-1",
+		"nvidia.com/" + long63, "nvidia.com/" + long64, strings.Repeat("a.", 126) + "a/x", strings.Repeat("a.", 127) + "a/x",
+		"nvidia.com/x y", "nvidia.com/ü", "", "x_y", "_x", "1.2/3",
+	}
+	for _, k := range keys {
+		want := len(validation.IsQualifiedName(k)) == 0
+		if got := checkKey(k) == nil; got != want {
+			t.Errorf("key %q: ours valid=%v (%v), the API server's valid=%v %v", k, got, checkKey(k), want, validation.IsQualifiedName(k))
+		}
+	}
+	values := []string{"", "true", "NVIDIA-H100-80GB-HBM3", "1g.10gb", long63, long64, "-x", "x-", "a b", "a/b", "x_y.z", "_"}
+	for _, v := range values {
+		want := len(validation.IsValidLabelValue(v)) == 0
+		if got := checkValue(v) == nil; got != want {
+			t.Errorf("value %q: ours valid=%v (%v), the API server's valid=%v", v, got, checkValue(v), want)
+		}
+	}
 }

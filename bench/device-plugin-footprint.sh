@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# gantry-device-plugin's footprint, so that it cannot creep back: the binary's
+# size (unstripped and stripped) and package count, then its memory (VmRSS and
+# VmHWM from /proc, with the file-backed and anonymous parts) after it started
+# and registered with a fake kubelet (bench/fakekubelet) and again after
+# N Allocate calls, with every feature on: simulated GPUs, health checks,
+# Prometheus metrics (scraped once), GPU Feature Discovery labels (as a feature
+# file), passDeviceSpecs and the envvar and cdi-annotations strategies.
+#
+#   bench/device-plugin-footprint.sh [--gpus sim:h100x8] [--allocations N]
+#       [--bin FILE] [--max-rss-mib M] [--max-stripped-mb S]
+#
+# --bin measures that binary instead of building one (its size and packages are
+# then not reported). It fails (exit 1) when the RSS after the allocations is
+# over --max-rss-mib (default 25) or the stripped binary over --max-stripped-mb
+# (default 20, in 10^6 bytes); 0 turns a check off. No root, no GPU, no cluster.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+gpus=sim:h100x8 allocations=200 bin= max_rss=25 max_stripped=20
+while [ $# -gt 0 ]; do
+  case $1 in
+    --gpus) gpus=${2:?--gpus needs a value}; shift ;;
+    --allocations) allocations=${2:?--allocations needs a number}; shift ;;
+    --bin) bin=${2:?--bin needs a file}; shift ;;
+    --max-rss-mib) max_rss=${2:?--max-rss-mib needs a number}; shift ;;
+    --max-stripped-mb) max_stripped=${2:?--max-stripped-mb needs a number}; shift ;;
+    -h | --help) sed -n '2,/^set -eu/{/^set -eu/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+for v in allocations max_rss max_stripped; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || { echo "$v=${!v}: need a number" >&2; exit 2; }
+done
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gantry-dp-footprint.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+export CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
+cd "$REPO"
+
+fail=0
+if [ -z "$bin" ]; then
+  bin=$WORK/gantry-device-plugin
+  # As make build-device-plugin and the image build it.
+  go build -tags grpcnotrace -trimpath -o "$bin" ./cmd/gantry-device-plugin
+  go build -tags grpcnotrace -trimpath -ldflags "-s -w" -o "$bin.stripped" ./cmd/gantry-device-plugin
+  size=$(stat -c %s "$bin") ssize=$(stat -c %s "$bin.stripped")
+  pkgs=$(go list -tags grpcnotrace -deps ./cmd/gantry-device-plugin | wc -l)
+  nonstd=$(go list -tags grpcnotrace -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./cmd/gantry-device-plugin | grep -c .)
+  mods=$(go list -tags grpcnotrace -deps -f '{{with .Module}}{{.Path}}{{end}}' ./cmd/gantry-device-plugin | sort -u | grep -vc '^github.com/gantry-gpu/gantry$')
+  echo "== gantry-device-plugin binary ($(go env GOVERSION), $(go env GOOS)/$(go env GOARCH))"
+  printf '%-28s %6.1f MB\n' "unstripped" "$(echo "$size / 1000000" | bc -l)"
+  printf '%-28s %6.1f MB   (goal <= %s MB)\n' "stripped (-s -w)" "$(echo "$ssize / 1000000" | bc -l)" "$max_stripped"
+  printf '%-28s %6d       (%d outside the standard library, from %d modules)\n' "packages linked" "$pkgs" "$nonstd" "$mods"
+  if [ "$max_stripped" -gt 0 ] && [ "$ssize" -gt $((max_stripped * 1000000)) ]; then
+    echo "FAIL: stripped binary over $max_stripped MB"; fail=1
+  fi
+fi
+go build -o "$WORK/fakekubelet" ./bench/fakekubelet
+
+mkdir "$WORK/kubelet"
+"$WORK/fakekubelet" serve "$WORK/kubelet" >"$WORK/kubelet.log" 2>&1 &
+pids+=($!)
+GANTRY_LABELS=file GANTRY_FEATURE_FILE=$WORK/features GANTRY_METRICS_ADDR=127.0.0.1:0 \
+  GANTRY_POD_RESOURCES_SOCKET=$WORK/pod-resources.sock \
+  "$bin" --gpus "$gpus" --kubelet-dir "$WORK/kubelet" --sim-health-socket "$WORK/health.sock" \
+  --pass-device-specs --device-list-strategy envvar,cdi-annotations >"$WORK/plugin.log" 2>&1 &
+plugin=$!
+pids+=("$plugin")
+
+# status KEY: the plugin's /proc status value in KiB.
+status() { awk -v k="$1:" '$1 == k { print $2 }' "/proc/$plugin/status"; }
+mib() { echo "scale=1; $1 / 1024" | bc; }
+report() {
+  printf '%-28s VmRSS %6s MiB  VmHWM %6s MiB  (file %s MiB, anon %s MiB)\n' "$1" \
+    "$(mib "$(status VmRSS)")" "$(mib "$(status VmHWM)")" "$(mib "$(status RssFile)")" "$(mib "$(status RssAnon)")"
+}
+
+for ((i = 0; i < 300; i++)); do
+  grep -q "^registered nvidia.com/gpu" "$WORK/kubelet.log" && break
+  kill -0 "$plugin" 2>/dev/null || { cat "$WORK/plugin.log" "$WORK/kubelet.log"; echo "FAIL: the plugin exited" >&2; exit 1; }
+  sleep 0.1
+done
+grep -q '^registered nvidia.com/gpu' "$WORK/kubelet.log" || { cat "$WORK/plugin.log" "$WORK/kubelet.log"; echo "FAIL: no registration in 30s" >&2; exit 1; }
+sleep 1 # labels written, metrics listening, health socket open
+echo "== memory, $gpus, every feature on"
+report "after start"
+addr=$(sed -n 's/.*serving metrics addr=\([^ ]*\).*/\1/p' "$WORK/plugin.log" | head -1)
+if [ -n "$addr" ] && command -v curl >/dev/null; then
+  lines=$(curl -fsS "http://$addr/metrics" | grep -c '^gantry_' || true)
+  echo "metrics scraped: $lines gantry_ series"
+fi
+alloc=$("$WORK/fakekubelet" allocate "$WORK/kubelet/nvidia-gpu.sock" "$allocations")
+report "after $allocations allocations"
+echo "Allocate RPC: $alloc"
+rss=$(status VmRSS)
+if [ "$max_rss" -gt 0 ] && [ "$rss" -gt $((max_rss * 1024)) ]; then
+  echo "FAIL: VmRSS $(mib "$rss") MiB over $max_rss MiB"; fail=1
+fi
+exit $fail

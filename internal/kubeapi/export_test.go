@@ -1,0 +1,5 @@
+package kubeapi
+
+// InClusterFrom is InCluster with the environment and the service account
+// directory given, for tests.
+var InClusterFrom = inCluster
