@@ -9,14 +9,24 @@
 #
 #   bench/device-plugin-footprint.sh [--gpus sim:h100x8] [--allocations N]
 #       [--bin FILE] [--max-rss-mib M] [--max-stripped-mb S]
+#       [--anchor NVIDIA-PLUGIN] [--fakekubelet FILE]
 #
 # --bin measures that binary instead of building one (its size and packages are
 # then not reported). It fails (exit 1) when the RSS after the allocations is
 # over --max-rss-mib (default 25) or the stripped binary over --max-stripped-mb
 # (default 20, in 10^6 bytes); 0 turns a check off. No root, no GPU, no cluster.
+#
+# --anchor runs NVIDIA's k8s-device-plugin (nvidia-device-plugin, built from
+# source) through the same fake kubelet and the same Allocate calls right
+# after, for figures that compare (on a GPU host, with --gpus nvml). NVIDIA's
+# plugin puts its socket in /var/lib/kubelet/device-plugins whatever the
+# kubelet's, so that needs root and a host without a kubelet. It runs with
+# --pass-device-specs and the envvar strategy (its cdi-annotations strategy
+# needs nvidia-ctk). --fakekubelet takes a prebuilt bench/fakekubelet (for a
+# host without Go).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-gpus=sim:h100x8 allocations=200 bin= max_rss=25 max_stripped=20
+gpus=sim:h100x8 allocations=200 bin= max_rss=25 max_stripped=20 anchor= fakekubelet=
 while [ $# -gt 0 ]; do
   case $1 in
     --gpus) gpus=${2:?--gpus needs a value}; shift ;;
@@ -24,6 +34,8 @@ while [ $# -gt 0 ]; do
     --bin) bin=${2:?--bin needs a file}; shift ;;
     --max-rss-mib) max_rss=${2:?--max-rss-mib needs a number}; shift ;;
     --max-stripped-mb) max_stripped=${2:?--max-stripped-mb needs a number}; shift ;;
+    --anchor) anchor=${2:?--anchor needs the nvidia-device-plugin binary}; shift ;;
+    --fakekubelet) fakekubelet=${2:?--fakekubelet needs a file}; shift ;;
     -h | --help) sed -n '2,/^set -eu/{/^set -eu/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -37,6 +49,7 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  [ -z "$anchor" ] || rm -f /var/lib/kubelet/device-plugins/{kubelet.sock,kubelet.log,nvidia-gpu.sock}
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -61,45 +74,69 @@ if [ -z "$bin" ]; then
     echo "FAIL: stripped binary over $max_stripped MB"; fail=1
   fi
 fi
-go build -o "$WORK/fakekubelet" ./bench/fakekubelet
+if [ -n "$fakekubelet" ]; then
+  cp "$fakekubelet" "$WORK/fakekubelet"
+else
+  go build -o "$WORK/fakekubelet" ./bench/fakekubelet
+fi
+
+# status PID KEY: a process's /proc status value in KiB.
+status() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+mib() { echo "scale=1; $1 / 1024" | bc; }
+report() {
+  printf '%-28s VmRSS %6s MiB  VmHWM %6s MiB  (file %s MiB, anon %s MiB)\n' "$2" \
+    "$(mib "$(status "$1" VmRSS)")" "$(mib "$(status "$1" VmHWM)")" "$(mib "$(status "$1" RssFile)")" "$(mib "$(status "$1" RssAnon)")"
+}
+
+# measure NAME KUBELET-DIR SOCKET LOG: waits for the plugin (the last
+# background job) to register with the fake kubelet serving KUBELET-DIR,
+# reports its memory, makes the Allocate calls on SOCKET, reports again.
+# Sets rss (KiB, after the calls).
+measure() {
+  local name=$1 dir=$2 sock=$3 log=$4 pid=$! i alloc addr lines
+  pids+=("$pid")
+  for ((i = 0; i < 300; i++)); do
+    grep -q "^registered nvidia.com/gpu" "$dir/kubelet.log" && break
+    kill -0 "$pid" 2>/dev/null || { cat "$log" "$dir/kubelet.log"; echo "FAIL: $name exited" >&2; exit 1; }
+    sleep 0.1
+  done
+  grep -q '^registered nvidia.com/gpu' "$dir/kubelet.log" || { cat "$log" "$dir/kubelet.log"; echo "FAIL: $name: no registration in 30s" >&2; exit 1; }
+  sleep 1 # labels written, metrics listening, health checks started
+  echo "== $name: memory, $gpus"
+  report "$pid" "after start"
+  addr=$(sed -n 's/.*serving metrics addr=\([^ ]*\).*/\1/p' "$log" | head -1)
+  if [ -n "$addr" ] && command -v curl >/dev/null; then
+    lines=$(curl -fsS "http://$addr/metrics" | grep -c '^gantry_' || true)
+    echo "metrics scraped: $lines gantry_ series"
+  fi
+  alloc=$("$WORK/fakekubelet" allocate "$sock" "$allocations")
+  report "$pid" "after $allocations allocations"
+  echo "Allocate RPC: $alloc"
+  rss=$(status "$pid" VmRSS)
+  kill "$pid" 2>/dev/null || true
+}
 
 mkdir "$WORK/kubelet"
-"$WORK/fakekubelet" serve "$WORK/kubelet" >"$WORK/kubelet.log" 2>&1 &
+"$WORK/fakekubelet" serve "$WORK/kubelet" >"$WORK/kubelet/kubelet.log" 2>&1 &
 pids+=($!)
 GANTRY_LABELS=file GANTRY_FEATURE_FILE=$WORK/features GANTRY_METRICS_ADDR=127.0.0.1:0 \
   GANTRY_POD_RESOURCES_SOCKET=$WORK/pod-resources.sock \
   "$bin" --gpus "$gpus" --kubelet-dir "$WORK/kubelet" --sim-health-socket "$WORK/health.sock" \
   --pass-device-specs --device-list-strategy envvar,cdi-annotations >"$WORK/plugin.log" 2>&1 &
-plugin=$!
-pids+=("$plugin")
-
-# status KEY: the plugin's /proc status value in KiB.
-status() { awk -v k="$1:" '$1 == k { print $2 }' "/proc/$plugin/status"; }
-mib() { echo "scale=1; $1 / 1024" | bc; }
-report() {
-  printf '%-28s VmRSS %6s MiB  VmHWM %6s MiB  (file %s MiB, anon %s MiB)\n' "$1" \
-    "$(mib "$(status VmRSS)")" "$(mib "$(status VmHWM)")" "$(mib "$(status RssFile)")" "$(mib "$(status RssAnon)")"
-}
-
-for ((i = 0; i < 300; i++)); do
-  grep -q "^registered nvidia.com/gpu" "$WORK/kubelet.log" && break
-  kill -0 "$plugin" 2>/dev/null || { cat "$WORK/plugin.log" "$WORK/kubelet.log"; echo "FAIL: the plugin exited" >&2; exit 1; }
-  sleep 0.1
-done
-grep -q '^registered nvidia.com/gpu' "$WORK/kubelet.log" || { cat "$WORK/plugin.log" "$WORK/kubelet.log"; echo "FAIL: no registration in 30s" >&2; exit 1; }
-sleep 1 # labels written, metrics listening, health socket open
-echo "== memory, $gpus, every feature on"
-report "after start"
-addr=$(sed -n 's/.*serving metrics addr=\([^ ]*\).*/\1/p' "$WORK/plugin.log" | head -1)
-if [ -n "$addr" ] && command -v curl >/dev/null; then
-  lines=$(curl -fsS "http://$addr/metrics" | grep -c '^gantry_' || true)
-  echo "metrics scraped: $lines gantry_ series"
-fi
-alloc=$("$WORK/fakekubelet" allocate "$WORK/kubelet/nvidia-gpu.sock" "$allocations")
-report "after $allocations allocations"
-echo "Allocate RPC: $alloc"
-rss=$(status VmRSS)
+measure "gantry-device-plugin (every feature on)" "$WORK/kubelet" "$WORK/kubelet/nvidia-gpu.sock" "$WORK/plugin.log"
 if [ "$max_rss" -gt 0 ] && [ "$rss" -gt $((max_rss * 1024)) ]; then
   echo "FAIL: VmRSS $(mib "$rss") MiB over $max_rss MiB"; fail=1
+fi
+
+if [ -n "$anchor" ]; then
+  dir=/var/lib/kubelet/device-plugins
+  [ ! -e "$dir/kubelet.sock" ] || { echo "FAIL: $dir/kubelet.sock exists: a kubelet runs here; the anchor needs a host without one" >&2; exit 1; }
+  mkdir -p "$dir"
+  "$WORK/fakekubelet" serve "$dir" >"$dir/kubelet.log" 2>&1 &
+  pids+=($!)
+  KUBELET_SOCKET=$dir/kubelet.sock "$anchor" --pass-device-specs --device-list-strategy envvar \
+    --fail-on-init-error >"$WORK/anchor.log" 2>&1 &
+  measure "NVIDIA's nvidia-device-plugin ($("$anchor" --version 2>/dev/null | head -1 | tr -d '\n'))" "$dir" "$dir/nvidia-gpu.sock" "$WORK/anchor.log"
+  echo "NVIDIA's binary: $(echo "$(stat -c %s "$anchor") / 1000000" | bc -l | xargs printf '%.1f') MB as given"
 fi
 exit $fail
