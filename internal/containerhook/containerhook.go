@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gantry-gpu/gantry/internal/ocibundle"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
 
@@ -21,18 +21,14 @@ var ErrNoState = errors.New("no container state on stdin (this command is an OCI
 // ErrBadLink is returned by ParseLink for a malformed --link.
 var ErrBadLink = errors.New("invalid --link")
 
-// maxState bounds the state and config.json read: both are small JSON
-// documents, and a hook must not allocate whatever it is handed.
-const maxState = 16 << 20
-
 // ReadState reads the OCI container state the runtime writes to a hook's
 // stdin, then the bundle's config.json, and returns the bundle directory and
 // the host path of the container's root filesystem (root.path, relative to
 // the bundle unless absolute).
 func ReadState(r io.Reader) (bundle, rootPath string, err error) {
-	b, err := io.ReadAll(io.LimitReader(r, maxState))
+	b, err := ocibundle.ReadAtMost(r, ocibundle.MaxStateSize, "the container state on stdin")
 	if err != nil {
-		return "", "", fmt.Errorf("reading the container state on stdin: %w", err)
+		return "", "", err
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {
 		return "", "", ErrNoState
@@ -47,15 +43,10 @@ func ReadState(r io.Reader) (bundle, rootPath string, err error) {
 	if !filepath.IsAbs(st.Bundle) {
 		return "", "", fmt.Errorf("the container state on stdin has a relative bundle path %q; runtimes give an absolute one", st.Bundle)
 	}
-	cfgPath := filepath.Join(st.Bundle, "config.json")
-	f, err := os.Open(cfgPath)
+	cfgPath := ocibundle.SpecPath(st.Bundle)
+	cb, err := ocibundle.ReadSpec(st.Bundle)
 	if err != nil {
-		return "", "", fmt.Errorf("reading the bundle's %s: %w", cfgPath, err)
-	}
-	defer f.Close()
-	cb, err := io.ReadAll(io.LimitReader(f, maxState))
-	if err != nil {
-		return "", "", fmt.Errorf("reading the bundle's %s: %w", cfgPath, err)
+		return "", "", err
 	}
 	var spec specs.Spec
 	if err := json.Unmarshal(cb, &spec); err != nil {

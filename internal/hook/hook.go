@@ -43,6 +43,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/nsmount"
+	"github.com/gantry-gpu/gantry/internal/ocibundle"
 	"github.com/gantry-gpu/gantry/internal/request"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 	"github.com/gantry-gpu/gantry/internal/version"
@@ -145,9 +146,9 @@ type result struct {
 }
 
 func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) {
-	raw, err := io.ReadAll(io.LimitReader(stdin, 1<<20))
+	raw, err := ocibundle.ReadAtMost(stdin, ocibundle.MaxStateSize, "the container state on stdin")
 	if err != nil {
-		return nil, fmt.Errorf("reading the container state from stdin: %w", err)
+		return nil, err
 	}
 	var st ocispecs.State
 	if err := json.Unmarshal(raw, &st); err != nil || st.Bundle == "" {
@@ -160,10 +161,10 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) 
 	if err != nil {
 		return nil, err
 	}
-	specPath := filepath.Join(bundle, "config.json")
-	b, err := os.ReadFile(specPath)
+	specPath := ocibundle.SpecPath(bundle)
+	b, err := ocibundle.ReadSpec(bundle)
 	if err != nil {
-		return nil, fmt.Errorf("reading the bundle's config.json: %w", err)
+		return nil, err
 	}
 	var spec ocispecs.Spec
 	if err := json.Unmarshal(b, &spec); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/edits"
+	"github.com/gantry-gpu/gantry/internal/ocibundle"
 	"github.com/gantry-gpu/gantry/internal/request"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
@@ -64,10 +65,10 @@ func (r *Result) phase(name string, t *time.Time) {
 // the container.
 func Modify(bundle string, cfg config.Config) (*Result, error) {
 	clock := time.Now()
-	specPath := filepath.Join(bundle, "config.json")
-	raw, err := os.ReadFile(specPath)
+	specPath := ocibundle.SpecPath(bundle)
+	raw, err := ocibundle.ReadSpec(bundle)
 	if err != nil {
-		return nil, fmt.Errorf("reading the bundle's config.json: %w", err)
+		return nil, err
 	}
 	// The request needs four fields; decoding only them keeps the common
 	// case, a container without GPUs, cheap.
