@@ -33,9 +33,13 @@ func ForwardCompat(root *rootfs.Root, hostVersion string) ([]Library, string, er
 	if err != nil {
 		return nil, "", fmt.Errorf("host driver version %q: %w", hostVersion, err)
 	}
-	names, err := root.ReadDir(CompatDir)
+	// A compat directory holds a dozen libraries.
+	names, err := root.ReadDirMax(CompatDir, 4096)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return nil, "no " + CompatDir + " in the image", nil
+	}
+	if errors.Is(err, rootfs.ErrTooLarge) {
+		return nil, fmt.Sprintf("the image's %s is not a compat directory (%v); not used", CompatDir, err), nil
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("listing the image's %s: %w", CompatDir, err)

@@ -3,6 +3,7 @@ package containerhook
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -283,6 +284,25 @@ func TestUnusableImageCache(t *testing.T) {
 		{"corrupt", func(p string) error { return os.WriteFile(p, []byte("glibc-ld.so.cache1.1 but not really"), 0o644) }, false},
 		{"fifo", func(p string) error { return syscall.Mkfifo(p, 0o644) }, false},
 		{"directory", func(p string) error { return os.Mkdir(p, 0o755) }, true},
+		// Sparse: never read whole (the limit is the cache reader's, 16 MiB).
+		{"100 MB", func(p string) error {
+			if err := os.WriteFile(p, []byte("glibc-ld.so.cache1.1"), 0o644); err != nil {
+				return err
+			}
+			return os.Truncate(p, 100<<20)
+		}, false},
+		// Valid but for the entry count (2 million cost 1.28 GB to decode).
+		{"too many entries", func(p string) error {
+			entries := make([]ldcache.Entry, ldcache.MaxEntries+1)
+			for i := range entries {
+				entries[i] = ldcache.Entry{Name: fmt.Sprintf("lib%d.so", i), Path: "/x", Flags: ldcache.FlagELFLibc6 | ldcache.FlagX8664Lib64}
+			}
+			b, err := (&ldcache.Cache{Entries: entries}).MarshalBinary()
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(p, b, 0o644)
+		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := basicRoot(t)

@@ -138,7 +138,7 @@ func writeCache(root *rootfs.Root, ours []ldcache.Entry, dirs []string, warn fun
 		warn = func(s string) { fmt.Fprintf(os.Stderr, "warning: %s\n", s) }
 	}
 	cache := &ldcache.Cache{}
-	b, err := root.ReadFile(CacheFile)
+	b, err := root.ReadFileMax(CacheFile, ldcache.MaxFileSize)
 	switch {
 	case err == nil:
 		if c, perr := ldcache.Parse(b); perr == nil {

@@ -307,6 +307,9 @@ func parseOld(b []byte) (*Cache, error) {
 		return nil, corrupt("truncated old-format header (%d bytes, need %d)", len(b), oldHeaderSize)
 	}
 	nlibs := uint64(le.Uint32(b[12:]))
+	if nlibs > MaxEntries {
+		return nil, corrupt("old-format entry count %d is over the limit of %d", nlibs, MaxEntries)
+	}
 	if nlibs > uint64(len(b)-oldHeaderSize)/oldEntrySize {
 		return nil, corrupt("old-format entry count %d does not fit in %d bytes", nlibs, len(b))
 	}
@@ -357,6 +360,9 @@ func parseNew(b []byte, base int) (*Cache, error) {
 		return nil, corrupt("bad new-format magic %q", h[:len(newMagic)])
 	}
 	nlibs := uint64(le.Uint32(h[20:]))
+	if nlibs > MaxEntries {
+		return nil, corrupt("entry count %d is over the limit of %d", nlibs, MaxEntries)
+	}
 	lenStrings := uint64(le.Uint32(h[24:]))
 	switch h[28] & endianMask {
 	case endianUnset, endianLittle:
@@ -498,9 +504,15 @@ func cstring(tab []byte, str string, off uint32, idx int, what string) (string, 
 	return str[off : int(off)+n], nil
 }
 
-// maxFileSize bounds what Open reads: cache offsets are 32-bit, and real
-// caches are tens of kilobytes, so anything near this is hostile.
-const maxFileSize = 16 << 20
+// MaxFileSize bounds what Open reads (and what readers of a container's
+// cache should read): cache offsets are 32-bit, and real caches are tens to
+// hundreds of kilobytes, so anything near this is hostile.
+const MaxFileSize = 16 << 20
+
+// MaxEntries bounds the entries Parse accepts. A distribution with every
+// library package installed lists some ten thousand; a cache claiming
+// millions (which cost over a gigabyte to decode) is refused as corrupt.
+const MaxEntries = 1 << 16
 
 // Open reads and parses the file at path. It refuses anything but a regular
 // file (a FIFO planted in an image must not hang the caller). Open does not
@@ -519,12 +531,12 @@ func Open(path string) (*Cache, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("loader cache %s is a %s, not a regular file: %w", path, st.Mode().Type(), ErrCorrupt)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading loader cache %s: %w", path, err)
 	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("loader cache %s is larger than %d bytes: %w", path, maxFileSize, ErrCorrupt)
+	if len(b) > MaxFileSize {
+		return nil, fmt.Errorf("loader cache %s is larger than %d bytes: %w", path, MaxFileSize, ErrCorrupt)
 	}
 	c, err := Parse(b)
 	if err != nil {

@@ -3,6 +3,7 @@ package ldcache
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -271,7 +272,8 @@ func TestParseCorrupt(t *testing.T) {
 		{"short magic", []byte("glibc-ld.so.cache1."), "bad magic", ErrCorrupt},
 		{"old magic only", []byte(oldMagic), "truncated old-format header", ErrCorrupt},
 		{"new header truncated", good[:30], "truncated new-format header", ErrCorrupt},
-		{"new count overflow", patch(good, 20, 0xffffffff), "entry count 4294967295 does not fit", ErrCorrupt},
+		{"new count overflow", patch(good, 20, 0xffffffff), "entry count 4294967295 is over the limit of 65536", ErrCorrupt},
+		{"new count over the limit", patch(good, 20, MaxEntries+1), "entry count 65537 is over the limit", ErrCorrupt},
 		{"new count just too big", patch(good, 20, uint32((len(good)-newHeaderSize)/newEntrySize+1)), "does not fit", ErrCorrupt},
 		{"string table too long", patch(good, 24, uint32(len(good))), "past the end of the file", ErrCorrupt},
 		{"big endian", patch(good, 28, endianBig), "big-endian", ErrUnsupported},
@@ -303,6 +305,33 @@ func TestParseCorrupt(t *testing.T) {
 				t.Errorf("error %q, want %v containing %q", err, tt.err, tt.want)
 			}
 		})
+	}
+}
+
+// A real cache (valid in every other way) with more entries than any
+// system has is refused: decoding millions of entries cost over a gigabyte.
+// One at the limit still parses.
+func TestParseEntryLimit(t *testing.T) {
+	entries := func(n int) []Entry {
+		out := make([]Entry, n)
+		for i := range out {
+			out[i] = Entry{Name: fmt.Sprintf("lib%d.so.1", i), Path: fmt.Sprintf("/l/lib%d.so.1", i), Flags: FlagELFLibc6 | FlagX8664Lib64}
+		}
+		return out
+	}
+	at, err := (&Cache{Entries: entries(MaxEntries)}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Parse(at); err != nil || len(c.Entries) != MaxEntries {
+		t.Fatalf("a cache of %d entries: %v", MaxEntries, err)
+	}
+	over, err := (&Cache{Entries: entries(MaxEntries + 1)}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(over); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "over the limit") {
+		t.Errorf("a cache of %d entries: %v, want ErrCorrupt over the limit", MaxEntries+1, err)
 	}
 }
 

@@ -185,17 +185,26 @@ func (r *Root) OpenFile(p string) (*os.File, error) {
 
 // ReadFile reads the whole regular file at p (at most MaxReadFile bytes).
 func (r *Root) ReadFile(p string) ([]byte, error) {
+	return r.ReadFileMax(p, MaxReadFile)
+}
+
+// ReadFileMax reads the whole regular file at p, failing with ErrTooLarge
+// (before reading, when its size says so) if it is over max bytes.
+func (r *Root) ReadFileMax(p string, max int64) ([]byte, error) {
 	f, err := r.OpenFile(p)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxReadFile+1))
+	if st, err := f.Stat(); err == nil && st.Size() > max {
+		return nil, r.pathErr("read", p, fmt.Errorf("%w (%d bytes, over %d)", ErrTooLarge, st.Size(), max))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
 		return nil, r.pathErr("read", p, err)
 	}
-	if len(b) > MaxReadFile {
-		return nil, r.pathErr("read", p, fmt.Errorf("%w (over %d bytes)", ErrTooLarge, MaxReadFile))
+	if int64(len(b)) > max {
+		return nil, r.pathErr("read", p, fmt.Errorf("%w (over %d bytes)", ErrTooLarge, max))
 	}
 	return b, nil
 }
@@ -203,17 +212,36 @@ func (r *Root) ReadFile(p string) ([]byte, error) {
 // ReadDir lists the names in the directory at p, in directory order (not
 // sorted). Symlinks on the way are followed, clamped to the root.
 func (r *Root) ReadDir(p string) ([]string, error) {
+	return r.ReadDirMax(p, MaxDirEntries)
+}
+
+// MaxDirEntries bounds ReadDir: an image directory can hold any number of
+// names, and none that Gantry lists holds more than a few hundred.
+const MaxDirEntries = 1 << 16
+
+// ReadDirMax is ReadDir failing with ErrTooLarge once the directory has
+// more than max names, without reading the rest.
+func (r *Root) ReadDirMax(p string, max int) ([]string, error) {
 	fd, err := r.openat(p, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), r.describe(p))
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, r.pathErr("readdir", p, err)
+	var names []string
+	for {
+		batch, err := f.Readdirnames(1024)
+		names = append(names, batch...)
+		if len(names) > max {
+			return nil, r.pathErr("readdir", p, fmt.Errorf("%w (over %d names)", ErrTooLarge, max))
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(batch) == 0) {
+			return names, nil
+		}
+		if err != nil {
+			return nil, r.pathErr("readdir", p, err)
+		}
 	}
-	return names, nil
 }
 
 // Stat describes the file at p, following symlinks (clamped to the root).

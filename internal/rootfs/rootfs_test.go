@@ -275,6 +275,32 @@ func TestReadRefusesSpecialFiles(t *testing.T) {
 	}
 }
 
+// An image's file or directory can be of any size; the bounded readers
+// stop at their bound (a sparse file by its size, before reading).
+func TestReadBounds(t *testing.T) {
+	_, rootDir, _, r := hostile(t)
+	must(t, os.Mkdir(filepath.Join(rootDir, "big"), 0o755))
+	for i := range 3000 {
+		must(t, os.WriteFile(filepath.Join(rootDir, "big", fmt.Sprint(i)), nil, 0o644))
+	}
+	if names, err := r.ReadDirMax("/big", 3000); err != nil || len(names) != 3000 {
+		t.Errorf("ReadDirMax at the bound: %d names, %v", len(names), err)
+	}
+	if _, err := r.ReadDirMax("/big", 2999); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("ReadDirMax over the bound: %v, want ErrTooLarge", err)
+	}
+	f, err := os.Create(filepath.Join(rootDir, "sparse"))
+	must(t, err)
+	must(t, f.Truncate(1<<40))
+	f.Close()
+	if _, err := r.ReadFileMax("/sparse", 1<<20); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("ReadFileMax of a 1 TiB sparse file: %v, want ErrTooLarge", err)
+	}
+	if _, err := r.ReadFile("/sparse"); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("ReadFile of a 1 TiB sparse file: %v, want ErrTooLarge", err)
+	}
+}
+
 func TestStatLstatReadlink(t *testing.T) {
 	_, rootDir, host, r := hostile(t)
 	fi, err := r.Lstat("/etc")
