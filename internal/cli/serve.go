@@ -31,7 +31,12 @@ of the driver at /usr/local/nvidia; ?dev=0+1 picks GPUs by index or UUID),
 
 The server is read-only (GET only) and listens on the loopback address unless
 --allow-remote is given: the API tells anyone who asks what the host's GPUs
-and driver are. It stops on SIGINT or SIGTERM.`,
+and driver are. It stops on SIGINT or SIGTERM.
+
+Clients are bounded: a request header must arrive within 5 s and fit in
+16 KiB (else 431), an idle connection is closed after 30 s, and at most 256
+connections are held: past that the one idle the longest is closed, so idle
+clients cannot lock out one with a request (bench/serve-idle.sh).`,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			listen := fs.String("listen", DefaultServeAddr, "address to listen on, HOST:PORT")
 			allowRemote := fs.Bool("allow-remote", false, "allow a --listen address other than loopback")
@@ -68,7 +73,7 @@ and driver are. It stops on SIGINT or SIGTERM.`,
 				if err != nil {
 					return fmt.Errorf("listening on %s: %w (pick another --listen address)", *listen, err)
 				}
-				hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+				hs := legacyapi.NewHTTPServer(srv, legacyapi.DefaultLimits())
 				fmt.Fprintf(e.stderr, "gantry serve: listening on http://%s\n", ln.Addr())
 				errc := make(chan error, 1)
 				go func() { errc <- hs.Serve(ln) }()
