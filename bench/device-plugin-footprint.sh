@@ -49,7 +49,11 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  [ -z "$anchor" ] || rm -f /var/lib/kubelet/device-plugins/{kubelet.sock,kubelet.log,nvidia-gpu.sock}
+  if [ -n "$anchor" ]; then
+    rm -f /var/lib/kubelet/device-plugins/{kubelet.sock,kubelet.log,nvidia-gpu.sock}
+    # Leave no kubelet directory behind where there was none (doctor reads it).
+    [ -z "${made_kubelet_dir:-}" ] || rm -rf "$made_kubelet_dir"
+  fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -131,6 +135,7 @@ fi
 if [ -n "$anchor" ]; then
   dir=/var/lib/kubelet/device-plugins
   [ ! -e "$dir/kubelet.sock" ] || { echo "FAIL: $dir/kubelet.sock exists: a kubelet runs here; the anchor needs a host without one" >&2; exit 1; }
+  [ -d /var/lib/kubelet ] || made_kubelet_dir=/var/lib/kubelet
   mkdir -p "$dir"
   "$WORK/fakekubelet" serve "$dir" >"$dir/kubelet.log" 2>&1 &
   pids+=($!)

@@ -106,6 +106,14 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
+// GANTRY_CONFIG=/dev/null means the defaults.
+func TestLoadDevNull(t *testing.T) {
+	c, _, err := Load("/dev/null")
+	if err != nil || c.CDI.Kind != Default().CDI.Kind {
+		t.Fatalf("Load(/dev/null) = %+v, %v; want the defaults", c, err)
+	}
+}
+
 // A configuration path that is not a small regular file (the image's
 // GANTRY_CONFIG reaching a program, a mistake in a unit file) is refused at
 // once with the path named: /dev/zero is not read until memory runs out,
