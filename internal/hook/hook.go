@@ -223,10 +223,20 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) 
 		return res, nil
 	}
 
+	proc, err := verifyContainer(st.Pid, st.ID, root)
+	if err != nil {
+		return res, err
+	}
+	defer proc.close()
 	if err := nsmount.Apply(st.Pid, root, e, nsmount.Options{NoCgroups: noCgroups}); err != nil {
 		return res, err
 	}
-	return res, finishRootfs(st.Pid, root, e, inv)
+	if err := finishRootfs(st.Pid, root, e, inv); err != nil {
+		return res, err
+	}
+	// The pid named the verified process throughout only if it is still
+	// alive now; otherwise fail the container (runc then removes it).
+	return res, proc.alive()
 }
 
 // finishRootfs makes the SONAME links and the ld.so.cache entries (with
