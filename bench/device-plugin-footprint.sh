@@ -71,8 +71,8 @@ if [ -z "$bin" ]; then
   nonstd=$(go list -tags grpcnotrace -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./cmd/gantry-device-plugin | grep -c .)
   mods=$(go list -tags grpcnotrace -deps -f '{{with .Module}}{{.Path}}{{end}}' ./cmd/gantry-device-plugin | sort -u | grep -vc '^github.com/gantry-gpu/gantry$')
   echo "== gantry-device-plugin binary ($(go env GOVERSION), $(go env GOOS)/$(go env GOARCH))"
-  printf '%-28s %6.1f MB\n' "unstripped" "$(echo "$size / 1000000" | bc -l)"
-  printf '%-28s %6.1f MB   (goal <= %s MB)\n' "stripped (-s -w)" "$(echo "$ssize / 1000000" | bc -l)" "$max_stripped"
+  printf '%-28s %6.1f MB\n' "unstripped" "$(awk -v n="$size" 'BEGIN { print n / 1e6 }')"
+  printf '%-28s %6.1f MB   (goal <= %s MB)\n' "stripped (-s -w)" "$(awk -v n="$ssize" 'BEGIN { print n / 1e6 }')" "$max_stripped"
   printf '%-28s %6d       (%d outside the standard library, from %d modules)\n' "packages linked" "$pkgs" "$nonstd" "$mods"
   if [ "$max_stripped" -gt 0 ] && [ "$ssize" -gt $((max_stripped * 1000000)) ]; then
     echo "FAIL: stripped binary over $max_stripped MB"; fail=1
@@ -86,7 +86,7 @@ fi
 
 # status PID KEY: a process's /proc status value in KiB.
 status() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
-mib() { echo "scale=1; $1 / 1024" | bc; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 report() {
   printf '%-28s VmRSS %6s MiB  VmHWM %6s MiB  (file %s MiB, anon %s MiB)\n' "$2" \
     "$(mib "$(status "$1" VmRSS)")" "$(mib "$(status "$1" VmHWM)")" "$(mib "$(status "$1" RssFile)")" "$(mib "$(status "$1" RssAnon)")"
@@ -142,6 +142,6 @@ if [ -n "$anchor" ]; then
   KUBELET_SOCKET=$dir/kubelet.sock "$anchor" --pass-device-specs --device-list-strategy envvar \
     --fail-on-init-error >"$WORK/anchor.log" 2>&1 &
   measure "NVIDIA's nvidia-device-plugin ($("$anchor" --version 2>/dev/null | head -1 | tr -d '\n'))" "$dir" "$dir/nvidia-gpu.sock" "$WORK/anchor.log"
-  echo "NVIDIA's binary: $(echo "$(stat -c %s "$anchor") / 1000000" | bc -l | xargs printf '%.1f') MB as given"
+  echo "NVIDIA's binary: $(awk -v n="$(stat -c %s "$anchor")" 'BEGIN { printf "%.1f", n / 1e6 }') MB as given"
 fi
 exit $fail
