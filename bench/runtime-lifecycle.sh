@@ -3,7 +3,7 @@
 # wait for exit, delete of a trivial container (/bin/true), the sequence an
 # engine drives, timed end to end from this script.
 #
-#   bench/runtime-lifecycle.sh [--sim] [--runs N]     (root; needs bin/ from `make gpu-e2e`)
+#   bench/runtime-lifecycle.sh [--sim] [--runs N] [--cpus LIST]   (root; bin/ from `make gpu-e2e`)
 #
 # Variants, interleaved round by round (order rotated each round, after 3 untimed
 # warm-up rounds that also fill gantry's inventory cache):
@@ -15,24 +15,33 @@
 #   nvidia-all    NVIDIA's runtime, NVIDIA_VISIBLE_DEVICES=all, when NVIDIA_RUNTIME=PATH
 #                 is given (it finds runc in PATH: bin/runc is put first)
 # Every run starts from a fresh copy of its bundle (as an engine's fresh rootfs
-# overlay), made outside the timed window. Reports median, p90, min, max of the
-# whole lifecycle and the median of `create` alone, in ms; then gantry-all minus runc.
+# overlay), made outside the timed window. Reports median, 10%-trimmed mean, p90,
+# min, max of the whole lifecycle and the median of each step, in ms; then
+# gantry-all minus runc. The timings of a many-core host are bimodal (the
+# scheduler moving runc's processes between cores): --cpus LIST pins the whole
+# run (this script, the runtimes, the containers) to those CPUs with taskset,
+# e.g. --cpus 2-3, and the minimum and trimmed mean show the steady cost.
 # --sim: simulated GPUs (SIM_PROFILE, default h100x8) and a fake driver root, for
 # trying it without a GPU (the numbers then say nothing about a GPU host).
 #
 # Environment: RUNS (default 30), DRIVER_ROOT, NVIDIA_RUNTIME, GANTRY, RUNC.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-runs=${RUNS:-30} sim=
+runs=${RUNS:-30} sim= cpus=
 while [ $# -gt 0 ]; do
   case $1 in
     --sim) sim=--sim ;;
+    --cpus) cpus=${2:?--cpus needs a CPU list, e.g. 2-3}; shift ;;
     --runs) runs=${2:?--runs needs a number}; shift ;;
     -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) echo "unknown argument $1 (use --sim, --runs N)" >&2; exit 2 ;;
+    *) echo "unknown argument $1 (use --sim, --runs N, --cpus LIST)" >&2; exit 2 ;;
   esac
   shift
 done
+if [ -n "$cpus" ] && [ -z "${GANTRY_BENCH_PINNED:-}" ]; then
+  command -v taskset >/dev/null || { echo "--cpus needs taskset (util-linux)" >&2; exit 2; }
+  GANTRY_BENCH_PINNED=$cpus exec taskset -c "$cpus" "$0" ${sim:+--sim} --runs "$runs" --cpus "$cpus"
+fi
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs $runs: need a positive number" >&2; exit 2; }
 [[ ${EPOCHREALTIME:-} =~ ^[0-9]+[.,][0-9]{6}$ ]] || { echo "bash 5 or newer needed (EPOCHREALTIME)" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/gantry-bench.XXXXXX)
@@ -111,12 +120,14 @@ for ((r = 0; r < runs; r++)); do
   for ((k = 0; k < n; k++)); do lifecycle "${variants[(r + k) % n]}" || exit 1; done
 done
 
-# stats FILE: median p90 min max (nearest-rank p90).
+# stats FILE: median, mean of the middle 80% (10% cut at each end), p90
+# (nearest rank), min, max.
 stats() {
   sort -n "$1" | awk '{ v[NR] = $1 } END {
     m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
     p = int(0.9 * NR); if (p < 0.9 * NR) p++
-    printf "%8.1f %8.1f %8.1f %8.1f", m, v[p], v[1], v[NR] }'
+    cut = int(NR / 10); s = 0; for (i = cut + 1; i <= NR - cut; i++) s += v[i]
+    printf "%8.1f %8.1f %8.1f %8.1f %8.1f", m, s / (NR - 2 * cut), v[p], v[1], v[NR] }'
 }
 median() { stats "$1" | awk '{print $1}'; }
 
@@ -125,8 +136,8 @@ if [ -n "$sim" ]; then
 else
   host=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd, -)
 fi
-echo "== create+start+wait+delete of /bin/true, ms, $runs runs each ($host; $(nproc) CPUs)"
-printf '%-12s %8s %8s %8s %8s   %s\n' variant median p90 min max "median of each step: create start wait delete"
+echo "== create+start+wait+delete of /bin/true, ms, $runs runs each ($host; $(nproc) CPUs${cpus:+, pinned to $cpus})"
+printf '%-12s %8s %8s %8s %8s %8s   %s\n' variant median trim10 p90 min max "median of each step: create start wait delete"
 for v in "${variants[@]}"; do
   printf '%-12s %s   %8.1f %5.1f %4.1f %6.1f\n' "$v" "$(stats "$WORK/$v.total")" "$(median "$WORK/$v.create")" \
     "$(median "$WORK/$v.start")" "$(median "$WORK/$v.wait")" "$(median "$WORK/$v.delete")"
