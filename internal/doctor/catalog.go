@@ -47,6 +47,14 @@ var Catalog = []CheckDoc{
 		},
 	},
 	{
+		Name:     CheckGPUNodes,
+		Verifies: "Each GPU the driver reports (NVML, or the simulated host) has its own node `/dev/nvidia<minor>`, the character device 195:<minor>; skipped when no GPUs were reported.",
+		Failures: []FailureDoc{
+			{"GPU N's node is missing or has the wrong numbers (the evidence names the GPU, its UUID and the node)",
+				"create the node: `nvidia-modprobe -c=<minor>` (or `mknod -m 666 /dev/nvidiaN c 195 N`; or restart the driver container that makes them)"},
+		},
+	},
+	{
 		Name:     CheckPersistence,
 		Verifies: "Every GPU has persistence mode on (NVML). Advice, never a failure: without it the driver tears a GPU down when its last client exits, so each container start initialises it again; the evidence names the GPUs with it off, and says to run `nvidia-smi -pm 1` or `nvidia-persistenced`. Skipped when the GPUs are simulated or NVML did not pass.",
 	},

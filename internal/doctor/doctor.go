@@ -23,6 +23,9 @@ const (
 	Pass Status = "PASS"
 	Fail Status = "FAIL"
 	Skip Status = "SKIP"
+	// Info is said of a path not in use here (an engine present but not
+	// used for GPUs, a container that asked for none): not a failure.
+	Info Status = "INFO"
 )
 
 // Check is one link of the chain.
@@ -41,6 +44,7 @@ const (
 	CheckKernel          = "kernel driver"
 	CheckDeviceNodes     = "device nodes"
 	CheckNVML            = "nvml"
+	CheckGPUNodes        = "gpu device nodes"
 	CheckPersistence     = "persistence mode"
 	CheckVersions        = "driver and cuda versions"
 	CheckDriverFiles     = "driver files"
@@ -164,6 +168,10 @@ func skip(name, format string, a ...any) Check {
 	return Check{Name: name, Status: Skip, OK: true, Evidence: fmt.Sprintf(format, a...)}
 }
 
+func info(name, format string, a ...any) Check {
+	return Check{Name: name, Status: Info, OK: true, Evidence: fmt.Sprintf(format, a...)}
+}
+
 func fail(name, fix, format string, a ...any) Check {
 	return Check{Name: name, Status: Fail, Evidence: fmt.Sprintf(format, a...), Fix: fix}
 }
@@ -198,6 +206,7 @@ func Run(opts Options) []Check {
 		nvmlCheck, sys = checkNVML(cfg)
 	}
 	out = append(out, nvmlCheck)
+	out = append(out, checkGPUNodes(opts, sys))
 	out = append(out, checkPersistence(cfg, nvmlCheck))
 
 	if c := after(CheckVersions, kernel); c != nil {
@@ -331,6 +340,35 @@ func procDevicesMajor(opts Options, name string) (int, string) {
 		}
 	}
 	return -1, file
+}
+
+// checkGPUNodes checks each GPU the driver reports against its own node,
+// /dev/nvidia<minor>: counting the nodes says nothing about which is gone.
+func checkGPUNodes(opts Options, sys *gpu.System) Check {
+	if sys == nil {
+		return skip(CheckGPUNodes, "not checked: the driver reported no GPUs (see %s)", CheckNVML)
+	}
+	devRoot := opts.Config.EffectiveDevRoot()
+	var problems, fixes []string
+	for _, d := range sys.Devices {
+		path := d.DevicePath()
+		f, err := driver.StatDevice(devRoot, path)
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("GPU %d (%s): %s: %v", d.Index, d.UUID, path, err))
+		case f.Major != 195 || f.Minor != int64(d.Minor):
+			problems = append(problems, fmt.Sprintf("GPU %d (%s): %s is %d:%d, want 195:%d", d.Index, d.UUID, path, f.Major, f.Minor, d.Minor))
+		default:
+			continue
+		}
+		fixes = append(fixes, fmt.Sprintf("nvidia-modprobe -c=%d", d.Minor))
+	}
+	if len(problems) > 0 {
+		return fail(CheckGPUNodes,
+			"create the node: "+strings.Join(fixes, "; ")+" (or mknod -m 666 /dev/nvidiaN c 195 N; or restart the driver container that makes them)",
+			"%s", strings.Join(problems, "; "))
+	}
+	return pass(CheckGPUNodes, "each of the %d GPUs has its node /dev/nvidia<minor> 195:<minor> under %s", len(sys.Devices), devRoot)
 }
 
 func checkNVML(cfg config.Config) (Check, *gpu.System) {

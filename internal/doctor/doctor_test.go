@@ -139,7 +139,7 @@ func TestHealthyHost(t *testing.T) {
 	if Failed(checks) {
 		t.Fatalf("a healthy host has failures:\n%s", dump(checks))
 	}
-	for _, name := range []string{CheckKernel, CheckDeviceNodes, CheckVersions, CheckDriverFiles, CheckCDISpecs, CheckDocker, CheckHook} {
+	for _, name := range []string{CheckKernel, CheckDeviceNodes, CheckGPUNodes, CheckVersions, CheckDriverFiles, CheckCDISpecs, CheckDocker, CheckHook} {
 		expect(t, checks, name, Pass, nil, "")
 	}
 	expect(t, checks, CheckKernel, Pass, []string{fakedriver.DefaultVersion}, "")
@@ -149,7 +149,7 @@ func TestHealthyHost(t *testing.T) {
 	expect(t, checks, CheckContainerd, Skip, nil, "")
 	expect(t, checks, CheckCRIO, Skip, nil, "")
 	// Every check is present, in chain order.
-	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckPersistence, CheckVersions, CheckDriverFiles,
+	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles,
 		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook,
 		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode}
 	if len(checks) != len(want) {
@@ -326,4 +326,21 @@ func TestNVMLBackendNeedsKernel(t *testing.T) {
 	os.Remove(filepath.Join(h.res.Root, "proc/driver/nvidia/version"))
 	checks := Run(h.opts)
 	expect(t, checks, CheckNVML, Skip, []string{"kernel driver did not pass"}, "")
+}
+
+// An 8-GPU host with /dev/nvidia1 gone: counting nodes said "7 GPU nodes"
+// and passed; each GPU is checked against its own node.
+func TestMissingGPUNodeNamesTheGPU(t *testing.T) {
+	h := newHost(t)
+	if err := os.Remove(filepath.Join(h.res.Root, "dev/nvidia1")); err != nil {
+		t.Fatal(err)
+	}
+	checks := Run(h.opts)
+	expect(t, checks, CheckGPUNodes, Fail, []string{"GPU 1 ", "/dev/nvidia1"}, "nvidia-modprobe -c=1")
+	if c := find(t, checks, CheckGPUNodes); strings.Contains(c.Evidence, "GPU 0 ") || strings.Contains(c.Evidence, "GPU 2 ") {
+		t.Errorf("evidence names GPUs whose nodes are there: %s", c.Evidence)
+	}
+	if !Failed(checks) {
+		t.Error("a missing GPU node is not a failure")
+	}
 }
