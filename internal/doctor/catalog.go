@@ -90,9 +90,9 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckDocker,
-		Verifies: "Docker's `daemon.json` (`--docker-config`) registers a runtime that runs `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when Docker is not installed.",
+		Verifies: "Docker's `daemon.json` (`--docker-config`) registers a runtime that runs `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when Docker is not installed. When the file registers no GPU runtime but the hook is on dockerd's `PATH`, `docker run --gpus` works and only `--runtime nvidia` is unavailable: INFO, not a failure.",
 		Failures: []FailureDoc{
-			{"`dockerd` is installed but `daemon.json` does not exist, or it registers no GPU runtime",
+			{"`dockerd` is installed but `daemon.json` does not exist, or it registers no GPU runtime, and the hook for `--gpus` is not usable either",
 				"`gantry runtime configure --runtime docker`, then `systemctl restart docker`"},
 			{"a registered runtime's program does not exist or is not on `PATH`",
 				"install `gantry-runtime` there, or re-register it (`gantry runtime configure --runtime docker`)"},
@@ -126,10 +126,10 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckHook,
-		Verifies: "`nvidia-container-runtime-hook` is on `PATH`: `docker run --gpus` runs it; skipped when Docker is not installed.",
+		Verifies: "`nvidia-container-runtime-hook` is on dockerd's `PATH`, read from `/proc/PID/environ` of the running `dockerd` (systemd's default service `PATH` when none runs), not doctor's: `docker run --gpus` makes dockerd look it up there; skipped when Docker is not installed.",
 		Failures: []FailureDoc{
-			{"the hook is not on `PATH`: `docker run --gpus` fails with \"could not select device driver\"",
-				"`ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it)"},
+			{"the hook is not on dockerd's `PATH`: `docker run --gpus` fails with \"could not select device driver\"",
+				"`ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), or add its directory to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), then `systemctl restart docker`"},
 		},
 	},
 	{

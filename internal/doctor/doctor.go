@@ -229,11 +229,12 @@ func Run(opts Options) []Check {
 	}
 
 	docker := dockerInstalled(opts)
+	hook := checkHook(opts, docker)
 	out = append(out,
-		checkDocker(opts, docker),
+		checkDocker(opts, docker, hook.Status == Pass),
 		checkContainerd(opts),
 		checkCRIO(opts),
-		checkHook(docker),
+		hook,
 	)
 	if opts.Container != "" {
 		out = append(out, checkContainer(opts)...)

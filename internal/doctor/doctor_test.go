@@ -59,6 +59,10 @@ func newHost(t *testing.T) *host {
 		CRIODropins:      filepath.Join(dir, "crio/crio.conf.d"),
 		KubeletDir:       filepath.Join(dir, "kubelet"), // not a Kubernetes node
 	}
+	// A running dockerd whose PATH has the hook: doctor looks the hook up
+	// there, not in its own PATH.
+	h.write(t, filepath.Join(h.opts.Proc, "100/comm"), "dockerd\n")
+	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "LANG=C\x00PATH="+h.bin+"\x00")
 	h.write(t, h.opts.DockerConfig, `{"runtimes": {"nvidia": {"path": "`+filepath.Join(h.bin, "gantry-runtime")+`"}}}`)
 	h.writeSpec(t)
 	return h
@@ -221,9 +225,10 @@ func TestDockerConfig(t *testing.T) {
 		evidence      []string
 		fix           string
 	}{
-		{"no runtime", `{"log-driver": "json-file", "runtimes": {"crun": {"path": "/usr/bin/crun"}}}`, Fail,
-			[]string{"registers no runtime", "crun"}, "gantry runtime configure --runtime docker"},
-		{"empty", ``, Fail, []string{"registers no runtime"}, "gantry runtime configure --runtime docker"},
+		// The hook is on dockerd's PATH, so --gpus works: no runtime entry is INFO.
+		{"no runtime", `{"log-driver": "json-file", "runtimes": {"crun": {"path": "/usr/bin/crun"}}}`, Info,
+			[]string{"registers no GPU runtime", "--gpus uses the hook"}, ""},
+		{"empty", ``, Info, []string{"registers no GPU runtime"}, ""},
 		{"missing program", `{"runtimes": {"nvidia": {"path": "/nonexistent/nvidia-container-runtime"}}}`, Fail,
 			[]string{`"nvidia"`, "/nonexistent/nvidia-container-runtime", "does not exist"}, "gantry runtime configure --runtime docker"},
 		{"relative on PATH", `{"runtimes": {"gantry": {"path": "gantry-runtime"}}, "default-runtime": "gantry"}`, Pass,
@@ -243,7 +248,20 @@ func TestDockerConfig(t *testing.T) {
 		expect(t, checks, CheckDocker, Skip, []string{"not installed"}, "")
 		h.write(t, filepath.Join(h.bin, "dockerd"), "#!/bin/sh\n")
 		checks = Run(h.opts)
-		expect(t, checks, CheckDocker, Fail, []string{"does not exist"}, "gantry runtime configure --runtime docker")
+		// --gpus users need no daemon.json: INFO, exit 0.
+		expect(t, checks, CheckDocker, Info, []string{"does not exist", "--gpus uses the hook"}, "")
+		if Failed(checks) {
+			t.Fatalf("Docker used through --gpus only fails:\n%s", dump(checks))
+		}
+		os.Remove(filepath.Join(h.bin, "nvidia-container-runtime-hook"))
+		checks = Run(h.opts)
+		expect(t, checks, CheckDocker, Fail, []string{"does not exist", "not usable"}, "gantry runtime configure --runtime docker")
+	})
+	t.Run("no runtime and no hook", func(t *testing.T) {
+		h := newHost(t)
+		h.write(t, h.opts.DockerConfig, `{"runtimes": {"crun": {"path": "/usr/bin/crun"}}}`)
+		os.Remove(filepath.Join(h.bin, "nvidia-container-runtime-hook"))
+		expect(t, Run(h.opts), CheckDocker, Fail, []string{"registers no runtime", "crun"}, "gantry runtime configure --runtime docker")
 	})
 }
 
@@ -343,4 +361,18 @@ func TestMissingGPUNodeNamesTheGPU(t *testing.T) {
 	if !Failed(checks) {
 		t.Error("a missing GPU node is not a failure")
 	}
+}
+
+// The hook on doctor's PATH but not on dockerd's: docker run --gpus fails
+// there, so the lookup uses dockerd's PATH from /proc/PID/environ.
+func TestHookLookedUpOnDockerdPATH(t *testing.T) {
+	h := newHost(t)
+	other := filepath.Join(h.dir, "elsewhere")
+	h.write(t, filepath.Join(other, "nvidia-container-runtime-hook"), "#!/bin/sh\n")
+	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "PATH="+other+"\x00")
+	expect(t, Run(h.opts), CheckHook, Pass, []string{other, "dockerd's PATH", "100/environ"}, "")
+
+	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "PATH=/usr/sbin:/usr/bin\x00")
+	// doctor's own PATH (h.bin) has the hook; dockerd's does not.
+	expect(t, Run(h.opts), CheckHook, Fail, []string{`"/usr/sbin:/usr/bin"`, "dockerd's PATH"}, "dockerd's PATH")
 }
