@@ -134,18 +134,14 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckContainer,
-		Verifies: "With `--container ID`: what the container asked for and what it got. A Docker container (when the docker CLI knows the ID or name): its runtime, `NVIDIA_VISIBLE_DEVICES`, `--gpus` device requests, CDI or `/dev/nvidia*` devices. Else a containerd task (every namespace, or `--namespace`), read from its bundle under `--containerd-state` (`io.containerd.runtime.v2.task/NAMESPACE/ID/config.json`, the OCI spec as the runtime ran it): `NVIDIA_VISIBLE_DEVICES`, `NVIDIA_DRIVER_CAPABILITIES`, `cdi.k8s.io/` annotations, the runc binary, and what was injected (`/dev/nvidia*` devices, driver mounts). With `--pod`, the same for each of the pod's containers, with the devices the kubelet assigned.",
+		Verifies: "With `--container ID`: what the container asked for and what it got. A Docker container (when the docker CLI knows the ID or name): its runtime, `NVIDIA_VISIBLE_DEVICES`, `--gpus` device requests, CDI or `/dev/nvidia*` devices. Else a containerd task (every namespace, or `--namespace`), read from its bundle under `--containerd-state` (`io.containerd.runtime.v2.task/NAMESPACE/ID/config.json`, the OCI spec as the runtime ran it): `NVIDIA_VISIBLE_DEVICES`, `NVIDIA_DRIVER_CAPABILITIES`, `cdi.k8s.io/` annotations, the runc binary, and what was injected (`/dev/nvidia*` devices, driver mounts). With `--pod`, the same for each of the pod's containers, with the devices the kubelet assigned. A container that asked for no GPU is INFO (\"no GPU requested\"), and its device access is not probed: it is not broken.",
 		Failures: []FailureDoc{
 			{"neither Docker nor containerd knows the container (no such container, no daemon reachable, or containerd's state elsewhere)",
 				"name a running container (`docker ps`; `ctr -n NAMESPACE tasks ls`; `crictl ps`) and run doctor as root on its host; for containerd give `--namespace`, and `--containerd-state` if its state directory is not `/run/containerd`"},
 			{"a containerd container asks for GPUs (`NVIDIA_VISIBLE_DEVICES`, CDI annotations) but its spec has no `/dev/nvidia*` device: the runtime is not registered, or runc was used directly",
 				"`gantry runtime configure --runtime containerd`, then `systemctl restart containerd`, and recreate the container under that runtime (Kubernetes: `runtimeClassName: nvidia`, or make it containerd's default runtime; ctr: `ctr run --runc-binary /usr/bin/gantry-runtime`)"},
-			{"a containerd container with no GPU request",
-				"ask for GPUs: `NVIDIA_VISIBLE_DEVICES=all` (Kubernetes: `resources.limits` `nvidia.com/gpu`) under gantry-runtime, or a CDI device"},
 			{"`NVIDIA_VISIBLE_DEVICES` is set but the container runs under plain runc, which ignores it",
 				"run it with `--runtime nvidia`, or `--gpus all`, or `--device nvidia.com/gpu=all` (CDI)"},
-			{"no GPU request at all",
-				"run it with `--gpus all`, or `--runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all`, or `--device nvidia.com/gpu=all` (CDI)"},
 		},
 	},
 	{

@@ -104,10 +104,11 @@ func TestDoctorContainer(t *testing.T) {
 	t.Run("NodeWithoutRule", func(t *testing.T) {
 		id := start("-v", filepath.Join(f.driver.Root, "dev/nvidiactl")+":/dev/nvidiactl")
 		got := diagnose(id)
-		if c := got[doctor.CheckContainer]; c.Status != doctor.Fail || !strings.Contains(c.Evidence, "no GPU request") {
+		// It asked for no GPU: not a device-cgroup failure to restart.
+		if c := got[doctor.CheckContainer]; c.Status != doctor.Info || !strings.Contains(c.Evidence, "no GPU requested") {
 			t.Errorf("container request: %+v", c)
 		}
-		if c := got[doctor.CheckContainerDevice]; c.Status != doctor.Fail || !strings.Contains(c.Evidence, cgroupBroken) {
+		if c := got[doctor.CheckContainerDevice]; c.Status != doctor.Info || !strings.Contains(c.Evidence, "no GPU requested") {
 			t.Errorf("container device access: %+v", c)
 		}
 	})
