@@ -102,9 +102,9 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckContainerd,
-		Verifies: "Containerd's `config.toml` (`--containerd-config`; config versions 1, 2 and 3) registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when the file does not exist.",
+		Verifies: "Containerd's `config.toml` (`--containerd-config`; config versions 1, 2 and 3) registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when the file does not exist. A config that registers no GPU runtime is INFO, not a failure, where containerd runs no GPU containers through CRI: its CRI plugin is disabled (`disabled_plugins = [\"cri\"]`, Docker CE's config) or this is no Kubernetes node (no `--kubelet-dir`; Debian's containerd under Docker).",
 		Failures: []FailureDoc{
-			{"no GPU runtime registered",
+			{"no GPU runtime registered on a Kubernetes node",
 				"`gantry runtime configure --runtime containerd`, then `systemctl restart containerd`"},
 			{"a registered runtime's program does not exist or is not on `PATH`",
 				"install `gantry-runtime` there, or re-register it (`gantry runtime configure --runtime containerd`)"},
@@ -114,9 +114,9 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckCRIO,
-		Verifies: "CRI-O's `/etc/crio/crio.conf` and its drop-ins (`--crio-dropins`, read in name order) register a runtime whose `runtime_path` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither exists.",
+		Verifies: "CRI-O's `/etc/crio/crio.conf` and its drop-ins (`--crio-dropins`, read in name order) register a runtime whose `runtime_path` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither exists. No GPU runtime is INFO when this is no Kubernetes node: CRI-O serves only a kubelet.",
 		Failures: []FailureDoc{
-			{"no GPU runtime registered",
+			{"no GPU runtime registered on a Kubernetes node",
 				"`gantry runtime configure --runtime crio`, then `systemctl restart crio`"},
 			{"a registered runtime's program does not exist or is not on `PATH`",
 				"install `gantry-runtime` there, or re-register it (`gantry runtime configure --runtime crio`)"},

@@ -280,6 +280,17 @@ func TestContainerdAndCRIO(t *testing.T) {
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
 `)
+	// No kubelet: containerd is Docker's backend (Debian's package), not a GPU path.
+	expect(t, Run(h.opts), CheckContainerd, Info, []string{"no Kubernetes node", "Docker's backend"}, "")
+	// Docker CE's config turns CRI off: never a GPU path, kubelet or not.
+	h.write(t, filepath.Join(h.opts.KubeletDir, "device-plugins/.keep"), "")
+	h.write(t, h.opts.ContainerdConfig, "disabled_plugins = [\"cri\"]\n")
+	expect(t, Run(h.opts), CheckContainerd, Info, []string{`disabled_plugins "cri"`}, "")
+	// On a Kubernetes node the CRI plugin runs GPU pods: no runtime is a FAIL.
+	h.write(t, h.opts.ContainerdConfig, `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+`)
 	expect(t, Run(h.opts), CheckContainerd, Fail, []string{"registers no runtime", "runc"}, "gantry runtime configure --runtime containerd")
 	h.write(t, h.opts.ContainerdConfig, `version = 3
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]

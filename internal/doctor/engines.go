@@ -147,7 +147,33 @@ func checkContainerd(opts Options) Check {
 		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
-	return judgeRuntimes(CheckContainerd, file, fix, all)
+	c := judgeRuntimes(CheckContainerd, file, fix, all)
+	if c.Status != Fail || !noGPURuntime(all) {
+		return c
+	}
+	// No GPU runtime registered. That is a failure only where containerd
+	// runs GPU containers itself, through its CRI plugin for a kubelet;
+	// with the plugin disabled (Docker CE's config) or no kubelet here
+	// (Debian's containerd under Docker) it is Docker's backend.
+	if d := criDisabled(doc); d != "" {
+		return info(CheckContainerd, "%s disables the CRI plugin (disabled_plugins %s): containerd is not used for GPU containers here (Docker's backend); no GPU runtime needed", file, d)
+	}
+	if _, err := os.Stat(opts.KubeletDir); err != nil {
+		return info(CheckContainerd, "%s registers no GPU runtime, and this is no Kubernetes node (no %s): containerd is not used through CRI for GPU containers here (Docker's backend, or ctr/nerdctl with --runc-binary or CDI)", file, opts.KubeletDir)
+	}
+	return c
+}
+
+// criDisabled returns the disabled_plugins entry that turns the CRI
+// plugin off, or "".
+func criDisabled(doc map[string]any) string {
+	list, _ := doc["disabled_plugins"].([]any)
+	for _, v := range list {
+		if p, _ := v.(string); p == "cri" || p == "io.containerd.grpc.v1.cri" || p == "io.containerd.cri.v1.runtime" {
+			return fmt.Sprintf("%q", p)
+		}
+	}
+	return ""
 }
 
 func table(m map[string]any, keys ...string) map[string]any {
@@ -202,7 +228,14 @@ func checkCRIO(opts Options) Check {
 		all = append(all, registered{n, p})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
-	return judgeRuntimes(CheckCRIO, opts.CRIOConfig+" and "+opts.CRIODropins, fix, all)
+	c := judgeRuntimes(CheckCRIO, opts.CRIOConfig+" and "+opts.CRIODropins, fix, all)
+	if c.Status == Fail && noGPURuntime(all) {
+		// CRI-O serves only a kubelet: without one it runs no GPU containers.
+		if _, err := os.Stat(opts.KubeletDir); err != nil {
+			return info(CheckCRIO, "no GPU runtime registered, and this is no Kubernetes node (no %s): CRI-O is not used for GPU containers here", opts.KubeletDir)
+		}
+	}
+	return c
 }
 
 // defaultServicePATH is systemd's PATH for services, which dockerd gets
