@@ -2,6 +2,7 @@ package cli
 
 import (
 	"flag"
+	"os"
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/doctor"
@@ -45,6 +46,7 @@ failure. Exit code 0 when nothing failed, 1 otherwise.`,
 			containerdState := fs.String("containerd-state", doctor.DefaultContainerdState, "containerd's state directory (its config's state), where its tasks' bundles are")
 			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket for --pod (default: the first of "+strings.Join(doctor.DefaultCRISockets, ", ")+" that exists)")
 			dockerConfig := fs.String("docker-config", doctor.DefaultDockerConfig, "Docker's daemon.json")
+			dockerSocket := fs.String("docker-socket", dockerSocketDefault(), "the running dockerd's API socket, asked what runtimes it registered (default: $DOCKER_HOST when unix://, else "+doctor.DefaultDockerSocket+")")
 			containerdConfig := fs.String("containerd-config", doctor.DefaultContainerdConfig, "containerd's config.toml")
 			crioDropins := fs.String("crio-dropins", doctor.DefaultCRIODropins, "CRI-O's drop-in directory")
 			kubeletDir := fs.String("kubelet-dir", doctor.DefaultKubeletDir, "the kubelet's root directory (Kubernetes checks run when it exists)")
@@ -68,6 +70,7 @@ failure. Exit code 0 when nothing failed, 1 otherwise.`,
 					ContainerdState:  *containerdState,
 					CRISocket:        *criSocket,
 					DockerConfig:     *dockerConfig,
+					DockerSocket:     *dockerSocket,
 					ContainerdConfig: *containerdConfig,
 					CRIODropins:      *crioDropins,
 					KubeletDir:       *kubeletDir,
@@ -90,4 +93,12 @@ failure. Exit code 0 when nothing failed, 1 otherwise.`,
 			}
 		},
 	})
+}
+
+// dockerSocketDefault is the socket the docker CLI would use.
+func dockerSocketDefault() string {
+	if p, ok := strings.CutPrefix(os.Getenv("DOCKER_HOST"), "unix://"); ok && p != "" {
+		return p
+	}
+	return doctor.DefaultDockerSocket
 }

@@ -94,6 +94,8 @@ var Catalog = []CheckDoc{
 		Failures: []FailureDoc{
 			{"`dockerd` is installed but `daemon.json` does not exist, or it registers no GPU runtime, and the hook for `--gpus` is not usable either",
 				"`gantry runtime configure --runtime docker`, then `systemctl restart docker`"},
+			{"`daemon.json` registers a GPU runtime (or a default runtime) that the running dockerd, asked over its socket (`GET /info` on `--docker-socket`, default `$DOCKER_HOST` or `/var/run/docker.sock`), does not have: the file changed and dockerd was not restarted (`docker run --runtime nvidia` says \"Unknown runtime specified\")",
+				"`systemctl restart docker` (dockerd reads daemon.json when it starts)"},
 			{"a registered runtime's program does not exist or is not on `PATH`",
 				"install `gantry-runtime` there, or re-register it (`gantry runtime configure --runtime docker`)"},
 			{"the file is not valid JSON (dockerd will not start)", "correct the JSON, then register the runtime"},

@@ -78,8 +78,11 @@ const (
 type Options struct {
 	Config config.Config
 	// Proc is the host's procfs ("/proc").
-	Proc             string
-	DockerConfig     string
+	Proc         string
+	DockerConfig string
+	// DockerSocket is the running dockerd's API socket
+	// (DefaultDockerSocket), asked what it registered.
+	DockerSocket     string
 	ContainerdConfig string
 	CRIOConfig       string
 	CRIODropins      string
@@ -124,6 +127,7 @@ func (o *Options) defaults() {
 	}
 	def(&o.Proc, "/proc")
 	def(&o.DockerConfig, DefaultDockerConfig)
+	def(&o.DockerSocket, DefaultDockerSocket)
 	def(&o.ContainerdConfig, DefaultContainerdConfig)
 	def(&o.CRIOConfig, DefaultCRIOConfig)
 	def(&o.CRIODropins, DefaultCRIODropins)

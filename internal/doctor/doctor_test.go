@@ -54,6 +54,7 @@ func newHost(t *testing.T) *host {
 		Config:           cfg,
 		Proc:             filepath.Join(dir, "proc"), // the host's /proc must not matter
 		DockerConfig:     filepath.Join(dir, "docker/daemon.json"),
+		DockerSocket:     filepath.Join(dir, "docker/docker.sock"), // no dockerd: the file only
 		ContainerdConfig: filepath.Join(dir, "containerd/config.toml"),
 		CRIOConfig:       filepath.Join(dir, "crio/crio.conf"),
 		CRIODropins:      filepath.Join(dir, "crio/crio.conf.d"),

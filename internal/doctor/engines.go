@@ -105,12 +105,26 @@ func checkDocker(opts Options, installed, hookOK bool) Check {
 		all = append(all, registered{name, r.Path})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
+	live, liveErr := askDockerd(opts.DockerSocket)
+	if liveErr == nil {
+		if problems := compareDockerd(file, all, doc.DefaultRuntime, live); len(problems) > 0 {
+			return fail(CheckDocker, "systemctl restart docker (dockerd reads daemon.json when it starts)",
+				"%s: dockerd was not restarted after the file changed", strings.Join(problems, "; "))
+		}
+	}
 	c := judgeRuntimes(CheckDocker, file, fix, all)
 	if c.Status == Fail && hookOK && noGPURuntime(all) {
 		return info(CheckDocker, "%s registers no GPU runtime (docker run --runtime nvidia is not available); docker run --gpus uses the hook (see %s)", file, CheckHook)
 	}
 	if c.OK && doc.DefaultRuntime != "" {
 		c.Evidence += fmt.Sprintf(" (default runtime %q)", doc.DefaultRuntime)
+	}
+	if c.OK {
+		if liveErr != nil {
+			c.Evidence += fmt.Sprintf("; no dockerd answers on %s (%v), so this is the file only", opts.DockerSocket, liveErr)
+		} else {
+			c.Evidence += fmt.Sprintf("; the running dockerd (%s) has it (default runtime %q, CDI spec dirs %s)", opts.DockerSocket, live.DefaultRuntime, listOrNone(live.CDISpecDirs))
+		}
 	}
 	return c
 }
