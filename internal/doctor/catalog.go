@@ -77,6 +77,16 @@ var Catalog = []CheckDoc{
 		},
 	},
 	{
+		Name:     CheckLoaderCache,
+		Verifies: "The driver root's `/etc/ld.so.cache` is a loader cache that lists every driver library beside `libcuda` and `libnvidia-ml` by its SONAME: NVML on the host and every program linked to `libcuda` find them through it, so a corrupt cache, or one written before the driver was installed, breaks them while the files are fine.",
+		Failures: []FailureDoc{
+			{"the cache is missing, corrupt or not a loader cache (the evidence names the file)",
+				"rebuild the cache: `ldconfig` (`ldconfig -r ROOT` for a driver root)"},
+			{"the cache has no entry for some driver libraries (the evidence names them)",
+				"rebuild the cache: `ldconfig` (`ldconfig -r ROOT` for a driver root)"},
+		},
+	},
+	{
 		Name:     CheckInventoryCache,
 		Verifies: "The runtime's cached driver inventories in `runtime.cache-dir` and which driver version each was made for. A stale one is reported, not failed: `gantry-runtime` replaces it on the next GPU container.",
 	},

@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/ldcache"
 )
 
 // Status is the outcome of one check.
@@ -48,6 +49,7 @@ const (
 	CheckPersistence     = "persistence mode"
 	CheckVersions        = "driver and cuda versions"
 	CheckDriverFiles     = "driver files"
+	CheckLoaderCache     = "loader cache"
 	CheckInventoryCache  = "inventory cache"
 	CheckCDISpecs        = "cdi specs"
 	CheckDocker          = "docker config"
@@ -222,9 +224,9 @@ func Run(opts Options) []Check {
 	}
 
 	if c := after(CheckDriverFiles, kernel); c != nil {
-		out = append(out, *c)
+		out = append(out, *c, *after(CheckLoaderCache, kernel))
 	} else {
-		out = append(out, checkDriverFiles(cfg))
+		out = append(out, checkDriverFiles(cfg), checkLoaderCache(cfg))
 	}
 	if c := after(CheckInventoryCache, kernel); c != nil {
 		out = append(out, *c, *after(CheckCDISpecs, kernel))
@@ -452,4 +454,58 @@ func checkDriverFiles(cfg config.Config) Check {
 	}
 	return pass(CheckDriverFiles, "driver %s under %s: %d libraries (SONAME links resolve), %d programs, %d firmware files",
 		inv.Version, inv.Root, len(inv.Libraries), len(inv.Binaries), len(inv.Firmware))
+}
+
+// checkLoaderCache checks the driver root's ld.so.cache against the
+// driver's libraries: the loader (NVML's dlopen on the host, and every
+// program that links libcuda) finds them through it, so a corrupt cache or
+// one written before the driver was installed breaks them while the files
+// themselves are fine.
+func checkLoaderCache(cfg config.Config) Check {
+	root := cfg.DriverRoot
+	fix := "rebuild the cache: ldconfig"
+	if root != "/" {
+		fix = "rebuild the cache: ldconfig -r " + root
+	}
+	file, err := driver.ResolveInRoot(root, "/etc/ld.so.cache")
+	if err != nil {
+		return fail(CheckLoaderCache, fix, "%s/etc/ld.so.cache: %v", strings.TrimSuffix(root, "/"), err)
+	}
+	cache, err := ldcache.Open(file)
+	if err != nil {
+		return fail(CheckLoaderCache, fix, "%s cannot be read as a loader cache: %v (the loader then finds no driver library outside the default directories)", file, err)
+	}
+	inv, err := discover.Driver(cfg)
+	if err != nil {
+		return fail(CheckLoaderCache, "point --driver-root at the driver install", "%v", err)
+	}
+	inCache := map[string]bool{}
+	for _, e := range cache.Entries {
+		inCache[e.Name] = true
+	}
+	// The libraries the loader is meant to find are those beside libcuda
+	// and libnvidia-ml; those in subdirectories (vdpau/, gbm/, xorg/) are
+	// opened by path by their own loaders and are rightly not cached.
+	loaderDirs := map[string]bool{}
+	for _, lib := range inv.Libraries {
+		if lib.SONAME == "libcuda.so.1" || lib.SONAME == "libnvidia-ml.so.1" {
+			loaderDirs[filepath.Dir(lib.HostPath)] = true
+		}
+	}
+	var missing []string
+	n := 0
+	for _, lib := range inv.Libraries {
+		if lib.SONAME == "" || !loaderDirs[filepath.Dir(lib.HostPath)] {
+			continue
+		}
+		n++
+		if !inCache[lib.SONAME] {
+			missing = append(missing, lib.SONAME)
+		}
+	}
+	if len(missing) > 0 {
+		return fail(CheckLoaderCache, fix, "%s has no entry for %d of the driver's %d libraries: %s (the cache predates the driver install, or ldconfig was not run)",
+			file, len(missing), n, strings.Join(missing, ", "))
+	}
+	return pass(CheckLoaderCache, "%s lists all %d of the driver's libraries (%d entries)", file, n, len(cache.Entries))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
+	"github.com/gantry-gpu/gantry/internal/ldcache"
 )
 
 // host is one test host: a fake driver root with real device nodes,
@@ -144,7 +145,7 @@ func TestHealthyHost(t *testing.T) {
 	if Failed(checks) {
 		t.Fatalf("a healthy host has failures:\n%s", dump(checks))
 	}
-	for _, name := range []string{CheckKernel, CheckDeviceNodes, CheckGPUNodes, CheckVersions, CheckDriverFiles, CheckCDISpecs, CheckDocker, CheckHook} {
+	for _, name := range []string{CheckKernel, CheckDeviceNodes, CheckGPUNodes, CheckVersions, CheckDriverFiles, CheckLoaderCache, CheckCDISpecs, CheckDocker, CheckHook} {
 		expect(t, checks, name, Pass, nil, "")
 	}
 	expect(t, checks, CheckKernel, Pass, []string{fakedriver.DefaultVersion}, "")
@@ -154,7 +155,7 @@ func TestHealthyHost(t *testing.T) {
 	expect(t, checks, CheckContainerd, Skip, nil, "")
 	expect(t, checks, CheckCRIO, Skip, nil, "")
 	// Every check is present, in chain order.
-	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles,
+	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles, CheckLoaderCache,
 		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook,
 		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode}
 	if len(checks) != len(want) {
@@ -387,4 +388,23 @@ func TestHookLookedUpOnDockerdPATH(t *testing.T) {
 	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "PATH=/usr/sbin:/usr/bin\x00")
 	// doctor's own PATH (h.bin) has the hook; dockerd's does not.
 	expect(t, Run(h.opts), CheckHook, Fail, []string{`"/usr/sbin:/usr/bin"`, "dockerd's PATH"}, "dockerd's PATH")
+}
+
+// A corrupt host ld.so.cache, or one without the driver's libraries: the
+// files are all there (driver files passes) but the loader cannot find them.
+func TestLoaderCache(t *testing.T) {
+	h := newHost(t)
+	cache := filepath.Join(h.res.Root, "etc/ld.so.cache")
+	h.write(t, cache, "glibc-ld.so.cache1.1 but then garbage")
+	checks := Run(h.opts)
+	expect(t, checks, CheckLoaderCache, Fail, []string{cache, "cannot be read as a loader cache"}, "ldconfig -r "+h.res.Root)
+	expect(t, checks, CheckDriverFiles, Pass, nil, "")
+
+	// A well-formed cache written before the driver was installed.
+	b, err := (&ldcache.Cache{Entries: []ldcache.Entry{{Name: "libc.so.6", Path: "/lib/x86_64-linux-gnu/libc.so.6", Flags: ldcache.FlagELFLibc6 | ldcache.FlagX8664Lib64}}}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.write(t, cache, string(b))
+	expect(t, Run(h.opts), CheckLoaderCache, Fail, []string{cache, "libcuda.so.1", "libnvidia-ml.so.1"}, "ldconfig -r "+h.res.Root)
 }
