@@ -34,6 +34,17 @@ type command struct {
 	usage   string // argument synopsis after the name
 	help    string // paragraphs shown by --help
 	flags   func(fs *flag.FlagSet) func(e *env, args []string) error
+	// errCode is the exit code of an error of the command's own (a
+	// configuration it cannot load, output it cannot write); 0 means 1.
+	// doctor uses 2, keeping 1 for "a check failed".
+	errCode int
+}
+
+func (c *command) failCode() int {
+	if c.errCode != 0 {
+		return c.errCode
+	}
+	return 1
 }
 
 // usageError is an error in how the command was called: exit code 2.
@@ -93,7 +104,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	e, err := g.resolve(fs, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "gantry: %v\n", err)
-		return 1
+		return cmd.failCode()
 	}
 	if err := run(e, fs.Args()); err != nil {
 		var ue usageError
@@ -106,7 +117,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return int(ec)
 		}
 		fmt.Fprintf(stderr, "gantry %s: %v\n", cmd.name, err)
-		return 1
+		return cmd.failCode()
 	}
 	return 0
 }

@@ -15,6 +15,10 @@ type FailureDoc struct {
 	Fix     string
 }
 
+// ExitCodes says what gantry doctor's exit code means; --help and
+// docs/troubleshooting.md both print it.
+const ExitCodes = "The exit code is 0 when nothing failed on the GPU paths in use here (an engine present but not used for GPUs, or a container that asked for no GPU, is INFO or SKIP with the reason, not a failure), 1 when a check failed, and 2 when doctor itself could not run (a bad flag or argument, a configuration file it cannot load, output it cannot write)."
+
 // Catalog lists every check in the order Run reports them. A test keeps it
 // in step with the Check* names.
 var Catalog = []CheckDoc{
@@ -138,7 +142,7 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckHook,
-		Verifies: "`nvidia-container-runtime-hook` is on dockerd's `PATH`, read from `/proc/PID/environ` of the running `dockerd` (systemd's default service `PATH` when none runs), not doctor's: `docker run --gpus` makes dockerd look it up there; skipped when Docker is not installed.",
+		Verifies: "`nvidia-container-runtime-hook` is on dockerd's `PATH`, read from `/proc/PID/environ` of the running `dockerd` (systemd's default service `PATH` when none runs), not doctor's: `docker run --gpus` makes dockerd look it up there; skipped when Docker is not installed. When the hook is missing but Docker's `--runtime nvidia` path works (docker config passes), only `--gpus` is unavailable: INFO, not a failure.",
 		Failures: []FailureDoc{
 			{"the hook is not on dockerd's `PATH`: `docker run --gpus` fails with \"could not select device driver\"",
 				"`ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), or add its directory to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), then `systemctl restart docker`"},

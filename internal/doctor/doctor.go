@@ -235,9 +235,12 @@ func Run(opts Options) []Check {
 	}
 
 	docker := dockerInstalled(opts)
-	hook := checkHook(opts, docker)
+	// Docker has two GPU paths, --runtime nvidia (daemon.json) and --gpus
+	// (the hook): each is a failure only when the other does not work.
+	dockerCheck := checkDocker(opts, docker, hookUsable(opts))
+	hook := checkHook(opts, docker, dockerCheck.Status == Pass)
 	out = append(out,
-		checkDocker(opts, docker, hook.Status == Pass),
+		dockerCheck,
 		checkContainerd(opts),
 		checkCRIO(opts),
 		hook,

@@ -270,7 +270,17 @@ func TestDockerConfig(t *testing.T) {
 func TestHookMissing(t *testing.T) {
 	h := newHost(t)
 	os.Remove(filepath.Join(h.bin, "nvidia-container-runtime-hook"))
-	expect(t, Run(h.opts), CheckHook, Fail, []string{"not on PATH", "could not select device driver"}, "nvidia-container-runtime-hook")
+	// --runtime nvidia works: only --gpus is unavailable, INFO.
+	checks := Run(h.opts)
+	expect(t, checks, CheckHook, Info, []string{"not on dockerd's PATH", "--gpus is not available"}, "")
+	if Failed(checks) {
+		t.Fatalf("a host using --runtime nvidia fails for the --gpus hook:\n%s", dump(checks))
+	}
+	// Neither path works: both fail.
+	h.write(t, h.opts.DockerConfig, `{}`)
+	checks = Run(h.opts)
+	expect(t, checks, CheckHook, Fail, []string{"not on PATH", "could not select device driver"}, "nvidia-container-runtime-hook")
+	expect(t, checks, CheckDocker, Fail, []string{"registers no runtime"}, "gantry runtime configure --runtime docker")
 	os.Remove(h.opts.DockerConfig) // no Docker: the hook is not needed
 	expect(t, Run(h.opts), CheckHook, Skip, []string{"Docker is not installed"}, "")
 }
@@ -387,6 +397,7 @@ func TestHookLookedUpOnDockerdPATH(t *testing.T) {
 
 	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "PATH=/usr/sbin:/usr/bin\x00")
 	// doctor's own PATH (h.bin) has the hook; dockerd's does not.
+	h.write(t, h.opts.DockerConfig, `{}`)
 	expect(t, Run(h.opts), CheckHook, Fail, []string{`"/usr/sbin:/usr/bin"`, "dockerd's PATH"}, "dockerd's PATH")
 }
 

@@ -288,6 +288,15 @@ func dockerdPATH(proc string) (path, source string) {
 	return defaultServicePATH, "no running dockerd in " + proc + "; systemd's default service PATH"
 }
 
+const hookName = "nvidia-container-runtime-hook"
+
+// hookUsable says whether docker run --gpus finds the hook.
+func hookUsable(opts Options) bool {
+	path, _ := dockerdPATH(opts.Proc)
+	_, ok := lookPathIn(hookName, path)
+	return ok
+}
+
 // lookPathIn is exec.LookPath against a given PATH, not doctor's.
 func lookPathIn(file, path string) (string, bool) {
 	for _, dir := range filepath.SplitList(path) {
@@ -304,15 +313,21 @@ func lookPathIn(file, path string) (string, bool) {
 
 // checkHook: docker run --gpus asks containerd to run a prestart hook found
 // on dockerd's PATH under NVIDIA's name.
-func checkHook(opts Options, docker bool) Check {
-	const name = "nvidia-container-runtime-hook"
+// runtimeOK says Docker's other GPU path, --runtime nvidia, works: then a
+// missing hook is INFO (only --gpus is unavailable), not a failure.
+func checkHook(opts Options, docker, runtimeOK bool) Check {
 	path, source := dockerdPATH(opts.Proc)
-	if p, ok := lookPathIn(name, path); ok {
+	if p, ok := lookPathIn(hookName, path); ok {
 		return pass(CheckHook, "%s (on %s)", p, source)
 	}
 	if !docker {
-		return skip(CheckHook, "%s is not on PATH; only docker --gpus needs it and Docker is not installed", name)
+		return skip(CheckHook, "%s is not on PATH; only docker --gpus needs it and Docker is not installed", hookName)
 	}
+	if runtimeOK {
+		return info(CheckHook, "%s is not on dockerd's PATH %q (%s), so docker run --gpus is not available; docker run --runtime nvidia is (see %s). For --gpus: ln -s gantry-runtime /usr/bin/%s",
+			hookName, path, source, CheckDocker, hookName)
+	}
+	const name = hookName
 	return fail(CheckHook, "ln -s gantry-runtime /usr/bin/"+name+" (gantry-runtime runs as the hook under that name; make install links it), or add its directory to dockerd's PATH (an Environment=PATH= line in docker.service), then systemctl restart docker",
 		"%s is not on PATH %q (%s): docker run --gpus fails with \"could not select device driver\"", name, path, source)
 }
