@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/ldcache"
 )
@@ -67,12 +68,15 @@ const (
 	CheckPodContainers   = "pod containers"
 )
 
-// Default locations of the engines' configuration.
-const (
-	DefaultDockerConfig     = "/etc/docker/daemon.json"
-	DefaultContainerdConfig = "/etc/containerd/config.toml"
-	DefaultCRIOConfig       = "/etc/crio/crio.conf"
-	DefaultCRIODropins      = "/etc/crio/crio.conf.d"
+// Default locations of the engines' configuration: the files `gantry
+// runtime configure` edits (engineconfig has the one default per engine),
+// so doctor reads what configure wrote.
+var (
+	DefaultDockerConfig     = engineconfig.DefaultPath(engineconfig.Docker)
+	DefaultContainerdConfig = engineconfig.DefaultPath(engineconfig.Containerd)
+	DefaultCRIODropins      = filepath.Dir(engineconfig.DefaultPath(engineconfig.CRIO))
+	// DefaultCRIOConfig is CRI-O's main file, which configure never edits.
+	DefaultCRIOConfig = filepath.Join(filepath.Dir(DefaultCRIODropins), "crio.conf")
 )
 
 // Options says what to examine. Empty paths take the defaults above, so
