@@ -449,3 +449,50 @@ func TestCDISpecHooksWithoutEnv(t *testing.T) {
 		"gantry cdi generate --output "+path)
 	t.Log(c.Evidence)
 }
+
+// Healthy hosts that use one engine each: every check PASS, SKIP or INFO,
+// nothing failed (exit 0), and the engines not in use say why.
+func TestHealthyHostsByEngine(t *testing.T) {
+	t.Run("containerd only", func(t *testing.T) {
+		h := newHost(t)
+		os.Remove(h.opts.DockerConfig)
+		os.RemoveAll(filepath.Join(h.opts.Proc, "100")) // no dockerd
+		h.write(t, h.opts.ContainerdConfig, `version = 3
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]
+    BinaryName = "`+filepath.Join(h.bin, "gantry-runtime")+`"
+`)
+		checks := Run(h.opts)
+		if Failed(checks) {
+			t.Fatalf("containerd-only host fails:\n%s", dump(checks))
+		}
+		expect(t, checks, CheckContainerd, Pass, []string{`"nvidia"`}, "")
+		expect(t, checks, CheckDocker, Skip, []string{"not installed"}, "")
+		expect(t, checks, CheckHook, Skip, []string{"Docker is not installed"}, "")
+	})
+	t.Run("podman only", func(t *testing.T) {
+		// Podman takes GPUs through CDI only: the spec is its whole path.
+		h := newHost(t)
+		os.Remove(h.opts.DockerConfig)
+		os.RemoveAll(filepath.Join(h.opts.Proc, "100"))
+		checks := Run(h.opts)
+		if Failed(checks) {
+			t.Fatalf("podman-only host fails:\n%s", dump(checks))
+		}
+		expect(t, checks, CheckCDISpecs, Pass, []string{"nvidia.yaml"}, "")
+		for _, n := range []string{CheckDocker, CheckContainerd, CheckCRIO, CheckHook} {
+			expect(t, checks, n, Skip, nil, "")
+		}
+	})
+	t.Run("docker with debian containerd", func(t *testing.T) {
+		// Docker's backend containerd, configured by Docker CE without CRI.
+		h := newHost(t)
+		h.write(t, h.opts.ContainerdConfig, "disabled_plugins = [\"cri\"]\n")
+		checks := Run(h.opts)
+		if Failed(checks) {
+			t.Fatalf("Docker host with Docker CE's containerd config fails:\n%s", dump(checks))
+		}
+		expect(t, checks, CheckContainerd, Info, []string{"disables the CRI plugin"}, "")
+	})
+}
