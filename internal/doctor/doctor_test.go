@@ -12,6 +12,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
 	"github.com/gantry-gpu/gantry/internal/ldcache"
 	"sigs.k8s.io/yaml"
@@ -495,4 +496,23 @@ func TestHealthyHostsByEngine(t *testing.T) {
 		}
 		expect(t, checks, CheckContainerd, Info, []string{"disables the CRI plugin"}, "")
 	})
+}
+
+// /dev/nvidiactl deleted: every GPU container needs it.
+func TestMissingControlNode(t *testing.T) {
+	h := newHost(t)
+	if err := os.Remove(filepath.Join(h.res.Root, "dev/nvidiactl")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, Run(h.opts), CheckDeviceNodes, Fail, []string{"/dev/nvidiactl"}, "nvidia-modprobe")
+}
+
+// The user-space driver upgraded under a loaded kernel module: NVML's
+// "Driver/library version mismatch".
+func TestDriverLibraryVersionMismatch(t *testing.T) {
+	c := checkVersions(config.Config{GPUs: "nvml"}, "550.54.15", &gpu.System{DriverVersion: "560.35.03", CUDADriverVersion: "12.6"})
+	if c.Status != Fail || !strings.Contains(c.Evidence, "NVML reports driver 560.35.03 but the kernel module is 550.54.15") ||
+		!strings.Contains(c.Fix, "reboot") {
+		t.Fatalf("%+v", c)
+	}
 }
