@@ -38,6 +38,17 @@ type command struct {
 	// configuration, never reading $GANTRY_CONFIG or a file: the CDI hooks,
 	// which run as root with an environment the image may have written.
 	noConfig bool
+	// errCode is the exit code of an error of the command's own (a
+	// configuration it cannot load, output it cannot write); 0 means 1.
+	// doctor uses 2, keeping 1 for "a check failed".
+	errCode int
+}
+
+func (c *command) failCode() int {
+	if c.errCode != 0 {
+		return c.errCode
+	}
+	return 1
 }
 
 // usageError is an error in how the command was called: exit code 2.
@@ -104,7 +115,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		var err error
 		if e, err = g.resolve(fs, stdout, stderr); err != nil {
 			fmt.Fprintf(stderr, "gantry: %v\n", err)
-			return 1
+			return cmd.failCode()
 		}
 	}
 	if err := run(e, fs.Args()); err != nil {
@@ -118,7 +129,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return int(ec)
 		}
 		fmt.Fprintf(stderr, "gantry %s: %v\n", cmd.name, err)
-		return 1
+		return cmd.failCode()
 	}
 	return 0
 }

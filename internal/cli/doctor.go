@@ -2,6 +2,7 @@ package cli
 
 import (
 	"flag"
+	"os"
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/doctor"
@@ -36,7 +37,8 @@ plugin advertises, the kubelet's device checkpoint (devices held by pods), and,
 in a pod with a service account (NODE_NAME or --node names the Node), the
 Node's capacity and allocatable from the API server (skipped elsewhere); with
 --pod, the devices that pod's containers hold. Prints "PASS|FAIL|SKIP name: evidence" per check and a fix under each
-failure. Exit code 0 when nothing failed, 1 otherwise.`,
+failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes,
+		errCode: 2,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			asJSON := fs.Bool("json", false, "print the checks as JSON")
 			container := fs.String("container", "", "also examine this container: Docker (ID or name), else containerd (ID or unique prefix)")
@@ -45,8 +47,10 @@ failure. Exit code 0 when nothing failed, 1 otherwise.`,
 			containerdState := fs.String("containerd-state", doctor.DefaultContainerdState, "containerd's state directory (its config's state), where its tasks' bundles are")
 			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket for --pod (default: the first of "+strings.Join(doctor.DefaultCRISockets, ", ")+" that exists)")
 			dockerConfig := fs.String("docker-config", doctor.DefaultDockerConfig, "Docker's daemon.json")
+			dockerSocket := fs.String("docker-socket", dockerSocketDefault(), "the running dockerd's API socket, asked what runtimes it registered (default: $DOCKER_HOST when unix://, else "+doctor.DefaultDockerSocket+")")
 			containerdConfig := fs.String("containerd-config", doctor.DefaultContainerdConfig, "containerd's config.toml")
 			crioDropins := fs.String("crio-dropins", doctor.DefaultCRIODropins, "CRI-O's drop-in directory")
+			proc := fs.String("proc", "/proc", "the host's procfs, where dockerd's environment (its PATH, for the hook) is read; /host/proc when doctor runs in a container")
 			kubeletDir := fs.String("kubelet-dir", doctor.DefaultKubeletDir, "the kubelet's root directory (Kubernetes checks run when it exists)")
 			pod := fs.String("pod", "", "also report the GPUs this pod holds (NAMESPACE/NAME, on this node)")
 			node := fs.String("node", "", "this node's Node name, for its capacity from the API server (default $NODE_NAME)")
@@ -62,12 +66,14 @@ failure. Exit code 0 when nothing failed, 1 otherwise.`,
 				}
 				checks := doctor.Run(doctor.Options{
 					Config:           e.cfg,
+					Proc:             *proc,
 					Container:        *container,
 					Namespace:        *namespace,
 					RuncRoot:         *runcRoot,
 					ContainerdState:  *containerdState,
 					CRISocket:        *criSocket,
 					DockerConfig:     *dockerConfig,
+					DockerSocket:     *dockerSocket,
 					ContainerdConfig: *containerdConfig,
 					CRIODropins:      *crioDropins,
 					KubeletDir:       *kubeletDir,
@@ -90,4 +96,12 @@ failure. Exit code 0 when nothing failed, 1 otherwise.`,
 			}
 		},
 	})
+}
+
+// dockerSocketDefault is the socket the docker CLI would use.
+func dockerSocketDefault() string {
+	if p, ok := strings.CutPrefix(os.Getenv("DOCKER_HOST"), "unix://"); ok && p != "" {
+		return p
+	}
+	return doctor.DefaultDockerSocket
 }

@@ -43,8 +43,12 @@ func TestDoctor(t *testing.T) {
 	write(cfgFile, "[cdi]\nspec-dirs = [\""+filepath.Join(dir, "cdi")+"\"]\n[runtime]\ncache-dir = \""+filepath.Join(dir, "cache")+"\"\n")
 	daemon := filepath.Join(dir, "daemon.json")
 	write(daemon, `{"runtimes": {"nvidia": {"path": "`+filepath.Join(bin, "gantry-runtime")+`"}}}`)
+	// dockerd's environment, where doctor looks the hook up.
+	proc := filepath.Join(dir, "proc")
+	write(filepath.Join(proc, "100/comm"), "dockerd\n")
+	write(filepath.Join(proc, "100/environ"), "PATH="+bin+"\x00")
 	args := []string{"--config", cfgFile, "--gpus", "sim:h100x8", "--driver-root", root, "doctor",
-		"--docker-config", daemon,
+		"--proc", proc, "--docker-config", daemon, "--docker-socket", filepath.Join(dir, "no-docker.sock"),
 		"--containerd-config", filepath.Join(dir, "none.toml"),
 		"--crio-dropins", filepath.Join(dir, "none.d")}
 
@@ -58,7 +62,16 @@ func TestDoctor(t *testing.T) {
 		}
 	}
 
+	// No GPU runtime but the hook works: --gpus users are healthy (INFO, exit 0).
 	write(daemon, `{"log-driver": "json-file"}`)
+	out, _, code = run(args...)
+	if code != 0 || !strings.Contains(out, "INFO docker config: ") {
+		t.Fatalf("daemon.json without the runtime, hook usable: exit %d, want 0\n%s", code, out)
+	}
+	// Neither the runtime nor the hook: a failure on the path in use.
+	if err := os.Remove(filepath.Join(bin, "nvidia-container-runtime-hook")); err != nil {
+		t.Fatal(err)
+	}
 	out, _, code = run(append(args, "--json")...)
 	if code != 1 {
 		t.Fatalf("daemon.json without the runtime: exit %d, want 1\n%s", code, out)
@@ -82,7 +95,19 @@ func TestDoctor(t *testing.T) {
 		t.Fatalf("exit %d, output:\n%s", code, out)
 	}
 
+	// 2: doctor itself could not run, never to be confused with 1.
 	if _, _, code := run("doctor", "extra"); code != 2 {
 		t.Errorf("doctor extra: exit %d, want 2", code)
+	}
+	if _, _, code := run("doctor", "--no-such-flag"); code != 2 {
+		t.Errorf("doctor --no-such-flag: exit %d, want 2", code)
+	}
+	bad := filepath.Join(dir, "bad.toml")
+	write(bad, "[cdi\n")
+	if _, errOut, code := run("--config", bad, "doctor"); code != 2 || !strings.Contains(errOut, "bad.toml") {
+		t.Errorf("doctor with an unreadable configuration: exit %d, want 2\n%s", code, errOut)
+	}
+	if _, _, code := run("--config", bad, "info"); code != 1 {
+		t.Errorf("other commands keep exit 1 for their own errors: info exit %d", code)
 	}
 }

@@ -15,6 +15,10 @@ type FailureDoc struct {
 	Fix     string
 }
 
+// ExitCodes says what gantry doctor's exit code means; --help and
+// docs/troubleshooting.md both print it.
+const ExitCodes = "The exit code is 0 when nothing failed on the GPU paths in use here (an engine present but not used for GPUs, or a container that asked for no GPU, is INFO or SKIP with the reason, not a failure), 1 when a check failed, and 2 when doctor itself could not run (a bad flag or argument, a configuration file it cannot load, output it cannot write)."
+
 // Catalog lists every check in the order Run reports them. A test keeps it
 // in step with the Check* names.
 var Catalog = []CheckDoc{
@@ -47,6 +51,14 @@ var Catalog = []CheckDoc{
 		},
 	},
 	{
+		Name:     CheckGPUNodes,
+		Verifies: "Each GPU the driver reports (NVML, or the simulated host) has its own node `/dev/nvidia<minor>`, the character device 195:<minor>; skipped when no GPUs were reported.",
+		Failures: []FailureDoc{
+			{"GPU N's node is missing or has the wrong numbers (the evidence names the GPU, its UUID and the node)",
+				"create the node: `nvidia-modprobe -c=<minor>` (or `mknod -m 666 /dev/nvidiaN c 195 N`; or restart the driver container that makes them)"},
+		},
+	},
+	{
 		Name:     CheckPersistence,
 		Verifies: "Every GPU has persistence mode on (NVML). Advice, never a failure: without it the driver tears a GPU down when its last client exits, so each container start initialises it again; the evidence names the GPUs with it off, and says to run `nvidia-smi -pm 1` or `nvidia-persistenced`. Skipped when the GPUs are simulated or NVML did not pass.",
 	},
@@ -69,6 +81,16 @@ var Catalog = []CheckDoc{
 		},
 	},
 	{
+		Name:     CheckLoaderCache,
+		Verifies: "The driver root's `/etc/ld.so.cache` is a loader cache that lists every driver library beside `libcuda` and `libnvidia-ml` by its SONAME: NVML on the host and every program linked to `libcuda` find them through it, so a corrupt cache, or one written before the driver was installed, breaks them while the files are fine.",
+		Failures: []FailureDoc{
+			{"the cache is missing, corrupt or not a loader cache (the evidence names the file)",
+				"rebuild the cache: `ldconfig` (`ldconfig -r ROOT` for a driver root)"},
+			{"the cache has no entry for some driver libraries (the evidence names them)",
+				"rebuild the cache: `ldconfig` (`ldconfig -r ROOT` for a driver root)"},
+		},
+	},
+	{
 		Name:     CheckInventoryCache,
 		Verifies: "The runtime's cached driver inventories in `runtime.cache-dir` and which driver version each was made for. A stale one is reported, not failed: `gantry-runtime` replaces it on the next GPU container.",
 	},
@@ -82,10 +104,12 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckDocker,
-		Verifies: "Docker's `daemon.json` (`--docker-config`) registers a runtime that runs `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when Docker is not installed.",
+		Verifies: "Docker's `daemon.json` (`--docker-config`) registers a runtime that runs `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when Docker is not installed. When the file registers no GPU runtime but the hook is on dockerd's `PATH`, `docker run --gpus` works and only `--runtime nvidia` is unavailable: INFO, not a failure.",
 		Failures: []FailureDoc{
-			{"`dockerd` is installed but `daemon.json` does not exist, or it registers no GPU runtime",
+			{"`dockerd` is installed but `daemon.json` does not exist, or it registers no GPU runtime, and the hook for `--gpus` is not usable either",
 				"`gantry runtime configure --runtime docker`, then `systemctl restart docker`"},
+			{"`daemon.json` registers a GPU runtime (or a default runtime) that the running dockerd, asked over its socket (`GET /info` on `--docker-socket`, default `$DOCKER_HOST` or `/var/run/docker.sock`), does not have: the file changed and dockerd was not restarted (`docker run --runtime nvidia` says \"Unknown runtime specified\")",
+				"`systemctl restart docker` (dockerd reads daemon.json when it starts)"},
 			{"a registered runtime's program does not exist or is not on `PATH`",
 				"install `gantry-runtime` there, or re-register it (`gantry runtime configure --runtime docker`)"},
 			{"the file is not valid JSON (dockerd will not start)", "correct the JSON, then register the runtime"},
@@ -94,9 +118,9 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckContainerd,
-		Verifies: "Containerd's `config.toml` (`--containerd-config`; config versions 1, 2 and 3) registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when the file does not exist.",
+		Verifies: "Containerd's `config.toml` (`--containerd-config`; config versions 1, 2 and 3) registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when the file does not exist. A config that registers no GPU runtime is INFO, not a failure, where containerd runs no GPU containers through CRI: its CRI plugin is disabled (`disabled_plugins = [\"cri\"]`, Docker CE's config) or this is no Kubernetes node (no `--kubelet-dir`; Debian's containerd under Docker).",
 		Failures: []FailureDoc{
-			{"no GPU runtime registered",
+			{"no GPU runtime registered on a Kubernetes node",
 				"`gantry runtime configure --runtime containerd`, then `systemctl restart containerd`"},
 			{"a registered runtime's program does not exist or is not on `PATH`",
 				"install `gantry-runtime` there, or re-register it (`gantry runtime configure --runtime containerd`)"},
@@ -106,9 +130,9 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckCRIO,
-		Verifies: "CRI-O's `/etc/crio/crio.conf` and its drop-ins (`--crio-dropins`, read in name order) register a runtime whose `runtime_path` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither exists.",
+		Verifies: "CRI-O's `/etc/crio/crio.conf` and its drop-ins (`--crio-dropins`, read in name order) register a runtime whose `runtime_path` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither exists. No GPU runtime is INFO when this is no Kubernetes node: CRI-O serves only a kubelet.",
 		Failures: []FailureDoc{
-			{"no GPU runtime registered",
+			{"no GPU runtime registered on a Kubernetes node",
 				"`gantry runtime configure --runtime crio`, then `systemctl restart crio`"},
 			{"a registered runtime's program does not exist or is not on `PATH`",
 				"install `gantry-runtime` there, or re-register it (`gantry runtime configure --runtime crio`)"},
@@ -118,26 +142,22 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckHook,
-		Verifies: "`nvidia-container-runtime-hook` is on `PATH`: `docker run --gpus` runs it; skipped when Docker is not installed.",
+		Verifies: "`nvidia-container-runtime-hook` is on dockerd's `PATH`, read from `/proc/PID/environ` of the running `dockerd` (systemd's default service `PATH` when none runs), not doctor's: `docker run --gpus` makes dockerd look it up there; skipped when Docker is not installed. When the hook is missing but Docker's `--runtime nvidia` path works (docker config passes), only `--gpus` is unavailable: INFO, not a failure.",
 		Failures: []FailureDoc{
-			{"the hook is not on `PATH`: `docker run --gpus` fails with \"could not select device driver\"",
-				"`ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it)"},
+			{"the hook is not on dockerd's `PATH`: `docker run --gpus` fails with \"could not select device driver\"",
+				"`ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), or add its directory to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), then `systemctl restart docker`"},
 		},
 	},
 	{
 		Name:     CheckContainer,
-		Verifies: "With `--container ID`: what the container asked for and what it got. A Docker container (when the docker CLI knows the ID or name): its runtime, `NVIDIA_VISIBLE_DEVICES`, `--gpus` device requests, CDI or `/dev/nvidia*` devices. Else a containerd task (every namespace, or `--namespace`), read from its bundle under `--containerd-state` (`io.containerd.runtime.v2.task/NAMESPACE/ID/config.json`, the OCI spec as the runtime ran it): `NVIDIA_VISIBLE_DEVICES`, `NVIDIA_DRIVER_CAPABILITIES`, `cdi.k8s.io/` annotations, the runc binary, and what was injected (`/dev/nvidia*` devices, driver mounts). With `--pod`, the same for each of the pod's containers, with the devices the kubelet assigned.",
+		Verifies: "With `--container ID`: what the container asked for and what it got. A Docker container (when the docker CLI knows the ID or name): its runtime, `NVIDIA_VISIBLE_DEVICES`, `--gpus` device requests, CDI or `/dev/nvidia*` devices. Else a containerd task (every namespace, or `--namespace`), read from its bundle under `--containerd-state` (`io.containerd.runtime.v2.task/NAMESPACE/ID/config.json`, the OCI spec as the runtime ran it): `NVIDIA_VISIBLE_DEVICES`, `NVIDIA_DRIVER_CAPABILITIES`, `cdi.k8s.io/` annotations, the runc binary, and what was injected (`/dev/nvidia*` devices, driver mounts). With `--pod`, the same for each of the pod's containers, with the devices the kubelet assigned. A container that asked for no GPU is INFO (\"no GPU requested\"), and its device access is not probed: it is not broken.",
 		Failures: []FailureDoc{
 			{"neither Docker nor containerd knows the container (no such container, no daemon reachable, or containerd's state elsewhere)",
 				"name a running container (`docker ps`; `ctr -n NAMESPACE tasks ls`; `crictl ps`) and run doctor as root on its host; for containerd give `--namespace`, and `--containerd-state` if its state directory is not `/run/containerd`"},
 			{"a containerd container asks for GPUs (`NVIDIA_VISIBLE_DEVICES`, CDI annotations) but its spec has no `/dev/nvidia*` device: the runtime is not registered, or runc was used directly",
 				"`gantry runtime configure --runtime containerd`, then `systemctl restart containerd`, and recreate the container under that runtime (Kubernetes: `runtimeClassName: nvidia`, or make it containerd's default runtime; ctr: `ctr run --runc-binary /usr/bin/gantry-runtime`)"},
-			{"a containerd container with no GPU request",
-				"ask for GPUs: `NVIDIA_VISIBLE_DEVICES=all` (Kubernetes: `resources.limits` `nvidia.com/gpu`) under gantry-runtime, or a CDI device"},
 			{"`NVIDIA_VISIBLE_DEVICES` is set but the container runs under plain runc, which ignores it",
 				"run it with `--runtime nvidia`, or `--gpus all`, or `--device nvidia.com/gpu=all` (CDI)"},
-			{"no GPU request at all",
-				"run it with `--gpus all`, or `--runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all`, or `--device nvidia.com/gpu=all` (CDI)"},
 		},
 	},
 	{

@@ -137,9 +137,12 @@ func checkDockerContainer(opts Options, c inspect) []Check {
 			"run it with --runtime nvidia, or --gpus all, or --device nvidia.com/gpu=all (CDI)",
 			"%s: %s, but runtime %s ignores NVIDIA_VISIBLE_DEVICES: nothing was injected", id, strings.Join(what, ", "), runtime))
 	default:
-		checks = append(checks, fail(CheckContainer,
-			"run it with --gpus all, or --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all, or --device nvidia.com/gpu=all (CDI)",
-			"%s: %s and no GPU request", id, strings.Join(what, ", ")))
+		// A container that asked for no GPU is not broken: nothing to
+		// inject, no device rule to lose, nothing to restart.
+		return []Check{
+			info(CheckContainer, "%s: %s and no GPU requested (to give it GPUs: --gpus all, or --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all, or --device nvidia.com/gpu=all)", id, strings.Join(what, ", ")),
+			info(CheckContainerDevice, "%s: not probed: no GPU requested", id),
+		}
 	}
 	if !c.State.Running || c.State.Pid <= 0 {
 		return append(checks, skip(CheckContainerDevice, "%s is not running", id))

@@ -329,9 +329,11 @@ func checkSpecAndAccess(opts Options, who string, spec, request *specs.Spec, not
 		req = fail(CheckContainer, fixNoRuntime,
 			"%s%s: %s, %s: it asks for GPUs but its spec has no /dev/nvidia* device: the runtime is not registered or runc was used directly, which ignores the request", who, note, runtime, s.describe())
 	default:
-		req = fail(CheckContainer,
-			"ask for GPUs: NVIDIA_VISIBLE_DEVICES=all (Kubernetes: resources.limits nvidia.com/gpu) under gantry-runtime, or a CDI device (cdi.k8s.io/ annotation)",
-			"%s%s: %s, %s", who, note, runtime, s.describe())
+		// No request: not a GPU container, so no device FAIL either.
+		return []Check{
+			info(CheckContainer, "%s%s: %s, %s: no GPU requested (to give it GPUs: NVIDIA_VISIBLE_DEVICES=all (Kubernetes: resources.limits nvidia.com/gpu) under gantry-runtime, or a CDI device)", who, note, runtime, s.describe()),
+			info(CheckContainerDevice, "%s: not probed: no GPU requested", who),
+		}
 	}
 	if !running {
 		return []Check{req, skip(CheckContainerDevice, "%s is not running", who)}

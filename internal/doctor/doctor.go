@@ -13,7 +13,9 @@ import (
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
 	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/ldcache"
 )
 
 // Status is the outcome of one check.
@@ -23,6 +25,9 @@ const (
 	Pass Status = "PASS"
 	Fail Status = "FAIL"
 	Skip Status = "SKIP"
+	// Info is said of a path not in use here (an engine present but not
+	// used for GPUs, a container that asked for none): not a failure.
+	Info Status = "INFO"
 )
 
 // Check is one link of the chain.
@@ -41,9 +46,11 @@ const (
 	CheckKernel          = "kernel driver"
 	CheckDeviceNodes     = "device nodes"
 	CheckNVML            = "nvml"
+	CheckGPUNodes        = "gpu device nodes"
 	CheckPersistence     = "persistence mode"
 	CheckVersions        = "driver and cuda versions"
 	CheckDriverFiles     = "driver files"
+	CheckLoaderCache     = "loader cache"
 	CheckInventoryCache  = "inventory cache"
 	CheckCDISpecs        = "cdi specs"
 	CheckDocker          = "docker config"
@@ -61,12 +68,15 @@ const (
 	CheckPodContainers   = "pod containers"
 )
 
-// Default locations of the engines' configuration.
-const (
-	DefaultDockerConfig     = "/etc/docker/daemon.json"
-	DefaultContainerdConfig = "/etc/containerd/config.toml"
-	DefaultCRIOConfig       = "/etc/crio/crio.conf"
-	DefaultCRIODropins      = "/etc/crio/crio.conf.d"
+// Default locations of the engines' configuration: the files `gantry
+// runtime configure` edits (engineconfig has the one default per engine),
+// so doctor reads what configure wrote.
+var (
+	DefaultDockerConfig     = engineconfig.DefaultPath(engineconfig.Docker)
+	DefaultContainerdConfig = engineconfig.DefaultPath(engineconfig.Containerd)
+	DefaultCRIODropins      = filepath.Dir(engineconfig.DefaultPath(engineconfig.CRIO))
+	// DefaultCRIOConfig is CRI-O's main file, which configure never edits.
+	DefaultCRIOConfig = filepath.Join(filepath.Dir(DefaultCRIODropins), "crio.conf")
 )
 
 // Options says what to examine. Empty paths take the defaults above, so
@@ -74,8 +84,11 @@ const (
 type Options struct {
 	Config config.Config
 	// Proc is the host's procfs ("/proc").
-	Proc             string
-	DockerConfig     string
+	Proc         string
+	DockerConfig string
+	// DockerSocket is the running dockerd's API socket
+	// (DefaultDockerSocket), asked what it registered.
+	DockerSocket     string
 	ContainerdConfig string
 	CRIOConfig       string
 	CRIODropins      string
@@ -120,6 +133,7 @@ func (o *Options) defaults() {
 	}
 	def(&o.Proc, "/proc")
 	def(&o.DockerConfig, DefaultDockerConfig)
+	def(&o.DockerSocket, DefaultDockerSocket)
 	def(&o.ContainerdConfig, DefaultContainerdConfig)
 	def(&o.CRIOConfig, DefaultCRIOConfig)
 	def(&o.CRIODropins, DefaultCRIODropins)
@@ -164,6 +178,10 @@ func skip(name, format string, a ...any) Check {
 	return Check{Name: name, Status: Skip, OK: true, Evidence: fmt.Sprintf(format, a...)}
 }
 
+func info(name, format string, a ...any) Check {
+	return Check{Name: name, Status: Info, OK: true, Evidence: fmt.Sprintf(format, a...)}
+}
+
 func fail(name, fix, format string, a ...any) Check {
 	return Check{Name: name, Status: Fail, Evidence: fmt.Sprintf(format, a...), Fix: fix}
 }
@@ -198,6 +216,7 @@ func Run(opts Options) []Check {
 		nvmlCheck, sys = checkNVML(cfg)
 	}
 	out = append(out, nvmlCheck)
+	out = append(out, checkGPUNodes(opts, sys))
 	out = append(out, checkPersistence(cfg, nvmlCheck))
 
 	if c := after(CheckVersions, kernel); c != nil {
@@ -209,9 +228,9 @@ func Run(opts Options) []Check {
 	}
 
 	if c := after(CheckDriverFiles, kernel); c != nil {
-		out = append(out, *c)
+		out = append(out, *c, *after(CheckLoaderCache, kernel))
 	} else {
-		out = append(out, checkDriverFiles(cfg))
+		out = append(out, checkDriverFiles(cfg), checkLoaderCache(cfg))
 	}
 	if c := after(CheckInventoryCache, kernel); c != nil {
 		out = append(out, *c, *after(CheckCDISpecs, kernel))
@@ -220,11 +239,15 @@ func Run(opts Options) []Check {
 	}
 
 	docker := dockerInstalled(opts)
+	// Docker has two GPU paths, --runtime nvidia (daemon.json) and --gpus
+	// (the hook): each is a failure only when the other does not work.
+	dockerCheck := checkDocker(opts, docker, hookUsable(opts))
+	hook := checkHook(opts, docker, dockerCheck.Status == Pass)
 	out = append(out,
-		checkDocker(opts, docker),
+		dockerCheck,
 		checkContainerd(opts),
 		checkCRIO(opts),
-		checkHook(docker),
+		hook,
 	)
 	if opts.Container != "" {
 		out = append(out, checkContainer(opts)...)
@@ -333,6 +356,35 @@ func procDevicesMajor(opts Options, name string) (int, string) {
 	return -1, file
 }
 
+// checkGPUNodes checks each GPU the driver reports against its own node,
+// /dev/nvidia<minor>: counting the nodes says nothing about which is gone.
+func checkGPUNodes(opts Options, sys *gpu.System) Check {
+	if sys == nil {
+		return skip(CheckGPUNodes, "not checked: the driver reported no GPUs (see %s)", CheckNVML)
+	}
+	devRoot := opts.Config.EffectiveDevRoot()
+	var problems, fixes []string
+	for _, d := range sys.Devices {
+		path := d.DevicePath()
+		f, err := driver.StatDevice(devRoot, path)
+		switch {
+		case err != nil:
+			problems = append(problems, fmt.Sprintf("GPU %d (%s): %s: %v", d.Index, d.UUID, path, err))
+		case f.Major != 195 || f.Minor != int64(d.Minor):
+			problems = append(problems, fmt.Sprintf("GPU %d (%s): %s is %d:%d, want 195:%d", d.Index, d.UUID, path, f.Major, f.Minor, d.Minor))
+		default:
+			continue
+		}
+		fixes = append(fixes, fmt.Sprintf("nvidia-modprobe -c=%d", d.Minor))
+	}
+	if len(problems) > 0 {
+		return fail(CheckGPUNodes,
+			"create the node: "+strings.Join(fixes, "; ")+" (or mknod -m 666 /dev/nvidiaN c 195 N; or restart the driver container that makes them)",
+			"%s", strings.Join(problems, "; "))
+	}
+	return pass(CheckGPUNodes, "each of the %d GPUs has its node /dev/nvidia<minor> 195:<minor> under %s", len(sys.Devices), devRoot)
+}
+
 func checkNVML(cfg config.Config) (Check, *gpu.System) {
 	sys, err := discover.GPUs(cfg, false)
 	if isSim(cfg) {
@@ -409,4 +461,58 @@ func checkDriverFiles(cfg config.Config) Check {
 	}
 	return pass(CheckDriverFiles, "driver %s under %s: %d libraries (SONAME links resolve), %d programs, %d firmware files",
 		inv.Version, inv.Root, len(inv.Libraries), len(inv.Binaries), len(inv.Firmware))
+}
+
+// checkLoaderCache checks the driver root's ld.so.cache against the
+// driver's libraries: the loader (NVML's dlopen on the host, and every
+// program that links libcuda) finds them through it, so a corrupt cache or
+// one written before the driver was installed breaks them while the files
+// themselves are fine.
+func checkLoaderCache(cfg config.Config) Check {
+	root := cfg.DriverRoot
+	fix := "rebuild the cache: ldconfig"
+	if root != "/" {
+		fix = "rebuild the cache: ldconfig -r " + root
+	}
+	file, err := driver.ResolveInRoot(root, "/etc/ld.so.cache")
+	if err != nil {
+		return fail(CheckLoaderCache, fix, "%s/etc/ld.so.cache: %v", strings.TrimSuffix(root, "/"), err)
+	}
+	cache, err := ldcache.Open(file)
+	if err != nil {
+		return fail(CheckLoaderCache, fix, "%s cannot be read as a loader cache: %v (the loader then finds no driver library outside the default directories)", file, err)
+	}
+	inv, err := discover.Driver(cfg)
+	if err != nil {
+		return fail(CheckLoaderCache, "point --driver-root at the driver install", "%v", err)
+	}
+	inCache := map[string]bool{}
+	for _, e := range cache.Entries {
+		inCache[e.Name] = true
+	}
+	// The libraries the loader is meant to find are those beside libcuda
+	// and libnvidia-ml; those in subdirectories (vdpau/, gbm/, xorg/) are
+	// opened by path by their own loaders and are rightly not cached.
+	loaderDirs := map[string]bool{}
+	for _, lib := range inv.Libraries {
+		if lib.SONAME == "libcuda.so.1" || lib.SONAME == "libnvidia-ml.so.1" {
+			loaderDirs[filepath.Dir(lib.HostPath)] = true
+		}
+	}
+	var missing []string
+	n := 0
+	for _, lib := range inv.Libraries {
+		if lib.SONAME == "" || !loaderDirs[filepath.Dir(lib.HostPath)] {
+			continue
+		}
+		n++
+		if !inCache[lib.SONAME] {
+			missing = append(missing, lib.SONAME)
+		}
+	}
+	if len(missing) > 0 {
+		return fail(CheckLoaderCache, fix, "%s has no entry for %d of the driver's %d libraries: %s (the cache predates the driver install, or ldconfig was not run)",
+			file, len(missing), n, strings.Join(missing, ", "))
+	}
+	return pass(CheckLoaderCache, "%s lists all %d of the driver's libraries (%d entries)", file, n, len(cache.Entries))
 }

@@ -12,7 +12,9 @@ import (
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
+	"github.com/gantry-gpu/gantry/internal/ldcache"
 )
 
 // host is one test host: a fake driver root with real device nodes,
@@ -54,11 +56,16 @@ func newHost(t *testing.T) *host {
 		Config:           cfg,
 		Proc:             filepath.Join(dir, "proc"), // the host's /proc must not matter
 		DockerConfig:     filepath.Join(dir, "docker/daemon.json"),
+		DockerSocket:     filepath.Join(dir, "docker/docker.sock"), // no dockerd: the file only
 		ContainerdConfig: filepath.Join(dir, "containerd/config.toml"),
 		CRIOConfig:       filepath.Join(dir, "crio/crio.conf"),
 		CRIODropins:      filepath.Join(dir, "crio/crio.conf.d"),
 		KubeletDir:       filepath.Join(dir, "kubelet"), // not a Kubernetes node
 	}
+	// A running dockerd whose PATH has the hook: doctor looks the hook up
+	// there, not in its own PATH.
+	h.write(t, filepath.Join(h.opts.Proc, "100/comm"), "dockerd\n")
+	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "LANG=C\x00PATH="+h.bin+"\x00")
 	h.write(t, h.opts.DockerConfig, `{"runtimes": {"nvidia": {"path": "`+filepath.Join(h.bin, "gantry-runtime")+`"}}}`)
 	h.writeSpec(t)
 	return h
@@ -139,7 +146,7 @@ func TestHealthyHost(t *testing.T) {
 	if Failed(checks) {
 		t.Fatalf("a healthy host has failures:\n%s", dump(checks))
 	}
-	for _, name := range []string{CheckKernel, CheckDeviceNodes, CheckVersions, CheckDriverFiles, CheckCDISpecs, CheckDocker, CheckHook} {
+	for _, name := range []string{CheckKernel, CheckDeviceNodes, CheckGPUNodes, CheckVersions, CheckDriverFiles, CheckLoaderCache, CheckCDISpecs, CheckDocker, CheckHook} {
 		expect(t, checks, name, Pass, nil, "")
 	}
 	expect(t, checks, CheckKernel, Pass, []string{fakedriver.DefaultVersion}, "")
@@ -149,7 +156,7 @@ func TestHealthyHost(t *testing.T) {
 	expect(t, checks, CheckContainerd, Skip, nil, "")
 	expect(t, checks, CheckCRIO, Skip, nil, "")
 	// Every check is present, in chain order.
-	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckPersistence, CheckVersions, CheckDriverFiles,
+	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles, CheckLoaderCache,
 		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook,
 		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode}
 	if len(checks) != len(want) {
@@ -221,9 +228,10 @@ func TestDockerConfig(t *testing.T) {
 		evidence      []string
 		fix           string
 	}{
-		{"no runtime", `{"log-driver": "json-file", "runtimes": {"crun": {"path": "/usr/bin/crun"}}}`, Fail,
-			[]string{"registers no runtime", "crun"}, "gantry runtime configure --runtime docker"},
-		{"empty", ``, Fail, []string{"registers no runtime"}, "gantry runtime configure --runtime docker"},
+		// The hook is on dockerd's PATH, so --gpus works: no runtime entry is INFO.
+		{"no runtime", `{"log-driver": "json-file", "runtimes": {"crun": {"path": "/usr/bin/crun"}}}`, Info,
+			[]string{"registers no GPU runtime", "--gpus uses the hook"}, ""},
+		{"empty", ``, Info, []string{"registers no GPU runtime"}, ""},
 		{"missing program", `{"runtimes": {"nvidia": {"path": "/nonexistent/nvidia-container-runtime"}}}`, Fail,
 			[]string{`"nvidia"`, "/nonexistent/nvidia-container-runtime", "does not exist"}, "gantry runtime configure --runtime docker"},
 		{"relative on PATH", `{"runtimes": {"gantry": {"path": "gantry-runtime"}}, "default-runtime": "gantry"}`, Pass,
@@ -243,14 +251,37 @@ func TestDockerConfig(t *testing.T) {
 		expect(t, checks, CheckDocker, Skip, []string{"not installed"}, "")
 		h.write(t, filepath.Join(h.bin, "dockerd"), "#!/bin/sh\n")
 		checks = Run(h.opts)
-		expect(t, checks, CheckDocker, Fail, []string{"does not exist"}, "gantry runtime configure --runtime docker")
+		// --gpus users need no daemon.json: INFO, exit 0.
+		expect(t, checks, CheckDocker, Info, []string{"does not exist", "--gpus uses the hook"}, "")
+		if Failed(checks) {
+			t.Fatalf("Docker used through --gpus only fails:\n%s", dump(checks))
+		}
+		os.Remove(filepath.Join(h.bin, "nvidia-container-runtime-hook"))
+		checks = Run(h.opts)
+		expect(t, checks, CheckDocker, Fail, []string{"does not exist", "not usable"}, "gantry runtime configure --runtime docker")
+	})
+	t.Run("no runtime and no hook", func(t *testing.T) {
+		h := newHost(t)
+		h.write(t, h.opts.DockerConfig, `{"runtimes": {"crun": {"path": "/usr/bin/crun"}}}`)
+		os.Remove(filepath.Join(h.bin, "nvidia-container-runtime-hook"))
+		expect(t, Run(h.opts), CheckDocker, Fail, []string{"registers no runtime", "crun"}, "gantry runtime configure --runtime docker")
 	})
 }
 
 func TestHookMissing(t *testing.T) {
 	h := newHost(t)
 	os.Remove(filepath.Join(h.bin, "nvidia-container-runtime-hook"))
-	expect(t, Run(h.opts), CheckHook, Fail, []string{"not on PATH", "could not select device driver"}, "nvidia-container-runtime-hook")
+	// --runtime nvidia works: only --gpus is unavailable, INFO.
+	checks := Run(h.opts)
+	expect(t, checks, CheckHook, Info, []string{"not on dockerd's PATH", "--gpus is not available"}, "")
+	if Failed(checks) {
+		t.Fatalf("a host using --runtime nvidia fails for the --gpus hook:\n%s", dump(checks))
+	}
+	// Neither path works: both fail.
+	h.write(t, h.opts.DockerConfig, `{}`)
+	checks = Run(h.opts)
+	expect(t, checks, CheckHook, Fail, []string{"not on PATH", "could not select device driver"}, "nvidia-container-runtime-hook")
+	expect(t, checks, CheckDocker, Fail, []string{"registers no runtime"}, "gantry runtime configure --runtime docker")
 	os.Remove(h.opts.DockerConfig) // no Docker: the hook is not needed
 	expect(t, Run(h.opts), CheckHook, Skip, []string{"Docker is not installed"}, "")
 }
@@ -258,6 +289,17 @@ func TestHookMissing(t *testing.T) {
 func TestContainerdAndCRIO(t *testing.T) {
 	h := newHost(t)
 	rt := filepath.Join(h.bin, "gantry-runtime")
+	h.write(t, h.opts.ContainerdConfig, `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+`)
+	// No kubelet: containerd is Docker's backend (Debian's package), not a GPU path.
+	expect(t, Run(h.opts), CheckContainerd, Info, []string{"no Kubernetes node", "Docker's backend"}, "")
+	// Docker CE's config turns CRI off: never a GPU path, kubelet or not.
+	h.write(t, filepath.Join(h.opts.KubeletDir, "device-plugins/.keep"), "")
+	h.write(t, h.opts.ContainerdConfig, "disabled_plugins = [\"cri\"]\n")
+	expect(t, Run(h.opts), CheckContainerd, Info, []string{`disabled_plugins "cri"`}, "")
+	// On a Kubernetes node the CRI plugin runs GPU pods: no runtime is a FAIL.
 	h.write(t, h.opts.ContainerdConfig, `version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
@@ -326,4 +368,121 @@ func TestNVMLBackendNeedsKernel(t *testing.T) {
 	os.Remove(filepath.Join(h.res.Root, "proc/driver/nvidia/version"))
 	checks := Run(h.opts)
 	expect(t, checks, CheckNVML, Skip, []string{"kernel driver did not pass"}, "")
+}
+
+// An 8-GPU host with /dev/nvidia1 gone: counting nodes said "7 GPU nodes"
+// and passed; each GPU is checked against its own node.
+func TestMissingGPUNodeNamesTheGPU(t *testing.T) {
+	h := newHost(t)
+	if err := os.Remove(filepath.Join(h.res.Root, "dev/nvidia1")); err != nil {
+		t.Fatal(err)
+	}
+	checks := Run(h.opts)
+	expect(t, checks, CheckGPUNodes, Fail, []string{"GPU 1 ", "/dev/nvidia1"}, "nvidia-modprobe -c=1")
+	if c := find(t, checks, CheckGPUNodes); strings.Contains(c.Evidence, "GPU 0 ") || strings.Contains(c.Evidence, "GPU 2 ") {
+		t.Errorf("evidence names GPUs whose nodes are there: %s", c.Evidence)
+	}
+	if !Failed(checks) {
+		t.Error("a missing GPU node is not a failure")
+	}
+}
+
+// The hook on doctor's PATH but not on dockerd's: docker run --gpus fails
+// there, so the lookup uses dockerd's PATH from /proc/PID/environ.
+func TestHookLookedUpOnDockerdPATH(t *testing.T) {
+	h := newHost(t)
+	other := filepath.Join(h.dir, "elsewhere")
+	h.write(t, filepath.Join(other, "nvidia-container-runtime-hook"), "#!/bin/sh\n")
+	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "PATH="+other+"\x00")
+	expect(t, Run(h.opts), CheckHook, Pass, []string{other, "dockerd's PATH", "100/environ"}, "")
+
+	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "PATH=/usr/sbin:/usr/bin\x00")
+	// doctor's own PATH (h.bin) has the hook; dockerd's does not.
+	h.write(t, h.opts.DockerConfig, `{}`)
+	expect(t, Run(h.opts), CheckHook, Fail, []string{`"/usr/sbin:/usr/bin"`, "dockerd's PATH"}, "dockerd's PATH")
+}
+
+// A corrupt host ld.so.cache, or one without the driver's libraries: the
+// files are all there (driver files passes) but the loader cannot find them.
+func TestLoaderCache(t *testing.T) {
+	h := newHost(t)
+	cache := filepath.Join(h.res.Root, "etc/ld.so.cache")
+	h.write(t, cache, "glibc-ld.so.cache1.1 but then garbage")
+	checks := Run(h.opts)
+	expect(t, checks, CheckLoaderCache, Fail, []string{cache, "cannot be read as a loader cache"}, "ldconfig -r "+h.res.Root)
+	expect(t, checks, CheckDriverFiles, Pass, nil, "")
+
+	// A well-formed cache written before the driver was installed.
+	b, err := (&ldcache.Cache{Entries: []ldcache.Entry{{Name: "libc.so.6", Path: "/lib/x86_64-linux-gnu/libc.so.6", Flags: ldcache.FlagELFLibc6 | ldcache.FlagX8664Lib64}}}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.write(t, cache, string(b))
+	expect(t, Run(h.opts), CheckLoaderCache, Fail, []string{cache, "libcuda.so.1", "libnvidia-ml.so.1"}, "ldconfig -r "+h.res.Root)
+}
+
+// Healthy hosts that use one engine each: every check PASS, SKIP or INFO,
+// nothing failed (exit 0), and the engines not in use say why.
+func TestHealthyHostsByEngine(t *testing.T) {
+	t.Run("containerd only", func(t *testing.T) {
+		h := newHost(t)
+		os.Remove(h.opts.DockerConfig)
+		os.RemoveAll(filepath.Join(h.opts.Proc, "100")) // no dockerd
+		h.write(t, h.opts.ContainerdConfig, `version = 3
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]
+    BinaryName = "`+filepath.Join(h.bin, "gantry-runtime")+`"
+`)
+		checks := Run(h.opts)
+		if Failed(checks) {
+			t.Fatalf("containerd-only host fails:\n%s", dump(checks))
+		}
+		expect(t, checks, CheckContainerd, Pass, []string{`"nvidia"`}, "")
+		expect(t, checks, CheckDocker, Skip, []string{"not installed"}, "")
+		expect(t, checks, CheckHook, Skip, []string{"Docker is not installed"}, "")
+	})
+	t.Run("podman only", func(t *testing.T) {
+		// Podman takes GPUs through CDI only: the spec is its whole path.
+		h := newHost(t)
+		os.Remove(h.opts.DockerConfig)
+		os.RemoveAll(filepath.Join(h.opts.Proc, "100"))
+		checks := Run(h.opts)
+		if Failed(checks) {
+			t.Fatalf("podman-only host fails:\n%s", dump(checks))
+		}
+		expect(t, checks, CheckCDISpecs, Pass, []string{"nvidia.yaml"}, "")
+		for _, n := range []string{CheckDocker, CheckContainerd, CheckCRIO, CheckHook} {
+			expect(t, checks, n, Skip, nil, "")
+		}
+	})
+	t.Run("docker with debian containerd", func(t *testing.T) {
+		// Docker's backend containerd, configured by Docker CE without CRI.
+		h := newHost(t)
+		h.write(t, h.opts.ContainerdConfig, "disabled_plugins = [\"cri\"]\n")
+		checks := Run(h.opts)
+		if Failed(checks) {
+			t.Fatalf("Docker host with Docker CE's containerd config fails:\n%s", dump(checks))
+		}
+		expect(t, checks, CheckContainerd, Info, []string{"disables the CRI plugin"}, "")
+	})
+}
+
+// /dev/nvidiactl deleted: every GPU container needs it.
+func TestMissingControlNode(t *testing.T) {
+	h := newHost(t)
+	if err := os.Remove(filepath.Join(h.res.Root, "dev/nvidiactl")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, Run(h.opts), CheckDeviceNodes, Fail, []string{"/dev/nvidiactl"}, "nvidia-modprobe")
+}
+
+// The user-space driver upgraded under a loaded kernel module: NVML's
+// "Driver/library version mismatch".
+func TestDriverLibraryVersionMismatch(t *testing.T) {
+	c := checkVersions(config.Config{GPUs: "nvml"}, "550.54.15", &gpu.System{DriverVersion: "560.35.03", CUDADriverVersion: "12.6"})
+	if c.Status != Fail || !strings.Contains(c.Evidence, "NVML reports driver 560.35.03 but the kernel module is 550.54.15") ||
+		!strings.Contains(c.Fix, "reboot") {
+		t.Fatalf("%+v", c)
+	}
 }

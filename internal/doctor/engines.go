@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
@@ -54,6 +55,15 @@ func judgeRuntimes(name, file, fix string, all []registered) Check {
 	return pass(name, "%s: runtime %s", file, strings.Join(gpuRuntimes, ", "))
 }
 
+func noGPURuntime(all []registered) bool {
+	for _, r := range all {
+		if runtimeBinaries[filepath.Base(r.path)] {
+			return false
+		}
+	}
+	return true
+}
+
 func dockerInstalled(opts Options) bool {
 	if _, err := os.Stat(opts.DockerConfig); err == nil {
 		return true
@@ -62,7 +72,10 @@ func dockerInstalled(opts Options) bool {
 	return err == nil
 }
 
-func checkDocker(opts Options, installed bool) Check {
+// checkDocker judges daemon.json. hookOK says docker run --gpus works
+// (the hook is on dockerd's PATH): then a file that registers no GPU
+// runtime is not a failure, only --runtime nvidia is unavailable.
+func checkDocker(opts Options, installed, hookOK bool) Check {
 	const fix = "gantry runtime configure --runtime docker, then systemctl restart docker"
 	file := opts.DockerConfig
 	b, err := os.ReadFile(file)
@@ -70,7 +83,10 @@ func checkDocker(opts Options, installed bool) Check {
 		if !installed {
 			return skip(CheckDocker, "Docker is not installed (no dockerd on PATH, no %s)", file)
 		}
-		return fail(CheckDocker, fix, "dockerd is installed but %s does not exist: no GPU runtime is registered (docker --runtime nvidia fails)", file)
+		if hookOK {
+			return info(CheckDocker, "%s does not exist, so no GPU runtime is registered (docker run --runtime nvidia is not available); docker run --gpus uses the hook (see %s)", file, CheckHook)
+		}
+		return fail(CheckDocker, fix, "dockerd is installed but %s does not exist: no GPU runtime is registered (docker --runtime nvidia fails) and the hook for docker --gpus is not usable either (see %s)", file, CheckHook)
 	}
 	if err != nil {
 		return fail(CheckDocker, "make the file readable", "%v", err)
@@ -89,9 +105,26 @@ func checkDocker(opts Options, installed bool) Check {
 		all = append(all, registered{name, r.Path})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
+	live, liveErr := askDockerd(opts.DockerSocket)
+	if liveErr == nil {
+		if problems := compareDockerd(file, all, doc.DefaultRuntime, live); len(problems) > 0 {
+			return fail(CheckDocker, "systemctl restart docker (dockerd reads daemon.json when it starts)",
+				"%s: dockerd was not restarted after the file changed", strings.Join(problems, "; "))
+		}
+	}
 	c := judgeRuntimes(CheckDocker, file, fix, all)
+	if c.Status == Fail && hookOK && noGPURuntime(all) {
+		return info(CheckDocker, "%s registers no GPU runtime (docker run --runtime nvidia is not available); docker run --gpus uses the hook (see %s)", file, CheckHook)
+	}
 	if c.OK && doc.DefaultRuntime != "" {
 		c.Evidence += fmt.Sprintf(" (default runtime %q)", doc.DefaultRuntime)
+	}
+	if c.OK {
+		if liveErr != nil {
+			c.Evidence += fmt.Sprintf("; no dockerd answers on %s (%v), so this is the file only", opts.DockerSocket, liveErr)
+		} else {
+			c.Evidence += fmt.Sprintf("; the running dockerd (%s) has it (default runtime %q, CDI spec dirs %s)", opts.DockerSocket, live.DefaultRuntime, listOrNone(live.CDISpecDirs))
+		}
 	}
 	return c
 }
@@ -128,7 +161,33 @@ func checkContainerd(opts Options) Check {
 		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
-	return judgeRuntimes(CheckContainerd, file, fix, all)
+	c := judgeRuntimes(CheckContainerd, file, fix, all)
+	if c.Status != Fail || !noGPURuntime(all) {
+		return c
+	}
+	// No GPU runtime registered. That is a failure only where containerd
+	// runs GPU containers itself, through its CRI plugin for a kubelet;
+	// with the plugin disabled (Docker CE's config) or no kubelet here
+	// (Debian's containerd under Docker) it is Docker's backend.
+	if d := criDisabled(doc); d != "" {
+		return info(CheckContainerd, "%s disables the CRI plugin (disabled_plugins %s): containerd is not used for GPU containers here (Docker's backend); no GPU runtime needed", file, d)
+	}
+	if _, err := os.Stat(opts.KubeletDir); err != nil {
+		return info(CheckContainerd, "%s registers no GPU runtime, and this is no Kubernetes node (no %s): containerd is not used through CRI for GPU containers here (Docker's backend, or ctr/nerdctl with --runc-binary or CDI)", file, opts.KubeletDir)
+	}
+	return c
+}
+
+// criDisabled returns the disabled_plugins entry that turns the CRI
+// plugin off, or "".
+func criDisabled(doc map[string]any) string {
+	list, _ := doc["disabled_plugins"].([]any)
+	for _, v := range list {
+		if p, _ := v.(string); p == "cri" || p == "io.containerd.grpc.v1.cri" || p == "io.containerd.cri.v1.runtime" {
+			return fmt.Sprintf("%q", p)
+		}
+	}
+	return ""
 }
 
 func table(m map[string]any, keys ...string) map[string]any {
@@ -183,20 +242,92 @@ func checkCRIO(opts Options) Check {
 		all = append(all, registered{n, p})
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
-	return judgeRuntimes(CheckCRIO, opts.CRIOConfig+" and "+opts.CRIODropins, fix, all)
+	c := judgeRuntimes(CheckCRIO, opts.CRIOConfig+" and "+opts.CRIODropins, fix, all)
+	if c.Status == Fail && noGPURuntime(all) {
+		// CRI-O serves only a kubelet: without one it runs no GPU containers.
+		if _, err := os.Stat(opts.KubeletDir); err != nil {
+			return info(CheckCRIO, "no GPU runtime registered, and this is no Kubernetes node (no %s): CRI-O is not used for GPU containers here", opts.KubeletDir)
+		}
+	}
+	return c
+}
+
+// defaultServicePATH is systemd's PATH for services, which dockerd gets
+// when it is started by its unit without an Environment= line.
+const defaultServicePATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// dockerdPATH returns the PATH of the running dockerd, read from
+// /proc/PID/environ, and where it came from. docker run --gpus makes dockerd
+// put the hook's path in the spec after a lookup in dockerd's own PATH, so
+// doctor's PATH (a login shell's, or sudo's secure_path) proves nothing.
+// Without a running dockerd it is systemd's default service PATH.
+func dockerdPATH(proc string) (path, source string) {
+	entries, _ := os.ReadDir(proc)
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join(proc, e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(comm)) != "dockerd" {
+			continue
+		}
+		envFile := filepath.Join(proc, e.Name(), "environ")
+		env, err := os.ReadFile(envFile)
+		if err != nil {
+			continue
+		}
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				return v, "dockerd's PATH from " + envFile
+			}
+		}
+		// Go's exec.LookPath with no PATH set uses none; dockerd looks
+		// the hook up with an empty PATH, so nothing is found.
+		return "", "dockerd (pid " + e.Name() + ") has no PATH in " + envFile
+	}
+	return defaultServicePATH, "no running dockerd in " + proc + "; systemd's default service PATH"
+}
+
+const hookName = "nvidia-container-runtime-hook"
+
+// hookUsable says whether docker run --gpus finds the hook.
+func hookUsable(opts Options) bool {
+	path, _ := dockerdPATH(opts.Proc)
+	_, ok := lookPathIn(hookName, path)
+	return ok
+}
+
+// lookPathIn is exec.LookPath against a given PATH, not doctor's.
+func lookPathIn(file, path string) (string, bool) {
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue // dockerd runs from /; a relative entry is not one a daemon should trust
+		}
+		p := filepath.Join(dir, file)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return p, true
+		}
+	}
+	return "", false
 }
 
 // checkHook: docker run --gpus asks containerd to run a prestart hook found
 // on dockerd's PATH under NVIDIA's name.
-func checkHook(docker bool) Check {
-	const name = "nvidia-container-runtime-hook"
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return pass(CheckHook, "%s", p)
+// runtimeOK says Docker's other GPU path, --runtime nvidia, works: then a
+// missing hook is INFO (only --gpus is unavailable), not a failure.
+func checkHook(opts Options, docker, runtimeOK bool) Check {
+	path, source := dockerdPATH(opts.Proc)
+	if p, ok := lookPathIn(hookName, path); ok {
+		return pass(CheckHook, "%s (on %s)", p, source)
 	}
 	if !docker {
-		return skip(CheckHook, "%s is not on PATH; only docker --gpus needs it and Docker is not installed", name)
+		return skip(CheckHook, "%s is not on PATH; only docker --gpus needs it and Docker is not installed", hookName)
 	}
-	return fail(CheckHook, "ln -s gantry-runtime /usr/bin/"+name+" (gantry-runtime runs as the hook under that name; make install links it)",
-		"%s is not on PATH (%s): docker run --gpus fails with \"could not select device driver\"", name, os.Getenv("PATH"))
+	if runtimeOK {
+		return info(CheckHook, "%s is not on dockerd's PATH %q (%s), so docker run --gpus is not available; docker run --runtime nvidia is (see %s). For --gpus: ln -s gantry-runtime /usr/bin/%s",
+			hookName, path, source, CheckDocker, hookName)
+	}
+	const name = hookName
+	return fail(CheckHook, "ln -s gantry-runtime /usr/bin/"+name+" (gantry-runtime runs as the hook under that name; make install links it), or add its directory to dockerd's PATH (an Environment=PATH= line in docker.service), then systemctl restart docker",
+		"%s is not on PATH %q (%s): docker run --gpus fails with \"could not select device driver\"", name, path, source)
 }

@@ -683,3 +683,32 @@ func TestFormatIDs(t *testing.T) {
 		t.Errorf("formatIDs = %q, want %q", got, want)
 	}
 }
+
+// TestHealthyKubernetesNode: the whole chain on a Kubernetes node that
+// runs GPU pods through containerd's CRI plugin and Gantry's device plugin
+// (no Docker): nothing fails, from the driver to the Node's capacity.
+func TestHealthyKubernetesNode(t *testing.T) {
+	h := newHost(t)
+	k := startKubelet(t)
+	runPlugin(t, k, "h100x8")
+	api := startAPIServer(t, "gpu-node-1")
+	api.setNode("gpu-node-1", 8, 8)
+	ko := api.options(k, "gpu-node-1")
+	opts := h.opts
+	opts.KubeletDir, opts.NodeName, opts.APIServer, opts.ServiceAccountDir = ko.KubeletDir, ko.NodeName, ko.APIServer, ko.ServiceAccountDir
+	os.Remove(opts.DockerConfig)
+	os.RemoveAll(filepath.Join(opts.Proc, "100"))
+	h.write(t, opts.ContainerdConfig, `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+    BinaryName = "`+filepath.Join(h.bin, "gantry-runtime")+`"
+`)
+	checks := Run(opts)
+	if Failed(checks) {
+		t.Fatalf("a healthy Kubernetes node fails:\n%s", dump(checks))
+	}
+	for _, n := range []string{CheckContainerd, CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckNode} {
+		expect(t, checks, n, Pass, nil, "")
+	}
+}

@@ -56,6 +56,17 @@ func TestDoctorRuncContainer(t *testing.T) {
 		t.Errorf("device access of a container without the rule: %+v", c)
 	}
 
+	// A container that never asked for a GPU (no request, no node, no
+	// rule) is not a device-cgroup failure to restart: INFO, not probed.
+	plain := startRunc(t, "runc-plain", false)
+	got = byName(checkContainer(opts(plain.id, plain.state)))
+	if c := got[CheckContainer]; c.Status != Info || !c.OK || !strings.Contains(c.Evidence, "no GPU requested") {
+		t.Errorf("request of a container without a GPU request: %+v", c)
+	}
+	if c := got[CheckContainerDevice]; c.Status != Info || !c.OK || !strings.Contains(c.Evidence, "no GPU requested") {
+		t.Errorf("device access of a container without a GPU request: %+v", c)
+	}
+
 	got = byName(checkContainer(opts("no-such-container", allowed.state)))
 	if c := got[CheckContainer]; c.Status != Fail || !strings.Contains(c.Evidence, `no runc container "no-such-container" in `+allowed.state) {
 		t.Errorf("unknown container: %+v", c)
