@@ -98,6 +98,8 @@ var Catalog = []CheckDoc{
 		Name:     CheckCDISpecs,
 		Verifies: "Every CDI spec of the configured kind in the configured spec directories was generated for the running driver (a spec from before a driver upgrade mounts libraries that are gone).",
 		Failures: []FailureDoc{
+			{"a spec's hooks (spec-wide or a device's) have no explicit `env`: a runtime runs such a hook as root on the host with the container image's environment, the CVE-2025-23266 class (the evidence names the file and the hooks)",
+				"regenerate it: `gantry cdi generate --output FILE`"},
 			{"a spec generated for another driver version, or a file in a spec directory that is not a CDI spec",
 				"regenerate it: `gantry cdi generate --output FILE` (it belongs in the driver upgrade procedure)"},
 		},

@@ -15,6 +15,8 @@ import (
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
 	"github.com/gantry-gpu/gantry/internal/ldcache"
+	"sigs.k8s.io/yaml"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // host is one test host: a fake driver root with real device nodes,
@@ -419,6 +421,34 @@ func TestLoaderCache(t *testing.T) {
 	}
 	h.write(t, cache, string(b))
 	expect(t, Run(h.opts), CheckLoaderCache, Fail, []string{cache, "libcuda.so.1", "libnvidia-ml.so.1"}, "ldconfig -r "+h.res.Root)
+}
+
+// A CDI spec whose hooks carry no env (as gantry and NVIDIA's toolkit wrote
+// them before CVE-2025-23266): the runtime runs them as root on the host
+// with the image's environment. FAIL naming the file and the regeneration.
+func TestCDISpecHooksWithoutEnv(t *testing.T) {
+	h := newHost(t)
+	path := filepath.Join(h.opts.Config.CDI.SpecDirs[0], "nvidia.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec cdispecs.Spec
+	if err := yaml.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	// The hook an older generator wrote: no env of its own.
+	spec.ContainerEdits.Hooks = append(spec.ContainerEdits.Hooks, &cdispecs.Hook{
+		HookName: "createContainer", Path: "/usr/bin/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache"}})
+	b, err = yaml.Marshal(&spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.write(t, path, string(b))
+	c := expect(t, Run(h.opts), CheckCDISpecs, Fail,
+		[]string{path, "without an explicit env", "CVE-2025-23266", spec.ContainerEdits.Hooks[0].Path},
+		"gantry cdi generate --output "+path)
+	t.Log(c.Evidence)
 }
 
 // Healthy hosts that use one engine each: every check PASS, SKIP or INFO,

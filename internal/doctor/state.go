@@ -93,8 +93,18 @@ func checkCDISpecs(cfg config.Config, running string) Check {
 			if spec.Kind != kind {
 				continue
 			}
+			if hooks := hooksWithoutEnv(spec); len(hooks) > 0 {
+				// CVE-2025-23266 class: a runtime runs a hook without env
+				// with the container's environment, which the image
+				// controls (LD_PRELOAD into a root process on the host).
+				bad = append(bad, fmt.Sprintf("%s has hooks without an explicit env, which a runtime runs with the image's environment (unsafe, CVE-2025-23266): %s",
+					path, strings.Join(hooks, ", ")))
+				fix = append(fix, fmt.Sprintf("gantry cdi generate --output %s", path))
+			}
 			versions := specVersions(spec)
 			switch {
+			case len(hooksWithoutEnv(spec)) > 0 && (len(versions) == 0 || len(versions) == 1 && versions[0] == running):
+				// reported above
 			case len(versions) == 0:
 				good = append(good, path+" (mounts no versioned driver library)")
 			case len(versions) == 1 && versions[0] == running:
@@ -159,4 +169,22 @@ func listOrNone(l []string) string {
 		return "none"
 	}
 	return strings.Join(l, ", ")
+}
+
+// hooksWithoutEnv names the hooks of spec (spec-wide and per device) that
+// carry no env of their own.
+func hooksWithoutEnv(spec *specs.Spec) []string {
+	var out []string
+	check := func(where string, hooks []*specs.Hook) {
+		for _, h := range hooks {
+			if h != nil && len(h.Env) == 0 {
+				out = append(out, fmt.Sprintf("%s %s %s", where, h.HookName, h.Path))
+			}
+		}
+	}
+	check("spec-wide", spec.ContainerEdits.Hooks)
+	for _, d := range spec.Devices {
+		check("device "+d.Name, d.ContainerEdits.Hooks)
+	}
+	return out
 }
