@@ -15,7 +15,9 @@ import (
 // gantry-runtime create for ever (nothing ever writes it), and a 200 MB
 // spec cost 1.56 GB of memory to decode. Each must fail at once with an
 // error naming the file, create no container, and leave the file as it was.
-func TestBundleSpecBounds(t *testing.T) {
+func TestBundleSpecBounds(t *testing.T) { eachRuntime(t, testBundleSpecBounds) }
+
+func testBundleSpecBounds(t *testing.T) {
 	cases := []struct {
 		name string
 		make func(t *testing.T, path string)
@@ -82,7 +84,7 @@ func TestBundleSpecBounds(t *testing.T) {
 			if strings.Count(strings.TrimSpace(msg), "\n") > 0 {
 				t.Errorf("error is not one line: %q", msg)
 			}
-			if list, _ := exec.Command(c.f.runc, "--root", c.state, "list", "-q").Output(); strings.Contains(string(list), c.id) {
+			if list, _ := exec.Command(c.low, "--root", c.state, "list", "-q").Output(); strings.Contains(string(list), c.id) {
 				t.Errorf("container %s exists after the refused create", c.id)
 			}
 			after, err := os.Lstat(spec)

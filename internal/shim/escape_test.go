@@ -59,7 +59,9 @@ hook-path = "/proc/self/cwd/evil"
 // The hooks run (the container finds libcuda through its SONAME link, its
 // ld.so.cache lists it), evil.so never runs (no mark on the host, none in
 // the image), and the host directory is unchanged.
-func TestCDIHooksIgnoreImageEnv(t *testing.T) {
+func TestCDIHooksIgnoreImageEnv(t *testing.T) { eachRuntime(t, testCDIHooksIgnoreImageEnv) }
+
+func testCDIHooksIgnoreImageEnv(t *testing.T) {
 	f := need(t)
 	if !dynamic(t, f.gantry) {
 		t.Fatalf("%s is statically linked: its LD_PRELOAD case would prove nothing", f.gantry)
@@ -215,7 +217,9 @@ func TestCDIHooksIgnoreImageEnv(t *testing.T) {
 // has no env the fixed one, so that runc does not run it with the image's
 // environment; a hook with its own env keeps it. Checked through real runc:
 // the hook (a shell script) writes the environment it got into the bundle.
-func TestInjectedHooksGetEnv(t *testing.T) {
+func TestInjectedHooksGetEnv(t *testing.T) { eachRuntime(t, testInjectedHooksGetEnv) }
+
+func testInjectedHooksGetEnv(t *testing.T) {
 	need(t)
 	specDir := t.TempDir()
 	out := t.TempDir()

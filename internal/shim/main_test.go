@@ -261,6 +261,7 @@ type container struct {
 	rootfs string
 	config string // GANTRY_CONFIG file
 	state  string // runc --root
+	low    string // the low-level runtime (runc or crun) gantry-runtime runs
 }
 
 type opts struct {
@@ -289,6 +290,7 @@ func newContainer(t *testing.T, o opts) *container {
 	dir := t.TempDir()
 	c := &container{t: t, f: f, id: id, bundle: filepath.Join(dir, "bundle"), state: filepath.Join(dir, "state")}
 	c.rootfs = filepath.Join(c.bundle, "rootfs")
+	c.low = runtimeFor(t, f)
 	if err := os.MkdirAll(c.bundle, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +329,7 @@ low-level = %q
 cache-dir = %q
 log-file = %q
 %s
-`, f.driver.Root, f.runc, filepath.Join(dir, "cache"), filepath.Join(dir, "gantry.log"), o.config)
+`, f.driver.Root, c.low, filepath.Join(dir, "cache"), filepath.Join(dir, "gantry.log"), o.config)
 	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -186,7 +186,9 @@ func TestCreateTwiceInjectsOnce(t *testing.T) {
 // Another vendor's CDI device named in an annotation: gantry-runtime
 // injects it through the CNCF library from the spec directories, and marks
 // the spec as injected like a GPU request.
-func TestOtherVendorCDIDevice(t *testing.T) {
+func TestOtherVendorCDIDevice(t *testing.T) { eachRuntime(t, testOtherVendorCDIDevice) }
+
+func testOtherVendorCDIDevice(t *testing.T) {
 	specDir := t.TempDir()
 	spec := `cdiVersion: "0.6.0"
 kind: example.com/fpga
@@ -273,7 +275,9 @@ func TestEmptyEnvironment(t *testing.T) {
 }
 
 // Failures stop the container before runc creates anything.
-func TestRefusedRequests(t *testing.T) {
+func TestRefusedRequests(t *testing.T) { eachRuntime(t, testRefusedRequests) }
+
+func testRefusedRequests(t *testing.T) {
 	for _, tc := range []struct {
 		env  []string
 		want string
@@ -307,7 +311,9 @@ func TestRefusedRequests(t *testing.T) {
 // The host-wide request rules NVIDIA's config.toml had: disable-require lets
 // a container whose NVIDIA_REQUIRE_CUDA the host fails start anyway, and
 // swarm-resource reads the GPUs from Docker Swarm's generic resource variable.
-func TestHostRequestRules(t *testing.T) {
+func TestHostRequestRules(t *testing.T) { eachRuntime(t, testHostRequestRules) }
+
+func testHostRequestRules(t *testing.T) {
 	for _, tc := range []struct {
 		config string
 		env    []string
@@ -335,7 +341,9 @@ func TestHostRequestRules(t *testing.T) {
 
 // With accept-env-unprivileged = false, only privileged containers get GPUs
 // through the env (NVIDIA's accept-nvidia-visible-devices-envvar-when-unprivileged).
-func TestUnprivilegedEnvDisabled(t *testing.T) {
+func TestUnprivilegedEnvDisabled(t *testing.T) { eachRuntime(t, testUnprivilegedEnvDisabled) }
+
+func testUnprivilegedEnvDisabled(t *testing.T) {
 	for _, priv := range []bool{false, true} {
 		c := newContainer(t, opts{
 			env:      []string{"NVIDIA_VISIBLE_DEVICES=all"},

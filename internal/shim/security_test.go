@@ -47,7 +47,9 @@ func sameSnapshot(t *testing.T, what string, before, after map[string]string) {
 // class): the library directory, /etc and the loader cache itself are
 // symlinks to host paths. Gantry's writes must land inside the image, the
 // host must stay as it was, and the container must still work.
-func TestHostileImageLinks(t *testing.T) {
+func TestHostileImageLinks(t *testing.T) { eachRuntime(t, testHostileImageLinks) }
+
+func testHostileImageLinks(t *testing.T) {
 	host := t.TempDir()
 	hostLib := filepath.Join(host, "lib")
 	hostEtc := filepath.Join(host, "etc")
@@ -121,7 +123,9 @@ func TestHostileImageLinks(t *testing.T) {
 // library. evil.so leaves a mark at a host-only path when it is loaded by a
 // process that sees the host's file system; inside the container that path
 // does not exist.
-func TestImagePreloadNeverRunsOnHost(t *testing.T) {
+func TestImagePreloadNeverRunsOnHost(t *testing.T) { eachRuntime(t, testImagePreloadNeverRunsOnHost) }
+
+func testImagePreloadNeverRunsOnHost(t *testing.T) {
 	f := need(t)
 	os.Remove(f.mark)
 	c := newContainer(t, opts{
