@@ -38,8 +38,21 @@ if $tests; then
   # docs: the guide's health and :3476 examples, run by go test ./docs
   command -v socat >/dev/null || optional+=(socat)
   command -v curl >/dev/null || optional+=(curl)
+  # internal/shim's escape tests also run under crun and the newest runc release,
+  # built with libseccomp by scripts/build-runc.sh
+  command -v crun >/dev/null || optional+=(crun)
+  [ -e /usr/include/seccomp.h ] || optional+=(libseccomp-dev)
 fi
-[ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ] && exit 0
+# build-runc.sh after the packages, best effort: without it those subtests skip
+build_runc() {
+  $tests || return 0
+  "$(dirname "$0")/build-runc.sh" >/dev/null ||
+    echo "warning: scripts/build-runc.sh failed; the escape tests skip that runc"
+}
+if [ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ]; then
+  build_runc
+  exit 0
+fi
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
@@ -53,3 +66,4 @@ if [ ${#optional[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${optional[@]}" ||
     echo "warning: could not install ${optional[*]}; the tests that drive them will skip"
 fi
+build_runc
