@@ -171,7 +171,19 @@ func TestMigrateNVIDIAFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mg, err := MigrateNVIDIA(b, MigrateOptions{LookPath: exec.LookPath})
+			// Only the test's bin directory exists: an absolute candidate
+			// (/usr/bin/crun) is looked for under it, not on this host.
+			lookPath := func(name string) (string, error) {
+				if filepath.IsAbs(name) {
+					p := filepath.Join(bin, name)
+					if _, err := os.Stat(p); err != nil {
+						return "", err
+					}
+					return name, nil
+				}
+				return exec.LookPath(name)
+			}
+			mg, err := MigrateNVIDIA(b, MigrateOptions{LookPath: lookPath})
 			if err != nil {
 				t.Fatalf("MigrateNVIDIA: %v", err)
 			}

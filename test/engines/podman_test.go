@@ -35,7 +35,9 @@ type podmanEngine struct {
 	specDir      string   // what /etc/cdi and /var/run/cdi are in withCDI's namespace
 }
 
-// podmanContainersConf is the private containers.conf: cgroupfs (no
+// podmanContainersConf is the private containers.conf: runc (Podman
+// prefers crun when it is installed; the tests name runc's state root with
+// --runtime-flag, and crun 1.8 refuses hybrid cgroup hosts), cgroupfs (no
 // systemd), file locks and events under the test's directory, no default
 // hooks (the host's hooks.d would otherwise apply), the open-files and
 // process limits this process has, nproc at most 32768 (podman's defaults,
@@ -48,6 +50,7 @@ log_driver = "k8s-file"
 default_ulimits = [%q, %q]
 
 [engine]
+runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 events_logfile_path = %q
