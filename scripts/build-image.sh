@@ -105,49 +105,12 @@ printf 'root:x:0:\nnogroup:x:65534:\nnonroot:x:65532:\n' >"$root/etc/group"
 printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
 
 # The layer: a reproducible tar (sorted, owned by root, time 0).
-blobs=$work/archive/blobs/sha256
-mkdir -p "$blobs"
-tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=posix \
-  --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
-  -C "$root" -cf "$work/layer.tar" $(cd "$root" && ls -A)
-blob() { # FILE MEDIATYPE: move FILE into blobs/, print its descriptor
-  local sum size
-  sum=$(sha256sum "$1" | cut -d' ' -f1)
-  size=$(stat -c %s "$1")
-  mv "$1" "$blobs/$sum"
-  printf '{"mediaType":"%s","digest":"sha256:%s","size":%s}' "$2" "$sum" "$size"
-}
-layer_sum=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
-layer_desc=$(blob "$work/layer.tar" application/vnd.oci.image.layer.v1.tar)
-
-# The image config: the Dockerfile's entrypoint, labels and PATH.
-printf '%s' '{"architecture":"'"$arch"'","os":"linux","created":"1970-01-01T00:00:00Z",'\
-'"config":{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],'\
+config='{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],'\
 '"Entrypoint":["/usr/bin/gantry-device-plugin"],"WorkingDir":"/",'\
 '"Labels":{"org.opencontainers.image.title":"gantry",'\
 '"org.opencontainers.image.description":"Gantry: NVIDIA GPUs for containers and Kubernetes (device plugin, CLI, runtime)",'\
 '"org.opencontainers.image.source":"https://github.com/gantry-gpu/gantry",'\
-'"org.opencontainers.image.version":"'"$VERSION"'"}},'\
-'"rootfs":{"type":"layers","diff_ids":["sha256:'"$layer_sum"'"]},'\
-'"history":[{"created":"1970-01-01T00:00:00Z","created_by":"scripts/build-image.sh"}]}' >"$work/config.json"
-config_sum=$(sha256sum "$work/config.json" | cut -d' ' -f1)
-config_desc=$(blob "$work/config.json" application/vnd.oci.image.config.v1+json)
-
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":%s,"layers":[%s]}' \
-  "$config_desc" "$layer_desc" >"$work/manifest.json"
-manifest_desc=$(blob "$work/manifest.json" application/vnd.oci.image.manifest.v1+json)
-
-a=$work/archive
-printf '{"imageLayoutVersion":"1.0.0"}' >"$a/oci-layout"
-printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[%s]}' \
-  "${manifest_desc%\}},\"annotations\":{\"io.containerd.image.name\":\"$tag\",\"org.opencontainers.image.ref.name\":\"${tag##*:}\"}}" >"$a/index.json"
-# docker load (Docker 20.10 and later) reads manifest.json.
-printf '[{"Config":"blobs/sha256/%s","RepoTags":["%s"],"Layers":["blobs/sha256/%s"]}]' \
-  "$config_sum" "$tag" "$layer_sum" >"$a/manifest.json"
-
-mkdir -p "$(dirname "$out")"
-tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 --format=posix \
-  --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
-  -C "$a" -cf "$out.tmp" oci-layout index.json manifest.json blobs
-mv "$out.tmp" "$out"
+'"org.opencontainers.image.version":"'"$VERSION"'"}}'
+. scripts/lib/oci.sh
+oci_archive "$root" "$tag" "$out" "$config" scripts/build-image.sh
 echo "built $tag ($VERSION, $arch, $(du -h "$out" | cut -f1)) in $out; load it with: docker load -i $out"

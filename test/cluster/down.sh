@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Stops the test cluster test/cluster/up.sh started and removes what it left:
+# its processes (pods and their shims included), mounts, cgroups, network
+# namespaces, the bridge, the addresses on lo and the state directories.
+# Safe to run twice, or after a failed bring-up.
+#
+#   sudo test/cluster/down.sh [--keep-logs]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. test/cluster/lib.sh
+keep_logs=
+for a in "$@"; do
+  case "$a" in
+    --keep-logs) keep_logs=1 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) gk_die "down.sh: unknown argument $a (see test/cluster/down.sh --help)" ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || gk_die "run as root (sudo test/cluster/down.sh)"
+
+# stop NAME...: SIGTERM the pid in $GK_RUN/NAME.pid, SIGKILL after 10 s.
+stop() {
+  local name pid
+  for name in "$@"; do
+    [ -f "$GK_RUN/$name.pid" ] || continue
+    pid=$(cat "$GK_RUN/$name.pid")
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null
+      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null
+    fi
+    rm -f "$GK_RUN/$name.pid"
+  done
+}
+
+# The kubelet first, so that it restarts nothing; then every pod's processes.
+stop kubelet
+# Processes of pods: everything in the kubelet's cgroups, then the shims
+# (whose command line names this cluster's containerd socket).
+pod_pids() {
+  cat /sys/fs/cgroup/kubepods/cgroup.procs /sys/fs/cgroup/kubepods/*/cgroup.procs \
+    /sys/fs/cgroup/kubepods/*/*/cgroup.procs /sys/fs/cgroup/kubepods/*/*/*/cgroup.procs \
+    /sys/fs/cgroup/*/kubepods/cgroup.procs /sys/fs/cgroup/*/kubepods/*/cgroup.procs \
+    /sys/fs/cgroup/*/kubepods/*/*/cgroup.procs /sys/fs/cgroup/*/kubepods/*/*/*/cgroup.procs 2>/dev/null | sort -u
+}
+for sig in TERM KILL; do
+  pids=$(pod_pids)
+  [ -z "$pids" ] || kill -$sig $pids 2>/dev/null
+  sleep 0.5
+done
+stop kube-scheduler kube-controller-manager kube-apiserver etcd containerd
+for pid in $(pgrep -f "containerd-shim-runc-v2 .*$GK_RUN/containerd.sock" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+
+# Mounts under the state directories, the kubelet's and the containers',
+# deepest first.
+for root in "$GK_RUN" "$GK_STATE" /var/lib/kubelet /run/netns /var/run/netns; do
+  awk -v r="$root" '$5 == r || index($5, r "/") == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
+  done
+done
+if [ -f "$GK_RUN/run-nvidia-bind" ]; then umount /run/nvidia 2>/dev/null || umount -l /run/nvidia; fi
+rm -f /run/netns/cni-* /var/run/netns/cni-* 2>/dev/null
+
+# cgroups: the kubelet's hierarchy in every controller, deepest first.
+for top in /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/kubepods; do
+  [ -d "$top" ] && find "$top" -depth -type d -exec rmdir {} + 2>/dev/null
+done
+
+ip link del "$GK_BRIDGE" 2>/dev/null
+for a in $GK_NODE_IP $GK_SERVICE_IP; do ip addr del "$a/32" dev lo 2>/dev/null; done
+
+if [ -n "$keep_logs" ] && [ -d "$GK_LOG" ]; then
+  saved=/tmp/gantry-k8s-logs.$$
+  mv "$GK_LOG" "$saved" && gk_log "logs kept in $saved"
+fi
+rm -rf "$GK_RUN" "$GK_STATE" "$GK_ETC" /var/lib/kubelet
+left=$(pgrep -f "$GK_STATE|$GK_RUN|$GK_ETC" 2>/dev/null | grep -vx $$ || true)
+if [ -n "$left" ]; then
+  gk_log "still running: $(ps -o pid=,args= -p $(echo $left) 2>/dev/null)"
+  exit 1
+fi
+gk_log "down: nothing of the test cluster is left"

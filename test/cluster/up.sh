@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# Brings up a single-node Kubernetes cluster (v1.37.2, containerd v2.4.2)
+# with Gantry installed the way a cluster admin installs it: `gantry runtime
+# configure --runtime containerd`, then the RuntimeClass and the device plugin
+# DaemonSet of deployments/static, its image imported into containerd. With
+# --sim (the default on a machine without /dev/nvidiactl) the node gets a fake
+# driver root and simulated GPUs; with --nvml the host's driver and GPUs.
+#
+#   sudo test/cluster/build.sh          # once: the binaries and images, into bin/cluster
+#   sudo test/cluster/up.sh [--sim PROFILE | --nvml] [--driver-root DIR] [--bin DIR]
+#   export KUBECONFIG=/etc/gantry-k8s/admin.conf PATH=$PWD/bin/cluster:$PATH
+#   kubectl get nodes
+#   sudo test/cluster/down.sh           # stops everything and removes the state
+#
+# Options:
+#   --sim PROFILE      simulated GPUs (gantry sim profiles; default h100x8 without a GPU)
+#   --nvml             the host's GPUs through NVML (default when /dev/nvidiactl exists)
+#   --driver-root DIR  where the driver is (--nvml; default /, or /usr/local/nvidia's
+#                      parent layout is found by Gantry itself)
+#   --bin DIR          the binaries (default bin/cluster)
+# Everything lives under /var/lib/gantry-k8s, /run/gantry-k8s, /etc/gantry-k8s and
+# /var/lib/kubelet; logs in /var/lib/gantry-k8s/log. The node's address
+# (10.199.0.1) and the kubernetes Service's (10.96.0.1) are added to lo, pods
+# get 10.244.0.0/24 on the bridge gk8s0. There is no kube-proxy and no DNS.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+. test/cluster/lib.sh
+
+mode= profile=h100x8 driver_root= bin=$repo/bin/cluster
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sim) mode=sim; profile=${2:?--sim needs a profile (gantry sim profiles)}; shift 2 ;;
+    --nvml) mode=nvml; shift ;;
+    --driver-root) driver_root=${2:?--driver-root needs a directory}; shift 2 ;;
+    --bin) bin=$(cd "${2:?--bin needs a directory}" && pwd); shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) gk_die "up.sh: unknown argument $1 (see test/cluster/up.sh --help)" ;;
+  esac
+done
+if [ -z "$mode" ]; then
+  if [ -e /dev/nvidiactl ]; then mode=nvml; else mode=sim; fi
+fi
+[ "$(id -u)" = 0 ] || gk_die "run as root (sudo test/cluster/up.sh)"
+for f in gantry-k8s containerd-shim-runc-v2 runc gantry gantry-runtime gantry-cdi-hook cni/bridge images/gantry.tar images/pause.tar; do
+  [ -e "$bin/$f" ] || gk_die "$bin/$f is missing: run test/cluster/build.sh first"
+done
+if [ -e "$GK_RUN/up" ]; then
+  gk_die "a cluster is already up (since $(cat "$GK_RUN/up")): test/cluster/down.sh first"
+fi
+for port in 443 2379 2380 10250 10257 10259; do
+  if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
+    gk_die "port $port is in use (another Kubernetes on this machine?): stop it first"
+  fi
+done
+command -v ip >/dev/null || gk_die "ip not found: apt-get install iproute2"
+
+export PATH=$bin:$bin/cni:$PATH
+export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+mkdir -p "$GK_STATE" "$GK_RUN" "$GK_ETC" "$GK_LOG" "$GK_ETC/cni"
+date -u +%FT%TZ >"$GK_RUN/up"
+# From here on, a failure tears down what was started.
+# (GK_KEEP=1 leaves it up, to look at.)
+trap 'st=$?; if [ $st -ne 0 ]; then gk_log "bring-up failed (exit $st): logs in $GK_LOG"; [ -n "${GK_KEEP:-}" ] || test/cluster/down.sh --keep-logs || true; fi' EXIT
+
+# start NAME CMD...: runs CMD in the background in its own session, logs to
+# $GK_LOG/NAME.log, pid in $GK_RUN/NAME.pid.
+start() {
+  local name=$1; shift
+  setsid "$@" </dev/null >>"$GK_LOG/$name.log" 2>&1 &
+  echo $! >"$GK_RUN/$name.pid"
+}
+
+gk_log "addresses: node $GK_NODE_IP, kubernetes Service $GK_SERVICE_IP (on lo)"
+for a in $GK_NODE_IP $GK_SERVICE_IP; do
+  ip -4 addr show dev lo | grep -q " $a/" || ip addr add "$a/32" dev lo
+done
+"$bin/gantry-k8s" pki --dir "$GK_ETC/pki" --kubeconfig-dir "$GK_ETC" --node "$GK_NODE" --ip "$GK_NODE_IP" \
+  --service-ip "$GK_SERVICE_IP" --server "https://$GK_NODE_IP:443"
+P=$GK_ETC/pki
+
+# Gantry's own configuration for the runtime: the GPUs and the driver.
+case "$mode" in
+  sim)
+    driver_root=${driver_root:-$GK_STATE/driver}
+    if [ ! -e "$driver_root/etc/ld.so.cache" ]; then
+      gk_log "fake driver root in $driver_root (gantry sim driver-root)"
+      "$bin/gantry" --gpus "sim:$profile" sim driver-root "$driver_root" >/dev/null
+    fi
+    printf 'gpus = "sim:%s"\ndriver-root = "%s"\n' "$profile" "$driver_root" >"$GK_ETC/gantry.toml" ;;
+  nvml)
+    printf 'gpus = "nvml"\n' >"$GK_ETC/gantry.toml"
+    [ -z "$driver_root" ] || printf 'driver-root = "%s"\n' "$driver_root" >>"$GK_ETC/gantry.toml" ;;
+esac
+
+# The DaemonSet mounts /run/nvidia with HostToContainer propagation, which
+# containerd allows only from a shared or slave mount.
+mkdir -p /run/nvidia
+if ! findmnt -n /run/nvidia >/dev/null 2>&1; then
+  mount --bind /run/nvidia /run/nvidia
+  touch "$GK_RUN/run-nvidia-bind"
+fi
+mount --make-rshared /run/nvidia
+
+cat >"$GK_ETC/cni/10-gantry-k8s.conflist" <<CNI
+{"cniVersion":"1.0.0","name":"gantry-k8s","plugins":[
+ {"type":"bridge","bridge":"$GK_BRIDGE","isGateway":true,"ipMasq":false,"hairpinMode":true,
+  "ipam":{"type":"host-local","dataDir":"$GK_STATE/cni-ipam","ranges":[[{"subnet":"$GK_POD_CIDR"}]],"routes":[{"dst":"0.0.0.0/0"}]}},
+ {"type":"loopback"}]}
+CNI
+
+gk_log "containerd"
+# Without CAP_SYS_RESOURCE (some VMs and containers drop it) no process may
+# lower its oom_score_adj, and runc fails every pod asking for a negative
+# one; containerd then has to clamp them.
+restrict_oom=false
+sh -c 'echo -1 >/proc/self/oom_score_adj' 2>/dev/null || restrict_oom=true
+cat >"$GK_ETC/containerd.toml" <<TOML
+version = 3
+root = "$GK_STATE/containerd"
+state = "$GK_RUN/containerd"
+
+[grpc]
+  address = "$GK_RUN/containerd.sock"
+
+[ttrpc]
+  address = "$GK_RUN/containerd.sock.ttrpc"
+
+[plugins]
+  [plugins.'io.containerd.internal.v1.opt']
+    path = "$GK_STATE/opt"
+  [plugins.'io.containerd.nri.v1.nri']
+    disable = true
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = '$GK_PAUSE_IMAGE'
+  [plugins.'io.containerd.cri.v1.runtime']
+    enable_cdi = true
+    restrict_oom_score_adj = $restrict_oom
+    cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes]
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+          runtime_type = 'io.containerd.runc.v2'
+          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+            BinaryName = '$bin/runc'
+            SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['$bin/cni']
+      conf_dir = '$GK_ETC/cni'
+TOML
+# The step a cluster admin runs: register Gantry's runtime as "nvidia" (the
+# RuntimeClass's handler).
+GANTRY_CONFIG=$GK_ETC/gantry.toml "$bin/gantry" runtime configure --runtime containerd \
+  --config-file "$GK_ETC/containerd.toml" --runtime-path "$bin/gantry-runtime" >"$GK_LOG/runtime-configure.log"
+# gantry-runtime reads GANTRY_CONFIG from the environment containerd's shims
+# hand it; PATH finds this release's shim and runc first.
+start containerd env GANTRY_CONFIG="$GK_ETC/gantry.toml" "$bin/containerd" --config "$GK_ETC/containerd.toml"
+ctr() { "$bin/ctr" --address "$GK_RUN/containerd.sock" "$@"; }
+gk_wait 60 containerd ctr version
+for img in "$bin"/images/*.tar; do
+  ctr -n k8s.io images import --local "$img" >>"$GK_LOG/images.log" 2>&1 ||
+    gk_die "ctr images import $img failed: see $GK_LOG/images.log"
+done
+
+gk_log "etcd"
+start etcd "$bin/etcd" --name "$GK_NODE" --data-dir "$GK_STATE/etcd" \
+  --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+  --initial-cluster "$GK_NODE=http://127.0.0.1:2380" --unsafe-no-fsync --log-level warn
+gk_wait 60 etcd curl -sf http://127.0.0.1:2379/health
+
+gk_log "kube-apiserver"
+start kube-apiserver "$bin/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
+  --secure-port 443 --bind-address 0.0.0.0 --advertise-address "$GK_NODE_IP" \
+  --service-cluster-ip-range "$GK_SERVICE_CIDR" --allow-privileged=true \
+  --client-ca-file "$P/ca.crt" --tls-cert-file "$P/apiserver.crt" --tls-private-key-file "$P/apiserver.key" \
+  --kubelet-client-certificate "$P/apiserver-kubelet-client.crt" --kubelet-client-key "$P/apiserver-kubelet-client.key" \
+  --kubelet-certificate-authority "$P/ca.crt" --kubelet-preferred-address-types InternalIP \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
+  --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction
+export KUBECONFIG=$GK_KUBECONFIG
+gk_wait 120 kube-apiserver "$bin/kubectl" get --raw /readyz
+
+gk_log "kube-controller-manager, kube-scheduler"
+start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$GK_ETC/controller-manager.conf" \
+  --authentication-kubeconfig "$GK_ETC/controller-manager.conf" --authorization-kubeconfig "$GK_ETC/controller-manager.conf" \
+  --root-ca-file "$P/ca.crt" --service-account-private-key-file "$P/sa.key" --use-service-account-credentials \
+  --cluster-signing-cert-file "$P/ca.crt" --cluster-signing-key-file "$P/ca.key" \
+  --leader-elect=false --bind-address 127.0.0.1
+start kube-scheduler "$bin/kube-scheduler" --kubeconfig "$GK_ETC/scheduler.conf" \
+  --authentication-kubeconfig "$GK_ETC/scheduler.conf" --authorization-kubeconfig "$GK_ETC/scheduler.conf" \
+  --leader-elect=false --bind-address 127.0.0.1
+
+gk_log "kubelet"
+cgv1=false
+[ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ] || cgv1=true
+cat >"$GK_ETC/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $GK_NODE_IP
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $P/ca.crt}
+authorization: {mode: Webhook}
+tlsCertFile: $P/kubelet-server.crt
+tlsPrivateKeyFile: $P/kubelet-server.key
+cgroupDriver: cgroupfs
+failCgroupV1: $( $cgv1 && echo false || echo true )
+failSwapOn: false
+containerRuntimeEndpoint: unix://$GK_RUN/containerd.sock
+readOnlyPort: 0
+protectKernelDefaults: false
+rotateCertificates: false
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+YAML
+start kubelet "$bin/kubelet" --config "$GK_ETC/kubelet.yaml" --kubeconfig "$GK_ETC/kubelet.conf" \
+  --hostname-override "$GK_NODE" --node-ip "$GK_NODE_IP" --node-labels nvidia.com/gpu.present=true
+gk_wait 120 "node $GK_NODE Ready" sh -c "$bin/kubectl get node $GK_NODE -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+
+gk_log "Gantry: RuntimeClass and device plugin DaemonSet (deployments/static)"
+manifest=$GK_ETC/gantry-device-plugin.yaml
+cp deployments/static/gantry-device-plugin.yaml "$manifest"
+if [ "$mode" = sim ]; then
+  # The manifest's own configuration, set the way a user sets it: the
+  # ConfigMap's gantry section selects simulated GPUs. (Faults are injected
+  # through the plugin's socket, /proc/PID/root/run/gantry/sim-health.sock.)
+  awk -v prof="$profile" '{print} /^    version: v1$/ && !done {print "    gantry:"; print "      gpus: sim:" prof; done=1}' \
+    deployments/static/gantry-device-plugin.yaml >"$manifest"
+fi
+"$bin/kubectl" apply -f "$manifest" >"$GK_LOG/apply.log"
+want=$("$bin/gantry" --config "$GK_ETC/gantry.toml" info --json | grep -c '"uuid"' || true)
+gk_wait 180 "nvidia.com/gpu on $GK_NODE" sh -c \
+  "$bin/kubectl get node $GK_NODE -o jsonpath='{.status.allocatable.nvidia\.com/gpu}' | grep -qx '[1-9][0-9]*'"
+trap - EXIT
+gk_log "up: node $GK_NODE, $("$bin/kubectl" get node $GK_NODE -o jsonpath='{.status.allocatable.nvidia\.com/gpu}') nvidia.com/gpu (Gantry sees $want GPUs)"
+echo "export KUBECONFIG=$GK_KUBECONFIG PATH=$bin:\$PATH"
