@@ -74,7 +74,23 @@ type Runtime struct {
 	// when one of them is set, e.g. DOCKER_RESOURCE_GPU for Docker Swarm's
 	// generic resources (NVIDIA's swarm-resource).
 	SwarmResource []string `toml:"swarm-resource"`
+	// KubernetesEnv decides what NVIDIA_VISIBLE_DEVICES may give a container
+	// a kubelet created through CRI (containerd, CRI-O). "allocated" (the
+	// default): only the devices the kubelet allocated to that container,
+	// read from its device checkpoint, so an image or pod that sets the
+	// variable itself gets no GPU; privileged containers are trusted, as
+	// everywhere. "any": the variable as it stands (NVIDIA's behaviour).
+	KubernetesEnv string `toml:"kubernetes-env"`
+	// KubeletDir is the kubelet's root directory; its device checkpoint is
+	// device-plugins/kubelet_internal_checkpoint under it.
+	KubeletDir string `toml:"kubelet-dir"`
 }
+
+// KubernetesEnv values.
+const (
+	KubernetesEnvAllocated = "allocated"
+	KubernetesEnvAny       = "any"
+)
 
 // CDI holds the settings of `gantry cdi`.
 type CDI struct {
@@ -107,6 +123,8 @@ func Default() Config {
 			CacheDir:              "/run/gantry",
 			AcceptEnvUnprivileged: true,
 			SwarmResource:         []string{},
+			KubernetesEnv:         KubernetesEnvAllocated,
+			KubeletDir:            "/var/lib/kubelet",
 		},
 	}
 }
@@ -232,6 +250,15 @@ func (c Config) Validate() error {
 	}
 	if c.Runtime.CacheDir != "" && !strings.HasPrefix(c.Runtime.CacheDir, "/") {
 		return fmt.Errorf("key runtime.cache-dir: %q is not an absolute path (or \"\" to disable the cache)", c.Runtime.CacheDir)
+	}
+	switch c.Runtime.KubernetesEnv {
+	case KubernetesEnvAllocated, KubernetesEnvAny:
+	default:
+		return fmt.Errorf("key runtime.kubernetes-env: %q is not one of %q (only what the kubelet allocated) or %q (NVIDIA's behaviour)",
+			c.Runtime.KubernetesEnv, KubernetesEnvAllocated, KubernetesEnvAny)
+	}
+	if !strings.HasPrefix(c.Runtime.KubeletDir, "/") {
+		return fmt.Errorf("key runtime.kubelet-dir: %q is not an absolute path (the kubelet's --root-dir, default /var/lib/kubelet)", c.Runtime.KubeletDir)
 	}
 	if c.Runtime.LogFile != "" && !strings.HasPrefix(c.Runtime.LogFile, "/") {
 		return fmt.Errorf("key runtime.log-file: %q is not an absolute path", c.Runtime.LogFile)

@@ -6,6 +6,7 @@ package discover
 
 import (
 	"fmt"
+	"github.com/gantry-gpu/gantry/internal/kubeletckpt"
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/config"
@@ -63,5 +64,31 @@ func RequestOptions(cfg config.Config) request.Options {
 	if cfg.CDI.AnnotationPrefixes != nil {
 		opts.AnnotationPrefixes = cfg.CDI.AnnotationPrefixes
 	}
+	if cfg.Runtime.KubernetesEnv != config.KubernetesEnvAny {
+		dir := cfg.Runtime.KubeletDir
+		if dir == "" {
+			dir = kubeletckpt.DefaultKubeletDir
+		}
+		opts.Allocated = func(podUID, container string) ([]string, error) {
+			return KubeletAllocated(dir, podUID, container)
+		}
+	}
 	return opts
+}
+
+// KubeletAllocated is the NVIDIA_VISIBLE_DEVICES values the device plugins
+// answered for a pod's container, from the kubelet's device checkpoint in
+// the kubelet root directory dir (none when it allocated nothing).
+func KubeletAllocated(dir, podUID, container string) ([]string, error) {
+	cp, err := kubeletckpt.Read(dir)
+	if err != nil {
+		return nil, err
+	}
+	var vals []string
+	for _, e := range cp.For(podUID, container) {
+		if v := e.Env[request.EnvVisibleDevices]; v != "" {
+			vals = append(vals, v)
+		}
+	}
+	return vals, nil
 }

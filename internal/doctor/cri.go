@@ -1,12 +1,14 @@
 package doctor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -139,7 +141,15 @@ func checkCRIContainer(ctx context.Context, opts Options, rt runtimeapi.RuntimeS
 	running := st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING && info.Pid > 0
 	spec, request, binary := info.RuntimeSpec, (*specs.Spec)(nil), info.binary()
 	source := "the spec " + engine + " reports (before runtime edits)"
-	if t, err := taskByID(opts.ContainerdState, k8sNamespace, c.GetId()); err == nil {
+	t, err := taskByID(opts.ContainerdState, k8sNamespace, c.GetId())
+	if err != nil && info.Pid > 0 {
+		// A containerd with a state directory of its own: its shim runs in
+		// the pod's task bundle, a sibling of this container's.
+		if state := stateFromShim(opts.Proc, info.Pid); state != "" {
+			t, err = taskByID(state, k8sNamespace, c.GetId())
+		}
+	}
+	if err == nil {
 		spec, request, source = t.Spec, info.RuntimeSpec, "task bundle "+t.Bundle
 		if t.Binary != "" {
 			binary = t.Binary
@@ -240,4 +250,32 @@ func stateWord(s fmt.Stringer) string {
 		w = after
 	}
 	return strings.ToLower(w)
+}
+
+// stateFromShim is containerd's state directory, found from the working
+// directory of the shim that is the parent of a container's process:
+// STATE/io.containerd.runtime.v2.task/NAMESPACE/ID. "" when that is not so.
+func stateFromShim(proc string, pid int) string {
+	stat, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return ""
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return ""
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 2 {
+		return ""
+	}
+	cwd, err := os.Readlink(filepath.Join(proc, fields[1], "cwd"))
+	if err != nil {
+		return ""
+	}
+	ns := filepath.Dir(cwd)
+	if filepath.Base(filepath.Dir(ns)) != taskDirName {
+		return ""
+	}
+	return filepath.Dir(filepath.Dir(ns))
 }

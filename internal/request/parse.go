@@ -76,6 +76,13 @@ type Options struct {
 	// LenientCapabilities drops unknown NVIDIA_DRIVER_CAPABILITIES names
 	// with a warning instead of refusing the container.
 	LenientCapabilities bool
+	// Allocated, when set, is asked what the kubelet allocated to a
+	// container a kubelet created (KubernetesContainer): the
+	// NVIDIA_VISIBLE_DEVICES values its device plugins answered. An
+	// unprivileged Kubernetes container then gets from the env only devices
+	// among those, so an image or pod that sets the variable itself gets no
+	// GPU (runtime.kubernetes-env = "allocated").
+	Allocated func(podUID, container string) ([]string, error)
 }
 
 // DefaultOptions are NVIDIA's defaults.
@@ -200,12 +207,47 @@ func (req *Request) devicesFrom(in Input, env map[string]string, opts Options) e
 	if sel.Mode == Void && len(cdi) == 0 {
 		return nil
 	}
+	if opts.Allocated != nil && !in.Privileged {
+		if pod, ctr, ok := KubernetesContainer(in.Annotations); ok {
+			vals, err := opts.Allocated(pod, ctr)
+			if err != nil {
+				req.Warnings = append(req.Warnings, fmt.Sprintf("ignoring %s=%s: the kubelet's allocations cannot be read (%v); runtime.kubernetes-env = \"any\" trusts the variable", name, value, err))
+				return nil
+			}
+			allowed := strings.Join(vals, ",")
+			if allowed == "" {
+				req.Warnings = append(req.Warnings, fmt.Sprintf("ignoring %s=%s: the kubelet allocated no GPU to pod %s container %s (an image's or pod's own variable does not count: ask for nvidia.com/gpu in resources.limits)", name, value, pod, ctr))
+				return nil
+			}
+			if !subset(value, allowed) {
+				req.Warnings = append(req.Warnings, fmt.Sprintf("%s=%s is not what the kubelet allocated to pod %s container %s: using its allocation %s", name, value, pod, ctr, allowed))
+				if sel, cdi, err = ParseSelection("the kubelet's allocation", allowed); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	if !in.Privileged && !opts.AcceptEnvWhenUnprivileged {
 		req.Warnings = append(req.Warnings, fmt.Sprintf("ignoring %s in an unprivileged container (runtime.accept-env-unprivileged is false; NVIDIA's accept-nvidia-visible-devices-envvar-when-unprivileged); use volume mounts or CDI annotations", name))
 		return nil
 	}
 	req.Source, req.Devices, req.CDIDevices = SourceEnv, sel, cdi
 	return nil
+}
+
+// subset reports whether every item of the comma list value is in the
+// comma list of.
+func subset(value, of string) bool {
+	set := map[string]bool{}
+	for it := range strings.SplitSeq(of, ",") {
+		set[strings.TrimSpace(it)] = true
+	}
+	for it := range strings.SplitSeq(value, ",") {
+		if it = strings.TrimSpace(it); it != "" && !set[it] {
+			return false
+		}
+	}
+	return true
 }
 
 // ParseEnv turns OCI process.env entries into a map; for a repeated key

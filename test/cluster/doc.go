@@ -1,0 +1,16 @@
+// Package cluster holds the end-to-end tests that run against the live
+// single-node Kubernetes cluster of test/cluster/up.sh: a real kubelet turns
+// a pod's nvidia.com/gpu limit into an Allocate call on Gantry's device
+// plugin (a DaemonSet pod), hands the answer to containerd through CRI, and
+// containerd runs the container through gantry-runtime. The tests assert on
+// what the pods saw (their logs), on the Node object, on Events and on the
+// plugin's /metrics.
+//
+// They skip unless GANTRY_CLUSTER is set (make e2e-cluster and make
+// e2e-cluster-ci set it after bringing the cluster up):
+//
+//	GANTRY_CLUSTER=1 go test -count=1 -v ./test/cluster
+//
+// KUBECONFIG defaults to /etc/gantry-k8s/admin.conf and the binaries to
+// bin/cluster (GANTRY_CLUSTER_BIN).
+package cluster

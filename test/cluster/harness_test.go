@@ -1,0 +1,307 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// kube is a handle on the live cluster for one test: kubectl with the
+// cluster's kubeconfig, and a namespace of the test's own that is deleted
+// (with its pods, so their GPUs are free again) when the test ends.
+type kube struct {
+	t          *testing.T
+	bin        string // bin/cluster
+	kubeconfig string
+	ns         string
+}
+
+const (
+	nodeName     = "gantry-node"
+	gantryConfig = "/etc/gantry-k8s/gantry.toml"
+	probeImage   = "localhost/gantry-k8s/probe:1"
+	probeAll     = "localhost/gantry-k8s/probe-all:1"
+	criSocket    = "/run/gantry-k8s/containerd.sock"
+)
+
+func newKube(t *testing.T) *kube {
+	t.Helper()
+	if os.Getenv("GANTRY_CLUSTER") == "" {
+		t.Skip("no live cluster: GANTRY_CLUSTER is not set (make e2e-cluster brings one up and runs these tests)")
+	}
+	bin := os.Getenv("GANTRY_CLUSTER_BIN")
+	if bin == "" {
+		abs, err := filepath.Abs("../../bin/cluster")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin = abs
+	}
+	kc := os.Getenv("KUBECONFIG")
+	if kc == "" {
+		kc = "/etc/gantry-k8s/admin.conf"
+	}
+	k := &kube{t: t, bin: bin, kubeconfig: kc}
+	k.ns = "e2e-" + strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "-"))
+	if len(k.ns) > 50 {
+		k.ns = k.ns[:50]
+	}
+	k.ns = strings.TrimRight(k.ns, "-")
+	k.run("delete", "namespace", k.ns, "--ignore-not-found", "--wait=true")
+	k.must("create", "namespace", k.ns)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := k.run("get", "pods,events", "-n", k.ns, "-o", "wide")
+			t.Logf("namespace %s at the end:\n%s", k.ns, out)
+		}
+		k.run("delete", "pods", "--all", "-n", k.ns, "--grace-period=0", "--force", "--wait=true")
+		k.run("delete", "namespace", k.ns, "--wait=false")
+	})
+	return k
+}
+
+// run is kubectl ARGS; it returns stdout (stderr appended on failure).
+func (k *kube) run(args ...string) (string, error) {
+	cmd := exec.Command(filepath.Join(k.bin, "kubectl"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+k.kubeconfig)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return out.String() + errb.String(), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+func (k *kube) must(args ...string) string {
+	k.t.Helper()
+	out, err := k.run(args...)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return out
+}
+
+// apply applies a manifest in the test's namespace.
+func (k *kube) apply(manifest string) {
+	k.t.Helper()
+	cmd := exec.Command(filepath.Join(k.bin, "kubectl"), "apply", "-n", k.ns, "-f", "-")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+k.kubeconfig)
+	cmd.Stdin = strings.NewReader(manifest)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		k.t.Fatalf("kubectl apply: %v\n%s\n%s", err, out, manifest)
+	}
+}
+
+// getJSON is kubectl get ARGS -o json, decoded into v.
+func (k *kube) getJSON(v any, args ...string) {
+	k.t.Helper()
+	out := k.must(append(append([]string{"get"}, args...), "-o", "json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		k.t.Fatalf("kubectl get %v: %v", args, err)
+	}
+}
+
+// eventually polls f every half second until it returns "" (done) or the
+// timeout passes, then fails with f's last answer.
+func (k *kube) eventually(timeout time.Duration, what string, f func() string) {
+	k.t.Helper()
+	end := time.Now().Add(timeout)
+	for {
+		msg := f()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(end) {
+			k.t.Fatalf("%s: not after %v: %s", what, timeout, msg)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// logsUntil waits for the pod's log to contain marker and returns the log.
+func (k *kube) logsUntil(pod, marker string, timeout time.Duration) string {
+	k.t.Helper()
+	var log string
+	k.eventually(timeout, "pod "+pod+" log shows "+marker, func() string {
+		out, err := k.run("logs", "-n", k.ns, pod)
+		if err != nil {
+			return err.Error() + "; " + k.podState(pod)
+		}
+		log = out
+		if !strings.Contains(out, marker) {
+			return "log so far: " + out + "; " + k.podState(pod)
+		}
+		return ""
+	})
+	return log
+}
+
+// podState is a pod's phase and container states, for messages.
+func (k *kube) podState(pod string) string {
+	out, _ := k.run("get", "pod", "-n", k.ns, pod, "-o",
+		"jsonpath={.status.phase} {.status.containerStatuses[*].state}")
+	return "pod " + pod + ": " + out
+}
+
+type podSpec struct {
+	name, image  string
+	gpus         int  // nvidia.com/gpu limit; 0 for none
+	runtimeClass bool // runtimeClassName: nvidia
+	script       string
+	restart      string // restartPolicy, default Never
+}
+
+func (p podSpec) yaml() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\nspec:\n", p.name)
+	restart := p.restart
+	if restart == "" {
+		restart = "Never"
+	}
+	fmt.Fprintf(&b, "  restartPolicy: %s\n  terminationGracePeriodSeconds: 0\n", restart)
+	if p.runtimeClass {
+		b.WriteString("  runtimeClassName: nvidia\n")
+	}
+	b.WriteString(p.container())
+	return b.String()
+}
+
+// container is the pod spec's containers list.
+func (p podSpec) container() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  containers:\n  - name: main\n    image: %s\n    imagePullPolicy: Never\n", p.image)
+	script, _ := json.Marshal(p.script)
+	fmt.Fprintf(&b, "    command: [\"sh\", \"-c\", %s]\n", script)
+	if p.gpus > 0 {
+		fmt.Fprintf(&b, "    resources:\n      limits:\n        nvidia.com/gpu: %d\n", p.gpus)
+	}
+	return b.String()
+}
+
+// gpuScript is what GPU test pods run (busybox sh): the /dev entries, the
+// probe's dlopen of libcuda.so.1 and libnvidia-ml.so.1 by SONAME (the image
+// has neither: what loads, Gantry put there), the injected nvidia-smi's GPU
+// list and the NVIDIA_ environment, each under a "== name" header. It ends
+// with "== end" and then sleeps, so the pod holds its GPUs until deleted.
+const gpuScript = `exec 2>&1
+echo '== dev'; ls -1 /dev
+echo '== probe'; probe
+echo '== smi'; nvidia-smi -L
+echo '== env'; env | grep '^NVIDIA_' | sort
+echo '== end'; sleep 3600`
+
+// sections splits gpuScript's output by its headers.
+func sections(out string) map[string][]string {
+	sec := map[string][]string{}
+	name := ""
+	for _, line := range strings.Split(out, "\n") {
+		if h, ok := strings.CutPrefix(line, "== "); ok {
+			name = h
+			sec[name] = []string{}
+			continue
+		}
+		if line != "" {
+			sec[name] = append(sec[name], line)
+		}
+	}
+	return sec
+}
+
+var gpuNodeRE = regexp.MustCompile(`^nvidia[0-9]+$`)
+
+// gpuNodes lists the /dev/nvidiaN names among dev entries.
+func gpuNodes(dev []string) []string {
+	var out []string
+	for _, n := range dev {
+		if gpuNodeRE.MatchString(n) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// node is the part of the Node object the tests read.
+type node struct {
+	Metadata struct {
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Status struct {
+		Capacity    map[string]string `json:"capacity"`
+		Allocatable map[string]string `json:"allocatable"`
+	} `json:"status"`
+}
+
+func (k *kube) node() node {
+	k.t.Helper()
+	var n node
+	k.getJSON(&n, "node", nodeName)
+	return n
+}
+
+// hostGPUs is the GPUs Gantry sees on the node (the cluster's own
+// configuration: simulated or real), by UUID.
+func (k *kube) hostGPUs() []string {
+	k.t.Helper()
+	cmd := exec.Command(filepath.Join(k.bin, "gantry"), "--config", gantryConfig, "info", "--json")
+	out, err := cmd.Output()
+	if err != nil {
+		k.t.Fatalf("gantry info --json: %v", err)
+	}
+	var info struct {
+		Devices []struct {
+			UUID string `json:"uuid"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal(out, &info); err != nil {
+		k.t.Fatalf("gantry info --json: %v\n%s", err, out)
+	}
+	var uuids []string
+	for _, g := range info.Devices {
+		uuids = append(uuids, g.UUID)
+	}
+	if len(uuids) == 0 {
+		k.t.Fatalf("gantry info --json lists no GPU:\n%s", out)
+	}
+	return uuids
+}
+
+// pluginPod is the device plugin DaemonSet's running pod: name and IP.
+func (k *kube) pluginPod() (name, ip string) {
+	k.t.Helper()
+	var list struct {
+		Items []struct {
+			Metadata struct {
+				Name              string  `json:"name"`
+				DeletionTimestamp *string `json:"deletionTimestamp"`
+			} `json:"metadata"`
+			Status struct {
+				PodIP string `json:"podIP"`
+				Phase string `json:"phase"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	k.getJSON(&list, "pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=gantry")
+	for _, p := range list.Items {
+		if p.Metadata.DeletionTimestamp == nil && p.Status.Phase == "Running" {
+			return p.Metadata.Name, p.Status.PodIP
+		}
+	}
+	k.t.Fatalf("no running device plugin pod in kube-system: %+v", list.Items)
+	return "", ""
+}
+
+// allocatable is the Node's allocatable nvidia.com/gpu ("" when absent).
+func (k *kube) allocatable() string {
+	out, _ := k.run("get", "node", nodeName, "-o", `jsonpath={.status.allocatable.nvidia\.com/gpu}`)
+	return out
+}

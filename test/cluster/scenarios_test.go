@@ -1,0 +1,159 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Scenario 1: the Node advertises the GPUs Gantry sees (capacity =
+// allocatable = their count) and carries GPU Feature Discovery's labels.
+func TestNodeAdvertisesGPUs(t *testing.T) {
+	k := newKube(t)
+	want := strconv.Itoa(len(k.hostGPUs()))
+	k.eventually(60*time.Second, "nvidia.com/gpu capacity and allocatable", func() string {
+		n := k.node()
+		if c, a := n.Status.Capacity["nvidia.com/gpu"], n.Status.Allocatable["nvidia.com/gpu"]; c != want || a != want {
+			return fmt.Sprintf("capacity %q, allocatable %q, want %s", c, a, want)
+		}
+		return ""
+	})
+	labels := k.node().Metadata.Labels
+	for key, wantV := range map[string]string{
+		"nvidia.com/gpu.present": "true",
+		"nvidia.com/gpu.count":   want,
+	} {
+		if labels[key] != wantV {
+			t.Errorf("label %s = %q, want %q", key, labels[key], wantV)
+		}
+	}
+	for _, key := range []string{"nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/cuda.driver-version.full",
+		"nvidia.com/gpu.compute.major", "nvidia.com/gpu.family", "nvidia.com/mig.capable"} {
+		if labels[key] == "" {
+			t.Errorf("label %s missing (labels: %v)", key, labels)
+		}
+	}
+}
+
+// Scenario 2: a pod with nvidia.com/gpu: 2 and runtimeClassName nvidia sees
+// exactly two GPU nodes plus the control nodes, loads the injected driver,
+// and the plugin's /metrics attributes those two GPUs to it.
+func TestPodGetsTwoGPUs(t *testing.T) {
+	k := newKube(t)
+	k.apply(podSpec{name: "two", image: probeImage, gpus: 2, runtimeClass: true, script: gpuScript}.yaml())
+	sec := sections(k.logsUntil("two", "== end", 90*time.Second))
+
+	if g := gpuNodes(sec["dev"]); len(g) != 2 {
+		t.Errorf("GPU nodes %v, want exactly 2 (/dev: %v)", g, sec["dev"])
+	}
+	for _, ctl := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
+		if !contains(sec["dev"], ctl) {
+			t.Errorf("/dev/%s missing (/dev: %v)", ctl, sec["dev"])
+		}
+	}
+	if len(sec["probe"]) < 2 || !strings.HasPrefix(sec["probe"][0], "cuda ") || !strings.HasPrefix(sec["probe"][1], "nvml ") {
+		t.Errorf("probe should load libcuda.so.1 and libnvidia-ml.so.1 from the injected driver, got %q", sec["probe"])
+	}
+	visible := envValue(sec["env"], "NVIDIA_VISIBLE_DEVICES")
+	uuids := strings.Split(visible, ",")
+	sort.Strings(uuids)
+	var smi []string
+	for _, l := range sec["smi"] {
+		if m := regexp.MustCompile(`\(UUID: (GPU-[0-9a-f-]+)\)`).FindStringSubmatch(l); m != nil {
+			smi = append(smi, m[1])
+		}
+	}
+	sort.Strings(smi)
+	if len(uuids) != 2 || strings.Join(smi, ",") != strings.Join(uuids, ",") {
+		t.Errorf("nvidia-smi -L lists %v, NVIDIA_VISIBLE_DEVICES=%q: want the same two GPUs", smi, visible)
+	}
+
+	// The plugin's /metrics names the pod on exactly those GPUs.
+	_, ip := k.pluginPod()
+	k.eventually(30*time.Second, "/metrics attributes the GPUs to the pod", func() string {
+		resp, err := http.Get("http://" + ip + ":9401/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		got := map[string]bool{}
+		re := regexp.MustCompile(`namespace="` + k.ns + `",pod="two".*uuid="(GPU-[0-9a-f-]+)"`)
+		for _, line := range strings.Split(string(body), "\n") {
+			if m := re.FindStringSubmatch(line); m != nil {
+				got[m[1]] = true
+			}
+		}
+		var gotList []string
+		for u := range got {
+			gotList = append(gotList, u)
+		}
+		sort.Strings(gotList)
+		if strings.Join(gotList, ",") != strings.Join(uuids, ",") {
+			return fmt.Sprintf("metrics attribute %v to the pod, want %v", gotList, uuids)
+		}
+		return ""
+	})
+
+	// gantry doctor on the node, asked about this pod.
+	out, err := exec.Command(filepath.Join(k.bin, "gantry"), "--config", gantryConfig, "doctor",
+		"--pod", k.ns+"/two", "--cri-socket", criSocket, "--node", nodeName).CombinedOutput()
+	t.Logf("gantry doctor --pod %s/two (exit %v):\n%s", k.ns, err, out)
+	for _, check := range []string{"pod devices", "pod containers", "container request", "container device access"} {
+		if !regexp.MustCompile(`(?m)^PASS ` + check + `:`).Match(out) {
+			t.Errorf("doctor --pod: %q is not PASS", check)
+		}
+	}
+}
+
+// Scenario 3: deny by default. A pod without a GPU request whose image sets
+// NVIDIA_VISIBLE_DEVICES=all (as the CUDA images do) sees no GPU, with
+// Gantry's runtime class and without.
+func TestNoRequestNoGPU(t *testing.T) {
+	k := newKube(t)
+	k.apply(podSpec{name: "nvrc", image: probeAll, runtimeClass: true, script: gpuScript}.yaml())
+	k.apply(podSpec{name: "plain", image: probeAll, script: gpuScript}.yaml())
+	for _, pod := range []string{"nvrc", "plain"} {
+		sec := sections(k.logsUntil(pod, "== end", 90*time.Second))
+		for _, n := range sec["dev"] {
+			if strings.HasPrefix(n, "nvidia") {
+				t.Errorf("%s: /dev/%s in a pod that asked for no GPU (/dev: %v)", pod, n, sec["dev"])
+			}
+		}
+		if len(sec["probe"]) == 0 || !strings.Contains(sec["probe"][0], "libcuda.so.1") || strings.HasPrefix(sec["probe"][0], "cuda ") {
+			t.Errorf("%s: probe should fail to load libcuda.so.1, got %q", pod, sec["probe"])
+		}
+		if len(sec["smi"]) == 0 || !strings.Contains(strings.Join(sec["smi"], " "), "not found") {
+			t.Errorf("%s: nvidia-smi should not exist, got %q", pod, sec["smi"])
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func envValue(env []string, key string) string {
+	for _, l := range env {
+		if v, ok := strings.CutPrefix(l, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+var _ = json.Marshal
