@@ -8,7 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . test/cluster/lib.sh
-keep_logs=
+keep_logs= bin=$PWD/bin/cluster
 for a in "$@"; do
   case "$a" in
     --keep-logs) keep_logs=1 ;;
@@ -49,7 +49,7 @@ for sig in TERM KILL; do
   sleep 0.5
 done
 stop kube-scheduler kube-controller-manager kube-apiserver etcd containerd
-for pid in $(pgrep -f "containerd-shim-runc-v2 .*$GK_RUN/containerd.sock" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
+for pid in $(gk_pgrep "containerd-shim-runc-v2 .*$GK_RUN/containerd.sock"); do kill -9 "$pid" 2>/dev/null; done
 
 # Mounts under the state directories, the kubelet's and the containers',
 # deepest first.
@@ -66,15 +66,15 @@ for top in /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/kubepods; do
   [ -d "$top" ] && find "$top" -depth -type d -exec rmdir {} + 2>/dev/null
 done
 
-ip link del "$GK_BRIDGE" 2>/dev/null
-for a in $GK_NODE_IP $GK_SERVICE_IP; do ip addr del "$a/32" dev lo 2>/dev/null; done
+gk_net link-del "$GK_BRIDGE"
+for a in $GK_NODE_IP $GK_SERVICE_IP; do gk_net addr-del "$a"; done
 
 if [ -n "$keep_logs" ] && [ -d "$GK_LOG" ]; then
   saved=/tmp/gantry-k8s-logs.$$
   mv "$GK_LOG" "$saved" && gk_log "logs kept in $saved"
 fi
 rm -rf "$GK_RUN" "$GK_STATE" "$GK_ETC" /var/lib/kubelet
-left=$(pgrep -f "$GK_STATE|$GK_RUN|$GK_ETC" 2>/dev/null | grep -vx $$ || true)
+left=$(gk_pgrep "$GK_STATE|$GK_RUN|$GK_ETC" || true)
 if [ -n "$left" ]; then
   gk_log "still running: $(ps -o pid=,args= -p $(echo $left) 2>/dev/null)"
   exit 1

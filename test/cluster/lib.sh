@@ -37,3 +37,27 @@ gk_wait() {
     sleep 0.5
   done
 }
+
+# gk_net addr-add|addr-del IP, gk_net link-del NAME: through gantry-k8s's
+# rtnetlink helper (hosts without iproute2), else ip.
+gk_net() {
+  local k8s=${bin:-bin/cluster}/gantry-k8s
+  if [ -x "$k8s" ]; then
+    "$k8s" net "$@"
+    return
+  fi
+  case "$1" in
+    addr-add) ip -4 addr show dev lo | grep -q " $2/" || ip addr add "$2/32" dev lo ;;
+    addr-del) ip addr del "$2/32" dev lo 2>/dev/null || true ;;
+    link-del) ip link del "$2" 2>/dev/null || true ;;
+  esac
+}
+
+# gk_pgrep REGEX: pids whose command line matches (pgrep -f, without procps).
+gk_pgrep() {
+  local d
+  for d in /proc/[0-9]*; do
+    [ "${d#/proc/}" = "$$" ] && continue
+    tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -qE -- "$1" && echo "${d#/proc/}"
+  done
+}

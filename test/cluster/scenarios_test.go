@@ -1,10 +1,10 @@
 package cluster
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -44,16 +44,28 @@ func TestNodeAdvertisesGPUs(t *testing.T) {
 	}
 }
 
-// Scenario 2: a pod with nvidia.com/gpu: 2 and runtimeClassName nvidia sees
-// exactly two GPU nodes plus the control nodes, loads the injected driver,
-// and the plugin's /metrics attributes those two GPUs to it.
+// Scenario 2: a pod with nvidia.com/gpu: 2 (1 on a one-GPU host) and
+// runtimeClassName nvidia sees exactly those GPU nodes plus the control
+// nodes, loads the injected driver (and, with GANTRY_CLUSTER_REAL_GPU set,
+// runs a CUDA kernel on each GPU), and the plugin's /metrics attributes
+// those GPUs to it.
 func TestPodGetsTwoGPUs(t *testing.T) {
 	k := newKube(t)
-	k.apply(podSpec{name: "two", image: probeImage, gpus: 2, runtimeClass: true, script: gpuScript}.yaml())
+	n := min(2, len(k.hostGPUs()))
+	cuda := "cuda-check --load-only"
+	if os.Getenv("GANTRY_CLUSTER_REAL_GPU") != "" {
+		cuda = "cuda-check"
+	}
+	script := strings.Replace(gpuScript, "echo '== end'", "echo '== cuda'; "+cuda+"\necho '== end'", 1)
+	k.apply(podSpec{name: "two", image: probeImage, gpus: n, runtimeClass: true, script: script}.yaml())
 	sec := sections(k.logsUntil("two", "== end", 90*time.Second))
+	t.Logf("pod log: %v", sec)
 
-	if g := gpuNodes(sec["dev"]); len(g) != 2 {
-		t.Errorf("GPU nodes %v, want exactly 2 (/dev: %v)", g, sec["dev"])
+	if g := gpuNodes(sec["dev"]); len(g) != n {
+		t.Errorf("GPU nodes %v, want exactly %d (/dev: %v)", g, n, sec["dev"])
+	}
+	if c := sec["cuda"]; len(c) == 0 || !strings.HasPrefix(c[len(c)-1], "cuda-check: OK") {
+		t.Errorf("%s in the pod: %q, want it to end with cuda-check: OK", cuda, c)
 	}
 	for _, ctl := range []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"} {
 		if !contains(sec["dev"], ctl) {
@@ -73,8 +85,8 @@ func TestPodGetsTwoGPUs(t *testing.T) {
 		}
 	}
 	sort.Strings(smi)
-	if len(uuids) != 2 || strings.Join(smi, ",") != strings.Join(uuids, ",") {
-		t.Errorf("nvidia-smi -L lists %v, NVIDIA_VISIBLE_DEVICES=%q: want the same two GPUs", smi, visible)
+	if len(uuids) != n || strings.Join(smi, ",") != strings.Join(uuids, ",") {
+		t.Errorf("nvidia-smi -L lists %v, NVIDIA_VISIBLE_DEVICES=%q: want the same %d GPUs", smi, visible, n)
 	}
 
 	// The plugin's /metrics names the pod on exactly those GPUs.
@@ -155,5 +167,3 @@ func envValue(env []string, key string) string {
 	}
 	return ""
 }
-
-var _ = json.Marshal

@@ -53,7 +53,6 @@ for port in 443 2379 2380 10250 10257 10259; do
     gk_die "port $port is in use (another Kubernetes on this machine?): stop it first"
   fi
 done
-command -v ip >/dev/null || gk_die "ip not found: apt-get install iproute2"
 
 export PATH=$bin:$bin/cni:$PATH
 export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -72,9 +71,7 @@ start() {
 }
 
 gk_log "addresses: node $GK_NODE_IP, kubernetes Service $GK_SERVICE_IP (on lo)"
-for a in $GK_NODE_IP $GK_SERVICE_IP; do
-  ip -4 addr show dev lo | grep -q " $a/" || ip addr add "$a/32" dev lo
-done
+for a in $GK_NODE_IP $GK_SERVICE_IP; do gk_net addr-add "$a"; done
 "$bin/gantry-k8s" pki --dir "$GK_ETC/pki" --kubeconfig-dir "$GK_ETC" --node "$GK_NODE" --ip "$GK_NODE_IP" \
   --service-ip "$GK_SERVICE_IP" --server "https://$GK_NODE_IP:443"
 P=$GK_ETC/pki
@@ -166,11 +163,20 @@ for img in "$bin"/images/*.tar; do
 done
 
 gk_log "etcd"
+# etcd's /health, without curl (GPU hosts may lack it).
+etcd_healthy() {
+  exec 3<>/dev/tcp/127.0.0.1/2379 || return 1
+  printf 'GET /health HTTP/1.0\r\n\r\n' >&3
+  grep -q '"health":"true"' <&3
+  local st=$?
+  exec 3<&-
+  return $st
+}
 start etcd "$bin/etcd" --name "$GK_NODE" --data-dir "$GK_STATE/etcd" \
   --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
   --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
   --initial-cluster "$GK_NODE=http://127.0.0.1:2380" --unsafe-no-fsync --log-level warn
-gk_wait 60 etcd curl -sf http://127.0.0.1:2379/health
+gk_wait 60 etcd etcd_healthy
 
 gk_log "kube-apiserver"
 start kube-apiserver "$bin/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \

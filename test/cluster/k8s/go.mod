@@ -5,6 +5,7 @@ go 1.26.6
 require (
 	github.com/containerd/containerd/v2 v2.4.2
 	go.etcd.io/etcd/server/v3 v3.7.0
+	golang.org/x/sys v0.48.0
 	k8s.io/component-base v0.37.2
 	k8s.io/kubectl v0.0.0
 	k8s.io/kubernetes v1.37.2
@@ -199,7 +200,6 @@ require (
 	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/term v0.45.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	golang.org/x/time v0.16.0 // indirect

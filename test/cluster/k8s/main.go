@@ -66,6 +66,7 @@ var components = map[string]func(args []string) int{
 		return 0
 	},
 	"pki": pkiMain,
+	"net": netMain,
 }
 
 func main() {
