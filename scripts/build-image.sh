@@ -86,6 +86,9 @@ for cmd in gantry gantry-runtime gantry-device-plugin; do
     libdirs+=("$(dirname "$lib")")
   done < <(ldd "$root/usr/bin/$cmd" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}')
 done
+# The whole glibc runtime, which the driver's libraries need (see oci_copy_glibc).
+. scripts/lib/oci.sh
+oci_copy_glibc "$root"
 if [ ${#libdirs[@]} -eq 0 ]; then
   echo "build-image.sh: ldd found no libraries for the binaries: were they built without cgo?" >&2
   exit 1
@@ -111,6 +114,5 @@ config='{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 '"org.opencontainers.image.description":"Gantry: NVIDIA GPUs for containers and Kubernetes (device plugin, CLI, runtime)",'\
 '"org.opencontainers.image.source":"https://github.com/gantry-gpu/gantry",'\
 '"org.opencontainers.image.version":"'"$VERSION"'"}}'
-. scripts/lib/oci.sh
 oci_archive "$root" "$tag" "$out" "$config" scripts/build-image.sh
 echo "built $tag ($VERSION, $arch, $(du -h "$out" | cut -f1)) in $out; load it with: docker load -i $out"

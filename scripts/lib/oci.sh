@@ -46,3 +46,22 @@ oci_archive() {
   mv "$out.tmp" "$out"
   rm -rf "$work"
 }
+
+# oci_copy_glibc ROOT: copies this machine's glibc runtime (what Debian's
+# libc6 package and distroless/base hold) into the image tree ROOT, each at
+# its path. ldd of a Go binary names only libc.so.6, but the libraries the
+# NVIDIA runtime injects into the container (libnvidia-ml.so.1, libcuda.so.1)
+# need libm, libpthread, libdl and librt as well: without them NVML cannot
+# be loaded in the container.
+oci_copy_glibc() {
+  local root=$1 libc dir l
+  libc=$(ldd /bin/sh | awk '$1 == "libc.so.6" {print $3}')
+  [ -n "$libc" ] || { echo "oci_copy_glibc: libc.so.6 not found (ldd /bin/sh)" >&2; return 1; }
+  dir=$(dirname "$libc")
+  mkdir -p "$root$dir"
+  for l in libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1 libresolv.so.2 libutil.so.1 \
+    libanl.so.1 libnss_files.so.2 libnss_dns.so.2 libmvec.so.1; do
+    [ -e "$dir/$l" ] && cp -L "$dir/$l" "$root$dir/$l"
+  done
+  return 0
+}

@@ -92,6 +92,9 @@ for p in probe cuda-check; do
     mkdir -p "$r$(dirname "$l")"; cp -L "$l" "$r$l"
   done
 done
+# glibc whole, as CUDA images have it: the real libcuda.so.1 needs libm,
+# libpthread, libdl and librt.
+oci_copy_glibc "$r"
 printf 'root:x:0:0:root:/root:/bin/sh\n' >"$r/etc/passwd"
 printf 'root:x:0:\n' >"$r/etc/group"
 ldconfig -r "$r" 2>/dev/null || /sbin/ldconfig -r "$r"

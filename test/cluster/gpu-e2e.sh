@@ -18,7 +18,7 @@ fi
 st=0
 t0=$(date +%s%N)
 if ! test/cluster/up.sh --nvml "$@"; then
-  for f in /tmp/gantry-k8s-logs.*/*.log; do echo "== $f"; tail -20 "$f"; done
+  for f in /tmp/gantry-k8s-logs.*/{kubelet,containerd}.log; do echo "== $f"; grep -E '^E|level=error' "$f" | tail -8 | cut -c1-400; done
   exit 1
 fi
 echo "cluster up in $((($(date +%s%N) - t0) / 1000000)) ms"

@@ -60,7 +60,19 @@ mkdir -p "$GK_STATE" "$GK_RUN" "$GK_ETC" "$GK_LOG" "$GK_ETC/cni"
 date -u +%FT%TZ >"$GK_RUN/up"
 # From here on, a failure tears down what was started.
 # (GK_KEEP=1 leaves it up, to look at.)
-trap 'st=$?; if [ $st -ne 0 ]; then gk_log "bring-up failed (exit $st): logs in $GK_LOG"; [ -n "${GK_KEEP:-}" ] || test/cluster/down.sh --keep-logs || true; fi' EXIT
+trap 'st=$?; if [ $st -ne 0 ]; then gk_log "bring-up failed (exit $st): logs in $GK_LOG"; pods_log; [ -n "${GK_KEEP:-}" ] || test/cluster/down.sh --keep-logs || true; fi' EXIT
+# pods_log: what the pods did, into $GK_LOG/pods.log and its tail to stderr.
+pods_log() {
+  [ -e "$GK_KUBECONFIG" ] || return 0
+  {
+    KUBECONFIG=$GK_KUBECONFIG "$bin/kubectl" get pods -A -o wide
+    KUBECONFIG=$GK_KUBECONFIG "$bin/kubectl" describe pods -n kube-system | tail -40
+    for prev in --previous ""; do
+      KUBECONFIG=$GK_KUBECONFIG "$bin/kubectl" logs -n kube-system -l app.kubernetes.io/name=gantry --tail=40 $prev
+    done
+  } >"$GK_LOG/pods.log" 2>&1
+  tail -60 "$GK_LOG/pods.log" >&2
+}
 
 # start NAME CMD...: runs CMD in the background in its own session, logs to
 # $GK_LOG/NAME.log, pid in $GK_RUN/NAME.pid.
@@ -89,6 +101,8 @@ case "$mode" in
     printf 'gpus = "nvml"\n' >"$GK_ETC/gantry.toml"
     [ -z "$driver_root" ] || printf 'driver-root = "%s"\n' "$driver_root" >>"$GK_ETC/gantry.toml" ;;
 esac
+# One line per container the runtime handles (containerd keeps its stderr).
+printf '[runtime]\nlog-file = "%s"\n' "$GK_LOG/gantry-runtime.log" >>"$GK_ETC/gantry.toml"
 
 # The DaemonSet mounts /run/nvidia with HostToContainer propagation, which
 # containerd allows only from a shared or slave mount.
@@ -244,7 +258,7 @@ if [ "$mode" = sim ]; then
 fi
 "$bin/kubectl" apply -f "$manifest" >"$GK_LOG/apply.log"
 want=$("$bin/gantry" --config "$GK_ETC/gantry.toml" info --json | grep -c '"uuid"' || true)
-gk_wait 180 "nvidia.com/gpu on $GK_NODE" sh -c \
+gk_wait "${GK_WAIT:-180}" "nvidia.com/gpu on $GK_NODE" sh -c \
   "$bin/kubectl get node $GK_NODE -o jsonpath='{.status.allocatable.nvidia\.com/gpu}' | grep -qx '[1-9][0-9]*'"
 trap - EXIT
 gk_log "up: node $GK_NODE, $("$bin/kubectl" get node $GK_NODE -o jsonpath='{.status.allocatable.nvidia\.com/gpu}') nvidia.com/gpu (Gantry sees $want GPUs)"
