@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build build-device-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e install clean
+.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci gpu-cluster all build build-device-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e install clean
 
 all: build
 
@@ -109,6 +109,32 @@ install: build build-device-plugin
 	  ln -sfn gantry-runtime $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-runtime"; done; \
 	for n in $${nv:+nvidia-container-cli nvidia-docker}; do \
 	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done
+
+# A live single-node Kubernetes cluster (v1.37.2, containerd 2.4.2) with Gantry
+# installed as a cluster admin installs it, on simulated GPUs where there is
+# none (test/cluster). The first cluster-bin builds Kubernetes from its Go
+# modules: 10-15 minutes on 2 cores.
+#   make cluster-up      then: export KUBECONFIG=/etc/gantry-k8s/admin.conf PATH=$$PWD/bin/cluster:$$PATH
+#   make cluster-down    stops it and removes everything it made
+#   make e2e-cluster     up, every scenario test of test/cluster, down
+#   make e2e-cluster-ci  the same with scenarios 1-3 (what .ci/run runs)
+#   make gpu-cluster     bin/cluster.tar.xz for a GPU host: test/cluster/gpu-e2e.sh bin/cluster.tar.xz
+cluster-bin: test-deps
+	test/cluster/build.sh
+cluster-up: cluster-bin
+	test/cluster/up.sh
+cluster-down:
+	test/cluster/down.sh
+E2E_CLUSTER_RUN ?= .
+e2e-cluster: cluster-bin
+	@test/cluster/down.sh >/dev/null 2>&1 || true
+	test/cluster/up.sh
+	GANTRY_CLUSTER=1 $(GO) test -count=1 -v -run '$(E2E_CLUSTER_RUN)' ./test/cluster; st=$$?; \
+	test/cluster/down.sh; exit $$st
+e2e-cluster-ci:
+	$(MAKE) e2e-cluster E2E_CLUSTER_RUN='^Test(NodeAdvertisesGPUs|PodGetsTwoGPUs|NoRequestNoGPU)$$'
+gpu-cluster: test-deps
+	test/cluster/build.sh --pack
 
 clean:
 	rm -rf $(BIN)

@@ -86,6 +86,16 @@ var notRun = []notRunEntry{
 		tests: []string{"internal/doctor.TestDoctorWithGantryPlugin", "internal/doctor.TestDoctorNodeAccess"},
 		why:   "needs a cluster; the tests run doctor's Kubernetes checks against Gantry's plugin on simulated GPUs and the Node's capacity through an API server"},
 
+	// The test cluster (test/cluster).
+	{line: `sudo make (cluster-up|cluster-down|e2e-cluster)`,
+		tests: []string{"test/cluster.TestNodeAdvertisesGPUs", "test/cluster.TestPodGetsTwoGPUs", "test/cluster.TestNoRequestNoGPU"},
+		why:   "builds Kubernetes (10-15 min) and runs a cluster as root on fixed ports; make e2e-cluster (CI: make e2e-cluster-ci) brings it up, runs these tests against it and tears it down"},
+	{line: `export KUBECONFIG=/etc/gantry-k8s/admin.conf PATH=\$PWD/bin/cluster:\$PATH`,
+		tests: []string{"test/cluster.TestNodeAdvertisesGPUs"},
+		why:   "points kubectl at the test cluster, which make e2e-cluster brings up for the tests"},
+	{line: `kubectl get nodes|kubectl get node gantry-node -o jsonpath='\{\.status\.allocatable\.nvidia\\\.com/gpu\}'`,
+		tests: []string{"test/cluster.TestNodeAdvertisesGPUs"},
+		why:   "needs the test cluster; the test reads the Node's capacity, allocatable nvidia.com/gpu and labels from it"},
 	// The image.
 	{line: `docker build -t ghcr.io/gantry-gpu/gantry:0.1.0 --build-arg VERSION=\$\(git describe --tags --always --dirty\) \.`,
 		tests: []string{"deployments.TestImageTagIsAppVersion"},

@@ -42,6 +42,8 @@ if $tests; then
   # built with libseccomp by scripts/build-runc.sh
   command -v crun >/dev/null || optional+=(crun)
   [ -e /usr/include/seccomp.h ] || optional+=(libseccomp-dev)
+  # test/cluster: the pods' network (bridge, host-local, loopback CNI plugins)
+  [ -x /usr/lib/cni/bridge ] || optional+=(containernetworking-plugins)
 fi
 # build-runc.sh after the packages, best effort: without it those subtests skip
 build_runc() {

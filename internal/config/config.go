@@ -339,5 +339,7 @@ const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in 
 # runtime.log-file     one line per handled container; "" = stderr only
 # runtime.disable-require  skip every NVIDIA_REQUIRE_* check on this host
 # runtime.swarm-resource   env variables read instead of NVIDIA_VISIBLE_DEVICES (Docker Swarm)
+# runtime.kubernetes-env   allocated (a kubelet's containers get only the GPUs it allocated) | any (NVIDIA's behaviour)
+# runtime.kubelet-dir      the kubelet's root directory (its device checkpoint)
 
 `
