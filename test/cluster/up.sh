@@ -253,7 +253,10 @@ if [ "$mode" = sim ]; then
   # The manifest's own configuration, set the way a user sets it: the
   # ConfigMap's gantry section selects simulated GPUs. (Faults are injected
   # through the plugin's socket, /proc/PID/root/run/gantry/sim-health.sock.)
-  awk -v prof="$profile" '{print} /^    version: v1$/ && !done {print "    gantry:"; print "      gpus: sim:" prof; done=1}' \
+  # A 20 s recovery quiet period instead of 10 minutes, so that a GPU made
+  # unhealthy by an injected XID comes back within a test.
+  awk -v prof="$profile" '{print} /^    version: v1$/ && !done {print "    gantry:"; print "      gpus: sim:" prof;
+    print "      health:"; print "        recoveryQuietPeriod: 20s"; done=1}' \
     deployments/static/gantry-device-plugin.yaml >"$manifest"
 fi
 "$bin/kubectl" apply -f "$manifest" >"$GK_LOG/apply.log"
