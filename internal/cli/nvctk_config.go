@@ -148,6 +148,9 @@ func runNVConfig(c *nvCtx, f nvValues) error {
 		return err
 	}
 	if f.on("in-place") {
+		if before, err := configMap(cur); err == nil && reflect.DeepEqual(before, curMap) {
+			return nil // nothing changed: the file stays as it is, comments and all
+		}
 		if err := config.WriteFile(path, enc, true); err != nil {
 			return fmt.Errorf("writing %s: %w", path, err)
 		}
