@@ -33,8 +33,7 @@ names another). Gantry reads and writes the file itself: the engine's own
 				{names: []string{"drop-in-config"}, help: "crio: the drop-in file to write (the default); containerd and docker: only empty"},
 				{names: []string{"config-source"}, help: "where the current configuration is read: file (command is not supported)"},
 				{names: []string{"config-mode"}, help: "config (the only mode)"},
-				{names: []string{"cdi.enabled", "cdi.enable", "enable-cdi"}, bool: true,
-					unsupported: "Gantry does not edit the engine's CDI switch yet: for Docker add \"features\": {\"cdi\": true} to daemon.json (Docker 28 and newer have it on), for containerd set enable_cdi = true in its CRI plugin section (on by default in containerd 2.x); CRI-O and Podman always read CDI specs"},
+				{names: []string{"cdi.enabled", "cdi.enable", "enable-cdi"}, bool: true, help: "also turn on the engine's CDI support (docker features.cdi, containerd enable_cdi; CRI-O has it always)"},
 				{names: []string{"executable-path"}, unsupported: "it serves --config-source=command, which Gantry does not have: name the file with --config"},
 				{names: []string{"oci-hook-path"}, unsupported: "Gantry has no oci-hook config mode: the runtime is registered in the engine's file; Docker's --gpus uses gantry-hook (see docs/guide.md)"},
 				{names: []string{"nvidia-runtime-hook-path"}, unsupported: "Gantry has no oci-hook config mode: the runtime is registered in the engine's file"},
@@ -134,6 +133,9 @@ func runNVRuntimeConfigure(c *nvCtx, f nvValues) error {
 	}
 	if f.on("dry-run") {
 		args = append(args, "--dry-run")
+	}
+	if f.on("cdi.enabled") {
+		args = append(args, "--enable-cdi")
 	}
 	if f.on("nvidia-set-as-default") {
 		args = append(args, "--set-as-default")

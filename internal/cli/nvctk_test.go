@@ -127,8 +127,7 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--cdi.enabled"}, "--cdi.enabled is not supported"},
-		{[]string{"--enable-cdi=true"}, "--enable-cdi is not supported"},
+		{[]string{"--cdi.enabled=yes"}, "want true or false"},
 		{[]string{"--config-mode=oci-hook"}, "--config-mode=config"},
 		{[]string{"--config-source=command"}, "--config-source=file"},
 		{[]string{"--executable-path=/usr/bin/dockerd"}, "--executable-path is not supported"},
@@ -145,6 +144,14 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(daemon); !bytes.Equal(before, after) {
 		t.Errorf("a refused command changed daemon.json")
+	}
+	// --cdi.enabled turns Docker's CDI feature on.
+	if _, errOut, code := runCTK(t, "runtime", "configure", "--runtime=docker", "--config="+daemon, "--cdi.enabled"); code != 0 {
+		t.Fatalf("--cdi.enabled: exit %d: %s", code, errOut)
+	}
+	var withCDI struct{ Features map[string]bool }
+	if b, _ := os.ReadFile(daemon); json.Unmarshal(b, &withCDI) != nil || !withCDI.Features["cdi"] {
+		t.Errorf("daemon.json after --cdi.enabled: %s", b)
 	}
 	// --help teaches: examples and what each flag maps to.
 	out, _, code = runCTK(t, "runtime", "configure", "--help")
