@@ -412,7 +412,8 @@ func (h *helpCache) get(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
-var helpFlag = regexp.MustCompile(`(?:^|[\s,\[|])--?([A-Za-z?][A-Za-z0-9-]*)`)
+// Flag names may hold dots inside (nvidia-ctk's --cdi.enabled, --csv.file).
+var helpFlag = regexp.MustCompile(`(?:^|[\s,\[|])--?([A-Za-z?][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*)`)
 
 // helpFlags returns the flag names a help text lists: from each option line
 // (a line whose text starts with "-"), the flags before the description.
