@@ -377,3 +377,18 @@ func TestNVCTKHookAndHelp(t *testing.T) {
 		t.Errorf("system alone: exit %d, %q", code, errOut)
 	}
 }
+
+// gantry runtime configure --config DAEMON.JSON (NVIDIA's habit, where
+// --config is Gantry's own file) fails naming the two ways that work, and
+// leaves the engine's file alone.
+func TestRuntimeConfigureConfigHint(t *testing.T) {
+	daemon := filepath.Join(t.TempDir(), "daemon.json")
+	writeFileT(t, daemon, `{"debug": true}`)
+	_, errOut, code := run("runtime", "configure", "--runtime", "docker", "--config="+daemon)
+	if code != 1 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "--config-file "+daemon) || !strings.Contains(errOut, "nvidia-ctk runtime configure --config="+daemon) {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	if b, _ := os.ReadFile(daemon); string(b) != `{"debug": true}` {
+		t.Errorf("daemon.json changed: %s", b)
+	}
+}
