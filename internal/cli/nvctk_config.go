@@ -239,8 +239,14 @@ func nvSetKey(c *nvCtx, key, val, sep string) (map[string]any, error) {
 	}
 	sort.Strings(keys)
 	if len(keys) == 0 {
-		fmt.Fprintf(c.stderr, "%s: %s = %s is Gantry's default (%s)\n", c.name, key, val, note.To)
-		changed[note.To] = b[note.To]
+		// The value is Gantry's default: set it, for the file may hold
+		// another.
+		v, ok := b[note.To]
+		if !ok {
+			return nil, fmt.Errorf("--set %s: maps to %s, which Gantry's configuration lacks (a bug: report it)", key, note.To)
+		}
+		fmt.Fprintf(c.stderr, "%s: %s = %s -> %s (Gantry's default)\n", c.name, key, val, note.To)
+		changed[note.To] = v
 	} else {
 		fmt.Fprintf(c.stderr, "%s: %s = %s -> %s\n", c.name, key, val, strings.Join(keys, ", "))
 	}

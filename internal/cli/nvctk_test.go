@@ -243,6 +243,17 @@ func TestNVCTKConfig(t *testing.T) {
 	if !strings.Contains(string(b), "driver-root = '/run/nvidia/driver'") || !strings.Contains(string(b), "spec-dirs = ['/etc/cdi', '/opt/cdi']") {
 		t.Fatalf("config after --set:\n%s\nstderr %s", b, errOut)
 	}
+	// A value equal to Gantry's default still replaces the file's.
+	if _, errOut, code := ctk("config", "--in-place", "--set", "nvidia-container-runtime.log-level=debug"); code != 0 {
+		t.Fatalf("log-level=debug: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := ctk("config", "--in-place", "--set", "nvidia-container-runtime.log-level=warn"); code != 0 {
+		t.Fatalf("log-level=warn: exit %d: %s", code, errOut)
+	}
+	if after, _ := os.ReadFile(cfg); !strings.Contains(string(after), "log-level = 'warn'") || !strings.Contains(string(after), "driver-root = '/run/nvidia/driver'") {
+		t.Fatalf("after setting log-level back to the default:\n%s", after)
+	}
+	b, _ = os.ReadFile(cfg)
 	// The install guide's CDI line: Gantry has one mode, so nothing changes.
 	_, errOut, code = ctk("config", "--in-place", "--set", "nvidia-container-runtime.mode=cdi")
 	if after, _ := os.ReadFile(cfg); code != 0 || !bytes.Equal(b, after) || !strings.Contains(errOut, "not needed by Gantry") {
