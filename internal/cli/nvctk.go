@@ -40,7 +40,6 @@ type nvCommand struct {
 	summary string
 	help    string
 	flags   []nvFlag
-	raw     bool // takes its arguments as they are (a command that only refuses)
 	// run translates the parsed flags (name -> values, the last one for a
 	// single-valued flag) into a gantry invocation, or does the work itself.
 	run func(c *nvCtx, f nvValues) error
@@ -138,12 +137,7 @@ func NVIDIACTKMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ctx := &nvCtx{stdout: stdout, stderr: stderr, debug: debug, name: "nvidia-ctk " + c.words}
-	vals, help, err := nvValues{}, false, error(nil)
-	if !c.raw {
-		vals, help, err = parseNVFlags(c, rest)
-	} else if len(rest) > 0 && isHelp(rest[0]) {
-		help = true
-	}
+	vals, help, err := parseNVFlags(c, rest)
 	if help {
 		nvCommandHelp(stdout, c)
 		return 0

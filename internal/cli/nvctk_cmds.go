@@ -95,11 +95,27 @@ Its hooks run gantry-cdi-hook (--nvidia-cdi-hook-path names another, e.g.
 		},
 		&nvCommand{
 			words:   "cdi transform root",
-			summary: "not supported: regenerate the spec instead",
-			help:    `Gantry does not rewrite specs: generate one for the other root with nvidia-ctk cdi generate --driver-root DIR --dev-root DIR.`,
-			raw:     true,
+			summary: "rewrite a CDI spec's paths from one root to another (gantry cdi transform root)",
+			help: `Runs gantry cdi transform root with the same flags: replaces the leading
+--from with --to in the spec's host paths (--relative-to host, the default) or
+container paths (--relative-to container).
+
+  nvidia-ctk cdi transform root --from=/run/nvidia/driver --to=/ --input=spec.yaml --output=/etc/cdi/nvidia.yaml`,
+			flags: []nvFlag{
+				{names: []string{"from"}, help: "the root the spec's paths are under"},
+				{names: []string{"to"}, help: "the root they move to"},
+				{names: []string{"input"}, help: "the spec to read (default -: stdin)"},
+				{names: []string{"output"}, help: "where to write it (default stdout)"},
+				{names: []string{"relative-to"}, help: "host (default) or container"},
+			},
 			run: func(c *nvCtx, f nvValues) error {
-				return usagef("cdi transform root is not supported by Gantry: generate the spec for the other root with nvidia-ctk cdi generate --driver-root DIR --dev-root DIR")
+				args := []string{"cdi", "transform", "root"}
+				for _, n := range []string{"from", "to", "input", "output", "relative-to"} {
+					if v, ok := f.str(n); ok {
+						args = append(args, "--"+n, v)
+					}
+				}
+				return c.gantry(args...)
 			},
 		},
 		&nvCommand{

@@ -226,8 +226,43 @@ func TestNVCTKCDIGenerate(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %.80q, stderr %q; want one line with %q", tc.args, code, out, errOut, tc.want)
 		}
 	}
-	if _, errOut, code := ctk("cdi", "transform", "root", "--from=/a", "--to=/b"); code != 2 || !strings.Contains(errOut, "--driver-root") {
-		t.Errorf("cdi transform root: exit %d, %s", code, errOut)
+	// cdi transform root: a spec of the fake driver root moved to /, on
+	// the host side; then its container side moved back under /x.
+	full := filepath.Join(t.TempDir(), "full.json")
+	if _, errOut, code := ctk("cdi", "generate", "--output="+full, "--driver-root="+root); code != 0 {
+		t.Fatalf("cdi generate: exit %d: %s", code, errOut)
+	}
+	if b, _ := os.ReadFile(full); !strings.Contains(string(b), root+"/") {
+		t.Fatalf("the spec names no path under %s: the transform would prove nothing", root)
+	}
+	moved := filepath.Join(t.TempDir(), "moved.yaml")
+	if _, errOut, code := ctk("cdi", "transform", "root", "--from="+root, "--to=/", "--input="+full, "--output="+moved); code != 0 {
+		t.Fatalf("cdi transform root: exit %d: %s", code, errOut)
+	}
+	var ms struct {
+		ContainerEdits struct {
+			Mounts      []struct{ HostPath, ContainerPath string }
+			DeviceNodes []struct{ Path, HostPath string }
+		}
+	}
+	mb, _ := os.ReadFile(moved)
+	if err := yaml.Unmarshal(mb, &ms); err != nil || len(ms.ContainerEdits.Mounts) == 0 {
+		t.Fatalf("transformed spec: %v\n%s", err, mb)
+	}
+	if strings.Contains(string(mb), root) {
+		t.Errorf("the transformed spec still names %s", root)
+	}
+	for _, m := range ms.ContainerEdits.Mounts {
+		if m.HostPath != m.ContainerPath && !strings.HasPrefix(m.ContainerPath, "/usr/local/nvidia") && !strings.HasPrefix(m.HostPath, "/usr/local/nvidia") {
+			t.Errorf("mount %s -> %s: host and container paths differ after moving the root to /", m.HostPath, m.ContainerPath)
+		}
+	}
+	out, errOut, code = ctk("cdi", "transform", "root", "--from=/usr", "--to=/x/usr", "--relative-to=container", "--input="+moved)
+	if code != 0 || !strings.Contains(out, "containerPath: /x/usr/") || strings.Contains(out, "hostPath: /x/") {
+		t.Errorf("--relative-to container: exit %d %s\n%.600s", code, errOut, out)
+	}
+	if _, errOut, code := ctk("cdi", "transform", "root", "--from=rel", "--to=/"); code != 2 || !strings.Contains(errOut, "absolute") {
+		t.Errorf("relative --from: exit %d, %s", code, errOut)
 	}
 }
 
