@@ -391,11 +391,8 @@ the image. Without the host file (no driver) or with ModifyDeviceFiles already
 	},
 }
 
-// hostParams is the host's params file; tests point it elsewhere.
-var hostParams = ParamsFile
-
 func readHostParams() ([]byte, error) {
-	b, err := os.ReadFile(hostParams)
+	b, err := os.ReadFile(ParamsFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -402,3 +402,40 @@ func TestNVNoop(t *testing.T) {
 		t.Errorf("--help lists noop or misses enable-cuda-compat:\n%s", out)
 	}
 }
+
+// The whole disable-device-node-modification command, as the static binary
+// runs it: in a private mount namespace whose /proc/driver is a tmpfs
+// holding a host params file with ModifyDeviceFiles: 1 (no driver is
+// needed), the container's params file then reads 0, and only there.
+func TestNVDisableDeviceNodeModificationCommand(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: mounting needs root")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("skipping: unshare not installed")
+	}
+	hook := buildHook(t)
+	dir := basicRoot(t)
+	mkdirs(t, dir, "proc/driver/nvidia")
+	writeFile(t, filepath.Join(dir, "proc/driver/nvidia/params"), "ModifyDeviceFiles: 1\nDeviceFileUID: 0\n")
+	state := filepath.Join(t.TempDir(), "state.json")
+	writeFile(t, state, string(bundle(t, dir)))
+	script := `set -e
+mount -t tmpfs tmpfs /proc/driver
+mkdir -p /proc/driver/nvidia
+printf 'ModifyDeviceFiles: 1\nDeviceFileUID: 0\n' > /proc/driver/nvidia/params
+"$1" disable-device-node-modification < "$2"
+cat "$3/proc/driver/nvidia/params"
+echo host:; cat /proc/driver/nvidia/params`
+	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", hook, state, dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := "ModifyDeviceFiles: 0\nDeviceFileUID: 0\nhost:\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"
+	if string(out) != want {
+		t.Errorf("output:\n%s\nwant:\n%s", out, want)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "proc/driver/nvidia/params")); !strings.Contains(string(b), "ModifyDeviceFiles: 1") {
+		t.Errorf("the image's file itself changed: %q", b)
+	}
+}
