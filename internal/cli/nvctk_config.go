@@ -103,6 +103,11 @@ func runNVConfig(c *nvCtx, f nvValues) error {
 	if !ok {
 		sep = ":"
 	}
+	// Only a regular file is rewritten: GANTRY_CONFIG=/dev/null (no
+	// configuration) must never have a file renamed over the device.
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() && f.on("in-place") {
+		return usagef("--in-place: %s is not a regular file (GANTRY_CONFIG=/dev/null means no configuration file): name the file with --config-file", path)
+	}
 	cur := config.Default()
 	b, err := os.ReadFile(path)
 	switch {

@@ -311,6 +311,7 @@ func TestNVCTKConfig(t *testing.T) {
 		{[]string{"--set", "nvidia-container-runtime.mode=csv"}, "not supported"},
 		{[]string{"--set", "=x"}, "KEY[=VALUE]"},
 		{[]string{"-c", "/etc/nvidia-container-runtime/config.toml", "--set", "nvidia-container-cli.root=/"}, "NVIDIA's file"},
+		{[]string{"-c", os.DevNull, "--in-place", "--set", "nvidia-container-cli.root=/"}, "not a regular file"},
 	} {
 		_, errOut, code := ctk(append([]string{"config"}, tc.args...)...)
 		if code == 0 || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
