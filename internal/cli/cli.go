@@ -5,6 +5,9 @@
 // --dev-root, --debug) before or after its name; flags override the
 // configuration file. Errors are one line on stderr and exit code 1; usage
 // errors exit 2.
+//
+// NVIDIACTKMain serves the same commands under NVIDIA's nvidia-ctk grammar
+// and flags (nvctk*.go), translating each command line into gantry's.
 package cli
 
 import (
