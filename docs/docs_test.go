@@ -54,8 +54,9 @@ const repoRoot = ".."
 // installedNames are the names make install links to each binary (both
 // dispatch on argv0).
 var installedNames = map[string][]string{
-	"gantry-runtime": {"gantry-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit"},
-	"gantry":         {"nvidia-container-cli", "nvidia-docker"},
+	"gantry-runtime":  {"gantry-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit"},
+	"gantry":          {"nvidia-container-cli", "nvidia-ctk", "nvidia-docker"},
+	"gantry-cdi-hook": {"nvidia-cdi-hook"},
 }
 
 func TestMain(m *testing.M) {
@@ -411,7 +412,8 @@ func (h *helpCache) get(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
-var helpFlag = regexp.MustCompile(`(?:^|[\s,\[|])--?([A-Za-z?][A-Za-z0-9-]*)`)
+// Flag names may hold dots inside (nvidia-ctk's --cdi.enabled, --csv.file).
+var helpFlag = regexp.MustCompile(`(?:^|[\s,\[|])--?([A-Za-z?][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*)`)
 
 // helpFlags returns the flag names a help text lists: from each option line
 // (a line whose text starts with "-"), the flags before the description.
@@ -555,6 +557,28 @@ func checkFlagsAgainst(t *testing.T, prog string, args []string, helpArgs ...str
 	return nil
 }
 
+// checkNvctk: nvidia-ctk [--debug] COMMAND... [flags]: the command is one
+// its --help lists, and its own --help lists every flag used.
+func checkNvctk(t *testing.T, args []string) error {
+	var cmd []string
+	var rest []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") || len(rest) > 0 {
+			rest = append(rest, a)
+			continue
+		}
+		cmd = append(cmd, a)
+	}
+	if len(cmd) == 0 {
+		return nil
+	}
+	top := helps.get(t, "nvidia-ctk")
+	if !helpCommands(top, "Commands:", 3)[strings.Join(cmd, " ")] {
+		return fmt.Errorf("nvidia-ctk has no command %q (nvidia-ctk --help lists them)", strings.Join(cmd, " "))
+	}
+	return checkFlagsAgainst(t, "nvidia-ctk", rest, cmd...)
+}
+
 // checkNvcli: nvidia-container-cli [OPTION...] COMMAND [OPTION...].
 func checkNvcli(t *testing.T, args []string) error {
 	top := helps.get(t, "nvidia-container-cli")
@@ -622,6 +646,8 @@ func checkCommand(t *testing.T, words []string, targets map[string]bool) (ours b
 		return true, nil
 	case base == "nvidia-container-cli":
 		return true, checkNvcli(t, args)
+	case base == "nvidia-ctk":
+		return true, checkNvctk(t, args)
 	case prog == "make":
 		for _, a := range args {
 			if strings.HasPrefix(a, "-") || strings.Contains(a, "=") {

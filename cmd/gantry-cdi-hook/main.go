@@ -4,6 +4,14 @@
 //
 //	gantry-cdi-hook create-symlinks --link TARGET::LINK ...
 //	gantry-cdi-hook update-ldcache --folder DIR ... [--host-driver-version V]
+//	gantry-cdi-hook chmod --mode OCTAL --path PATH ...
+//	gantry-cdi-hook enable-cuda-compat --host-driver-version V [--host-cuda-version V]
+//	gantry-cdi-hook disable-device-node-modification
+//	gantry-cdi-hook update-application-profile
+//
+// Installed as nvidia-cdi-hook too (make install NVIDIA_NAMES=1), it runs the
+// hooks of CDI specs nvidia-ctk wrote; a hook it does not know is a warning
+// and exit 0, as with NVIDIA's binary.
 //
 // A runtime runs these as root, inside the container's mount namespace
 // before pivot_root, with the working directory in the image and, when a

@@ -8,6 +8,7 @@
 //	gantry-hook                     the OCI prestart hook (Docker's --gpus, hooks.d)
 //	nvidia-container-runtime-hook   the same hook under NVIDIA's name
 //	nvidia-container-toolkit        the same hook under the name NVIDIA's hooks.d file uses
+//	nvidia-ctk                      NVIDIA's nvidia-ctk command lines (runtime configure, cdi, system, config)
 //	nvidia-docker                   docker with NV_GPU's GPUs on run/create (nvidia-docker 1.0/2.0)
 //
 // See each front end's --help.
@@ -32,6 +33,8 @@ func main() {
 		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
 	case "nvidia-container-cli":
 		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	case "nvidia-ctk":
+		os.Exit(cli.NVIDIACTKMain(os.Args[1:], os.Stdout, os.Stderr))
 	case "nvidia-docker":
 		os.Exit(nvdocker.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gantry-gpu/gantry/internal/cdispec"
+	"github.com/gantry-gpu/gantry/internal/gpu"
 )
 
 func init() {
@@ -39,6 +42,10 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 			kind := fs.String("kind", "", "CDI kind vendor.com/class (default from config: nvidia.com/gpu)")
 			capsFlag := fs.String("capabilities", "all", "driver capabilities whose files the spec injects")
 			allowPartial := fs.Bool("allow-partial", false, "write a spec even when the driver lacks libcuda, libnvidia-ml, nvidia-smi or nvidiactl")
+			hookPath := fs.String("hook-path", "", "absolute path of the CDI hook binary the spec runs (default: cdi.hook-path, else gantry-cdi-hook beside gantry)")
+			noAll := fs.Bool("no-all-device", false, "leave the \"all\" device out of the spec")
+			var ids repeated
+			fs.Var(&ids, "device-id", "only this GPU, by index or UUID (repeatable, or a comma list; default all)")
 			return func(e *env, args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
@@ -57,6 +64,12 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 					k = *kind
 				}
 				hook := e.cfg.CDI.HookPath
+				if *hookPath != "" {
+					if !filepath.IsAbs(*hookPath) {
+						return usagef("--hook-path %q: want an absolute path (the runtime runs it from anywhere)", *hookPath)
+					}
+					hook = *hookPath
+				}
 				if hook == "" {
 					if hook, err = defaultHookPath(); err != nil {
 						return err
@@ -69,9 +82,21 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 				if len(inv.Missing) > 0 && !*allowPartial {
 					return fmt.Errorf("driver %s under %s is incomplete (%s missing): reinstall the driver or fix --driver-root; --allow-partial writes a spec anyway", inv.Version, inv.Root, strings.Join(inv.Missing, ", "))
 				}
+				if sys, err = selectDevices(sys, ids); err != nil {
+					return usagef("--device-id: %v", err)
+				}
 				spec, err := cdispec.Generate(sys, inv, cdispec.Options{Kind: k, HookPath: hook, Capabilities: caps, DevRoot: e.cfg.EffectiveDevRoot()})
 				if err != nil {
 					return err
+				}
+				if *noAll {
+					kept := spec.Devices[:0]
+					for _, d := range spec.Devices {
+						if d.Name != "all" {
+							kept = append(kept, d)
+						}
+					}
+					spec.Devices = kept
 				}
 				if *output == "" {
 					f := *format
@@ -136,6 +161,45 @@ qualified device names, one per line. Errors in spec files are reported.`,
 		},
 	})
 	_ = cdispec.Names
+}
+
+// repeated collects a flag given several times or as a comma list.
+type repeated []string
+
+func (r *repeated) String() string { return strings.Join(*r, ",") }
+func (r *repeated) Set(s string) error {
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*r = append(*r, v)
+		}
+	}
+	return nil
+}
+
+// selectDevices narrows sys to the GPUs ids name (index or UUID; "all" or
+// none: every GPU), each keeping its MIG devices. An id matching no GPU is
+// an error: a spec silently missing a device fails containers later.
+func selectDevices(sys *gpu.System, ids []string) (*gpu.System, error) {
+	if len(ids) == 0 || (len(ids) == 1 && ids[0] == "all") {
+		return sys, nil
+	}
+	out := *sys
+	out.Devices = nil
+	for _, id := range ids {
+		found := false
+		for _, d := range sys.Devices {
+			if id == strconv.Itoa(d.Index) || strings.EqualFold(id, d.UUID) {
+				found = true
+				if !slices.ContainsFunc(out.Devices, func(o gpu.Device) bool { return o.UUID == d.UUID }) {
+					out.Devices = append(out.Devices, d)
+				}
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("%q is not the index or UUID of a GPU of this host (see gantry list)", id)
+		}
+	}
+	return &out, nil
 }
 
 // hookName is the CDI hook binary (cmd/gantry-cdi-hook) that generated specs

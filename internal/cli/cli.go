@@ -5,6 +5,9 @@
 // --dev-root, --debug) before or after its name; flags override the
 // configuration file. Errors are one line on stderr and exit code 1; usage
 // errors exit 2.
+//
+// NVIDIACTKMain serves the same commands under NVIDIA's nvidia-ctk grammar
+// and flags (nvctk*.go), translating each command line into gantry's.
 package cli
 
 import (
@@ -114,7 +117,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	} else {
 		var err error
 		if e, err = g.resolve(fs, stdout, stderr); err != nil {
-			fmt.Fprintf(stderr, "gantry: %v\n", err)
+			hint := ""
+			if cmd.name == "runtime configure" && *g.config != "" {
+				// NVIDIA's nvidia-ctk runtime configure takes the engine's
+				// file as --config; here that flag is Gantry's own file.
+				hint = fmt.Sprintf(" (--config is Gantry's own configuration: give the engine's file as --config-file %s, or run nvidia-ctk runtime configure --config=%s)", *g.config, *g.config)
+			}
+			fmt.Fprintf(stderr, "gantry: %v%s\n", err, hint)
 			return cmd.failCode()
 		}
 	}

@@ -20,6 +20,9 @@ var stdin = func() *os.File { return os.Stdin }
 // GANTRY_CONFIG and --config are not theirs to read (noConfig).
 func init() {
 	for _, hc := range containerhook.Commands {
+		if hc.Hidden {
+			continue
+		}
 		register(&command{
 			name:     "hook " + hc.Name,
 			summary:  "OCI hook of older CDI specs (now gantry-cdi-hook): " + hc.Summary,

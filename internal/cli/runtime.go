@@ -22,7 +22,8 @@ are printed as a diff. --dry-run prints the diff and writes nothing. Restart the
 engine afterwards (systemctl restart docker / containerd / crio).
 
   gantry runtime configure --runtime docker --set-as-default
-  gantry runtime configure --runtime containerd --dry-run`,
+  gantry runtime configure --runtime containerd --dry-run
+  gantry runtime configure --runtime docker --enable-cdi   (docker run --device nvidia.com/gpu=0)`,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			engine := fs.String("runtime", "", "docker, containerd or crio (required)")
 			path := fs.String("config-file", "", "the engine's configuration file (default: the engine's standard path)")
@@ -31,6 +32,7 @@ engine afterwards (systemctl restart docker / containerd / crio).
 			runtimePath := fs.String("runtime-path", engineconfig.DefaultRuntimePath, "path of the gantry-runtime binary")
 			setDefault := fs.Bool("set-as-default", false, "make it the engine's default runtime")
 			dryRun := fs.Bool("dry-run", false, "print the diff only; write nothing")
+			enableCDI := fs.Bool("enable-cdi", false, "also turn on the engine's CDI support (docker: features.cdi; containerd: enable_cdi; CRI-O: always on)")
 			return func(e *env, args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
@@ -52,7 +54,7 @@ engine afterwards (systemctl restart docker / containerd / crio).
 						extra = append(extra, n)
 					}
 				}
-				opts := engineconfig.Options{RuntimeName: *name, ExtraNames: extra, RuntimePath: *runtimePath, SetAsDefault: *setDefault}
+				opts := engineconfig.Options{RuntimeName: *name, ExtraNames: extra, RuntimePath: *runtimePath, SetAsDefault: *setDefault, EnableCDI: *enableCDI}
 				diff, changes, err := engineconfig.Apply(eng, p, opts, *dryRun)
 				if err != nil {
 					return err

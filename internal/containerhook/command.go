@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -21,6 +22,7 @@ type Command struct {
 	Summary string
 	Usage   string // argument synopsis after the name
 	Help    string // paragraphs shown by --help
+	Hidden  bool   // left out of the command list (NVIDIA's noop)
 	// Flags registers the command's flags on fs and returns the function
 	// that runs it: args are what is left after the flags, in holds the
 	// container state, warn takes warnings worth a line on stderr.
@@ -95,11 +97,17 @@ With --host-driver-version (gantry cdi generate adds it), CUDA forward
 compatibility is applied: when the image's /usr/local/cuda/compat holds one
 libcuda.so.X.Y.Z whose major version X is greater than the host driver's, its
 libraries are put ahead of the host driver's, as NVIDIA's enable-cuda-compat hook
-arranges.`,
+arranges. Folders named by /etc/ld.so.conf.d/00-compat-*.conf in the container
+(enable-cuda-compat's files) are added first, the way NVIDIA's ldconfig run
+would read them.`,
 		Flags: func(fs *flag.FlagSet) func([]string, io.Reader, func(string)) error {
 			var folders repeated
 			fs.Var(&folders, "folder", "container directory holding injected libraries (repeatable)")
 			hostDriver := fs.String("host-driver-version", "", "the host's driver version, e.g. 580.159.04: enables CUDA forward compatibility")
+			// NVIDIA's hook runs the image's ldconfig and takes its path;
+			// this one runs no program from the image, so the flag is
+			// accepted (specs written by nvidia-ctk pass it) and unused.
+			fs.String("ldconfig-path", "", "accepted for NVIDIA's specs and unused: no ldconfig is run")
 			return func(args []string, in io.Reader, warn func(string)) error {
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
@@ -117,7 +125,11 @@ arranges.`,
 					return err
 				}
 				defer root.Close()
-				return UpdateLDCacheCompat(root, folders, *hostDriver, warn)
+				compat, err := compatConfDirs(root)
+				if err != nil {
+					return err
+				}
+				return UpdateLDCacheCompat(root, append(compat, folders...), *hostDriver, warn)
 			}
 		},
 	},
@@ -146,6 +158,11 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] != "" {
 		prog = filepath.Base(args[0])
 	}
+	// NVIDIA's global flags, which come before the subcommand: logging
+	// levels. The hooks log only warnings and errors either way.
+	for len(args) > 1 && isGlobalFlag(args[1]) {
+		args = append(args[:1:1], args[2:]...)
+	}
 	if len(args) < 2 || isHelp(args[1]) {
 		w, code := stdout, 0
 		if len(args) < 2 {
@@ -160,14 +177,17 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	c := Lookup(args[1])
 	if c == nil {
-		fmt.Fprintf(stderr, "%s: unknown command %q\n\n", prog, args[1])
-		overview(stderr, prog)
-		return 2
+		// A hook this binary does not know comes from a spec written by a
+		// newer (or older) nvidia-ctk. Failing would stop every container
+		// using the spec; NVIDIA's binary warns and succeeds, and so do we.
+		fmt.Fprintf(stderr, "%s: warning: unsupported CDI hook %q ignored (see %s --help for the hooks this version runs)\n", prog, args[1], prog)
+		return 0
 	}
 	name := prog + " " + c.Name
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	run := c.Flags(fs)
+	spec := fs.String("container-spec", "", "read the container state from this file instead of stdin ('-' or empty: stdin)")
 	if err := fs.Parse(args[2:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stdout, "Usage: %s %s\n\n%s\n\nFlags:\n", name, c.Usage, c.Help)
@@ -179,6 +199,15 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	warn := func(w string) { fmt.Fprintf(stderr, "%s: warning: %s\n", name, w) }
+	if *spec != "" && *spec != "-" {
+		f, err := os.Open(*spec)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: --container-spec: %v\n", name, err)
+			return 1
+		}
+		defer f.Close()
+		stdin = f
+	}
 	if err := run(fs.Args(), stdin, warn); err != nil {
 		var ue UsageError
 		if errors.As(err, &ue) {
@@ -189,6 +218,13 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// isGlobalFlag reports NVIDIA's nvidia-cdi-hook flags that go before the
+// subcommand (--debug, -d, --quiet), which specs or wrappers may pass.
+func isGlobalFlag(s string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(s, "-"), "=")
+	return strings.HasPrefix(s, "-") && (name == "debug" || name == "d" || name == "quiet")
 }
 
 func isHelp(s string) bool { return s == "-h" || s == "--help" || s == "help" || s == "-help" }
@@ -207,7 +243,15 @@ loader (and no LD_PRELOAD) ever runs for it.
 Commands:
 `, prog, prog)
 	for _, c := range Commands {
-		fmt.Fprintf(w, "  %-18s %s\n", c.Name, c.Summary)
+		if !c.Hidden {
+			fmt.Fprintf(w, "  %-34s %s\n", c.Name, c.Summary)
+		}
 	}
-	fmt.Fprintf(w, "\nSee %s COMMAND --help.\n", prog)
+	fmt.Fprintf(w, `
+A command this version does not know is warned about on stderr and succeeds
+(exit 0), as NVIDIA's nvidia-cdi-hook does: a spec written by a newer nvidia-ctk
+must not stop containers. Global flags --debug/-d and --quiet are accepted.
+
+See %s COMMAND --help.
+`, prog)
 }

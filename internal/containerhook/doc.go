@@ -33,6 +33,18 @@
 // stable). /etc/ld.so.conf.d/000-gantry.conf lists the folders, so that an
 // ldconfig run later inside the container keeps them.
 //
+// NVIDIA's other hooks, for the specs nvidia-ctk writes (the binary installed
+// as nvidia-cdi-hook runs them; nvidia.go): chmod (modes inside the root),
+// enable-cuda-compat (an /etc/ld.so.conf.d/00-compat-*.conf naming the image's
+// CUDA forward-compatibility directory when NVIDIA's rule says to use it,
+// which update-ldcache then reads, as the ldconfig of NVIDIA's hook would),
+// disable-device-node-modification (a read-only copy of the host's
+// /proc/driver/nvidia/params with ModifyDeviceFiles: 0 mounted over the
+// container's, from a tmpfs of its own) and update-application-profile
+// (EGLVisibleDGPUDevices limited to the container's GPU minors). A hook name
+// Main does not know is a warning and exit 0, as with NVIDIA's binary: specs
+// from a newer nvidia-ctk must not stop containers.
+//
 // Security: the hooks run as root on hostile image content. Every file is
 // reached through package rootfs, so symlinks in the image (/etc -> /host/etc,
 // /etc/ld.so.cache -> /etc/shadow on the host, a --folder that links to a host

@@ -124,6 +124,21 @@ func planContainerd(current []byte, opts Options, names []string) (result, error
 		}
 	}
 
+	if opts.EnableCDI {
+		pluginPath := []string{"plugins", plugin}
+		v, _, err := lookup(doc, append(append([]string{}, pluginPath...), "enable_cdi"))
+		if err != nil {
+			return result{}, err
+		}
+		if on, _ := v.(bool); !on {
+			was := "unset"
+			if v != nil {
+				was = describeTOML(v)
+			}
+			ops = append(ops, tomlOp{table: pluginPath, key: "enable_cdi", value: true})
+			changes = append(changes, fmt.Sprintf("set %s.enable_cdi = true (was %s)", tomlPath(pluginPath), was))
+		}
+	}
 	if len(ops) == 0 {
 		return result{}, nil
 	}

@@ -265,6 +265,28 @@ func planDocker(current []byte, opts Options, names []string) (result, error) {
 			changes = append(changes, fmt.Sprintf("set default-runtime = %s (was %s)", opts.RuntimeName, was))
 		}
 	}
+	if opts.EnableCDI {
+		var features jsonObject
+		if i := top.index("features"); i >= 0 && string(bytes.TrimSpace(top[i].value)) != "null" {
+			var err error
+			if features, err = parseJSONObject(top[i].value, `"features"`); err != nil {
+				return result{}, err
+			}
+		}
+		var on bool
+		j := features.index("cdi")
+		if j >= 0 {
+			_ = json.Unmarshal(features[j].value, &on)
+		}
+		if !on {
+			was := "unset"
+			if j >= 0 {
+				was = string(features[j].value)
+			}
+			top = top.setObject("features", features.set("cdi", json.RawMessage("true")))
+			changes = append(changes, fmt.Sprintf("set features.cdi = true (was %s)", was))
+		}
+	}
 	if len(changes) == 0 {
 		return result{}, nil
 	}

@@ -98,6 +98,11 @@ type Options struct {
 	// the existing default is left as it is, even if it already names
 	// RuntimeName: configure only adds, it never takes a choice away.
 	SetAsDefault bool
+	// EnableCDI turns on the engine's CDI support, so that containers can
+	// ask for devices by CDI name (nvidia.com/gpu=0): Docker's
+	// "features": {"cdi": true}, containerd's enable_cdi in its CRI
+	// plugin. CRI-O always reads CDI specs: nothing to change there.
+	EnableCDI bool
 }
 
 // runtimeNamePattern keeps names usable as TOML bare keys, Docker runtime

@@ -1,0 +1,303 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/containerhook"
+	"github.com/gantry-gpu/gantry/internal/version"
+)
+
+// NVIDIA's nvidia-ctk (Container Toolkit 1.20) command lines, served by the
+// gantry binary under the name nvidia-ctk: provisioning scripts, Ansible
+// roles and install guides written for NVIDIA's toolkit run unchanged. Each
+// command's flags are NVIDIA's; they are translated into the gantry command
+// that does the same work (runtime configure, cdi generate, ...), which then
+// runs as `gantry ...` would. A flag of NVIDIA's that Gantry has no
+// equivalent for is refused with one line naming it and what to use
+// instead: a provisioning script must not believe it got something it did
+// not.
+
+// nvFlag is one of NVIDIA's flags of a command.
+type nvFlag struct {
+	names []string // the name and its aliases, without dashes
+	bool  bool     // takes no value (--flag, --flag=true|false)
+	multi bool     // may be repeated (urfave's StringSliceFlag), and takes comma lists
+	whole bool     // with multi: a value is never split at commas
+	help  string
+	// unsupported, when set, is why Gantry refuses the flag and what to do
+	// instead; the flag is then never accepted.
+	unsupported string
+}
+
+// nvCommand is one nvidia-ctk command.
+type nvCommand struct {
+	words   string // "runtime configure"
+	summary string
+	help    string
+	flags   []nvFlag
+	// run translates the parsed flags (name -> values, the last one for a
+	// single-valued flag) into a gantry invocation, or does the work itself.
+	run func(c *nvCtx, f nvValues) error
+}
+
+type nvValues map[string][]string
+
+func (v nvValues) str(name string) (string, bool) {
+	vals, ok := v[name]
+	if !ok || len(vals) == 0 {
+		return "", ok
+	}
+	return vals[len(vals)-1], true
+}
+
+func (v nvValues) on(name string) bool {
+	s, ok := v.str(name)
+	return ok && s != "false"
+}
+
+// nvCtx is what a command runs with.
+type nvCtx struct {
+	stdout, stderr io.Writer
+	debug          bool
+	name           string // "nvidia-ctk runtime configure"
+}
+
+// gantry runs the gantry command line args (global flags added) and turns
+// its exit code into an error.
+func (c *nvCtx) gantry(args ...string) error {
+	if c.debug {
+		args = append([]string{"--debug"}, args...)
+	}
+	if code := Main(args, c.stdout, c.stderr); code != 0 {
+		return exitCode(code)
+	}
+	return nil
+}
+
+var nvCommands []*nvCommand
+
+// NVIDIACTKMain runs gantry as nvidia-ctk: args without the program name.
+// It returns the exit code: 0, 1 for a failure, 2 for a usage error.
+func NVIDIACTKMain(args []string, stdout, stderr io.Writer) int {
+	debug := false
+	// NVIDIA's global flags come before the command.
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") && !isHelp(args[0]) {
+		name, val, hasVal := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
+		switch name {
+		case "debug", "d":
+			debug = !hasVal || val != "false"
+		case "quiet":
+			// Gantry's commands print only their result and errors anyway.
+		case "version", "v":
+			fmt.Fprintf(stdout, "nvidia-ctk (gantry) %s\n", version.Version)
+			return 0
+		case "config":
+			fmt.Fprintf(stderr, "nvidia-ctk: --config (before the command) names NVIDIA's config.toml, which Gantry does not read: Gantry's configuration is $GANTRY_CONFIG or /etc/gantry/config.toml (convert yours with `gantry config migrate FILE`)\n")
+			return 2
+		default:
+			fmt.Fprintf(stderr, "nvidia-ctk: unknown global flag %s (see nvidia-ctk --help)\n", args[0])
+			return 2
+		}
+		args = args[1:]
+	}
+	if len(args) == 0 || isHelp(args[0]) {
+		w, code := stdout, 0
+		if len(args) == 0 {
+			w, code = stderr, 2
+		}
+		nvOverview(w)
+		return code
+	}
+	if args[0] == "hook" {
+		// NVIDIA's nvidia-ctk hook is its nvidia-cdi-hook under another
+		// name; so is this one.
+		return containerhook.Main(append([]string{"nvidia-ctk hook"}, args[1:]...), os.Stdin, stdout, stderr)
+	}
+	c, rest := findNVCommand(args)
+	if c == nil {
+		if group := nvGroup(args[0]); len(group) > 0 {
+			w, code := stderr, 2
+			if len(args) > 1 && isHelp(args[1]) {
+				w, code = stdout, 0
+			} else {
+				fmt.Fprintf(w, "nvidia-ctk %s: name a subcommand\n\n", args[0])
+			}
+			fmt.Fprintf(w, "Subcommands of nvidia-ctk %s:\n", args[0])
+			for _, g := range group {
+				fmt.Fprintf(w, "  %-36s %s\n", g.words, g.summary)
+			}
+			return code
+		}
+		fmt.Fprintf(stderr, "nvidia-ctk: unknown command %q (see nvidia-ctk --help)\n", args[0])
+		return 2
+	}
+	ctx := &nvCtx{stdout: stdout, stderr: stderr, debug: debug, name: "nvidia-ctk " + c.words}
+	vals, help, err := parseNVFlags(c, rest)
+	if help {
+		nvCommandHelp(stdout, c)
+		return 0
+	}
+	if err == nil {
+		err = c.run(ctx, vals)
+	}
+	if err != nil {
+		var ec exitCode
+		if errors.As(err, &ec) {
+			return int(ec)
+		}
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "%s: %s (see %s --help)\n", ctx.name, ue.msg, ctx.name)
+			return 2
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", ctx.name, err)
+		return 1
+	}
+	return 0
+}
+
+// findNVCommand matches the longest command at the start of args.
+func findNVCommand(args []string) (*nvCommand, []string) {
+	var best *nvCommand
+	n := 0
+	for _, c := range nvCommands {
+		w := strings.Fields(c.words)
+		if len(w) > n && len(w) <= len(args) && equalWords(w, args[:len(w)]) {
+			best, n = c, len(w)
+		}
+	}
+	return best, args[n:]
+}
+
+func nvGroup(word string) []*nvCommand {
+	var out []*nvCommand
+	for _, c := range nvCommands {
+		if w := strings.Fields(c.words); len(w) > 1 && w[0] == word {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// parseNVFlags reads NVIDIA's flag syntax (urfave/cli): --name value,
+// --name=value, -name, bool flags bare or =true|false, in any order.
+func parseNVFlags(c *nvCommand, args []string) (nvValues, bool, error) {
+	vals := nvValues{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if isHelp(a) {
+			return nil, true, nil
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			return nil, false, usagef("unexpected argument %q", a)
+		}
+		if a == "--" {
+			if i+1 < len(args) {
+				return nil, false, usagef("unexpected argument %q", args[i+1])
+			}
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := c.flag(name)
+		if f == nil {
+			return nil, false, usagef("unknown flag %s", a)
+		}
+		if f.unsupported != "" {
+			return nil, false, usagef("--%s is not supported by Gantry: %s", name, f.unsupported)
+		}
+		if f.bool {
+			if !hasVal {
+				val = "true"
+			} else if val != "true" && val != "false" {
+				return nil, false, usagef("--%s=%s: want true or false", name, val)
+			}
+		} else if !hasVal {
+			if i+1 >= len(args) {
+				return nil, false, usagef("--%s needs a value", name)
+			}
+			i++
+			val = args[i]
+		}
+		key := f.names[0]
+		if f.multi && f.whole {
+			vals[key] = append(vals[key], val)
+		} else if f.multi {
+			for _, v := range strings.Split(val, ",") {
+				if v = strings.TrimSpace(v); v != "" {
+					vals[key] = append(vals[key], v)
+				}
+			}
+			if _, ok := vals[key]; !ok {
+				vals[key] = []string{}
+			}
+		} else {
+			vals[key] = []string{val}
+		}
+	}
+	return vals, false, nil
+}
+
+func (c *nvCommand) flag(name string) *nvFlag {
+	for i := range c.flags {
+		for _, n := range c.flags[i].names {
+			if n == name {
+				return &c.flags[i]
+			}
+		}
+	}
+	return nil
+}
+
+func nvOverview(w io.Writer) {
+	fmt.Fprintf(w, `nvidia-ctk: NVIDIA Container Toolkit's command names, served by Gantry.
+
+Usage: nvidia-ctk [--debug] COMMAND [flags]
+
+The commands and flags are those of NVIDIA's nvidia-ctk 1.20; each runs the
+gantry command that does the same work (shown in each command's --help). A flag
+of NVIDIA's that Gantry has no equivalent for is refused with an error saying
+what to use instead.
+
+Commands:
+`)
+	sorted := append([]*nvCommand(nil), nvCommands...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].words < sorted[j].words })
+	for _, c := range sorted {
+		fmt.Fprintf(w, "  %-36s %s\n", c.words, c.summary)
+	}
+	fmt.Fprintf(w, "  %-36s %s\n", "hook COMMAND", "the CDI hooks, as nvidia-cdi-hook runs them (nvidia-ctk hook --help)")
+	fmt.Fprintf(w, `
+Examples (NVIDIA's install and CDI guides):
+  sudo nvidia-ctk runtime configure --runtime=docker
+  sudo nvidia-ctk runtime configure --runtime=containerd
+  sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml
+  nvidia-ctk cdi list
+
+See nvidia-ctk COMMAND --help, and gantry --help for Gantry's own commands.
+`)
+}
+
+func nvCommandHelp(w io.Writer, c *nvCommand) {
+	fmt.Fprintf(w, "Usage: nvidia-ctk %s [flags]\n\n%s\n\n%s\n\nFlags:\n", c.words, c.summary, strings.TrimSpace(c.help))
+	for _, f := range c.flags {
+		names := make([]string, len(f.names))
+		for i, n := range f.names {
+			names[i] = "--" + n
+		}
+		arg := " VALUE"
+		if f.bool {
+			arg = ""
+		}
+		fmt.Fprintf(w, "  %s%s\n", strings.Join(names, ", "), arg)
+		if f.unsupported != "" {
+			fmt.Fprintf(w, "        not supported: %s\n", f.unsupported)
+		} else {
+			fmt.Fprintf(w, "        %s\n", f.help)
+		}
+	}
+}
