@@ -106,10 +106,8 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckDocker,
-		Verifies: "Docker's `daemon.json` (`--docker-config`) registers a runtime that runs `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when Docker is not installed. When the file registers no GPU runtime but the hook is on dockerd's `PATH`, `docker run --gpus` works and only `--runtime nvidia` is unavailable: INFO, not a failure.",
+		Verifies: "Docker's `daemon.json` (`--docker-config`) registers a runtime that runs `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when Docker is not installed. Only the Docker paths in use can fail: when the file registers no GPU runtime but the hook is on dockerd's `PATH`, `docker run --gpus` works and only `--runtime nvidia` is unavailable (INFO); when neither is set up (no `daemon.json` or no GPU runtime in it, and no hook), Docker is not used for GPU containers on this host, e.g. a Kubernetes node (INFO, with the command that sets it up).",
 		Failures: []FailureDoc{
-			{"`dockerd` is installed but `daemon.json` does not exist, or it registers no GPU runtime, and the hook for `--gpus` is not usable either",
-				"`gantry runtime configure --runtime docker`, then `systemctl restart docker`"},
 			{"`daemon.json` registers a GPU runtime (or a default runtime) that the running dockerd, asked over its socket (`GET /info` on `--docker-socket`, default `$DOCKER_HOST` or `/var/run/docker.sock`), does not have: the file changed and dockerd was not restarted (`docker run --runtime nvidia` says \"Unknown runtime specified\")",
 				"`systemctl restart docker` (dockerd reads daemon.json when it starts)"},
 			{"a registered runtime's program does not exist or is not on `PATH`",
@@ -120,7 +118,7 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckContainerd,
-		Verifies: "Containerd's `config.toml` (`--containerd-config`; config versions 1, 2 and 3) registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when the file does not exist. A config that registers no GPU runtime is INFO, not a failure, where containerd runs no GPU containers through CRI: its CRI plugin is disabled (`disabled_plugins = [\"cri\"]`, Docker CE's config) or this is no Kubernetes node (no `--kubelet-dir`; Debian's containerd under Docker).",
+		Verifies: "The running containerd's configuration, asked over its CRI socket (`--cri-socket`, default the first of `/run/containerd/containerd.sock`, `/run/crio/crio.sock` that is containerd's: CRI `Status` with verbose info), else its `config.toml` (`--containerd-config`; config versions 1, 2 and 3), registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither answers nor exists. A config that registers no GPU runtime is INFO, not a failure, where containerd runs no GPU containers through CRI: its CRI plugin is disabled (`disabled_plugins = [\"cri\"]`, Docker CE's config) or this is no Kubernetes node (no `--kubelet-dir`; Debian's containerd under Docker).",
 		Failures: []FailureDoc{
 			{"no GPU runtime registered on a Kubernetes node",
 				"`gantry runtime configure --runtime containerd`, then `systemctl restart containerd`"},
@@ -146,7 +144,7 @@ var Catalog = []CheckDoc{
 		Name:     CheckHook,
 		Verifies: "`nvidia-container-runtime-hook` is on dockerd's `PATH`, read from `/proc/PID/environ` of the running `dockerd` (systemd's default service `PATH` when none runs), not doctor's: `docker run --gpus` makes dockerd look it up there; skipped when Docker is not installed. When the hook is missing but Docker's `--runtime nvidia` path works (docker config passes), only `--gpus` is unavailable: INFO, not a failure.",
 		Failures: []FailureDoc{
-			{"the hook is not on dockerd's `PATH`: `docker run --gpus` fails with \"could not select device driver\"",
+			{"the hook is installed (on doctor's `PATH`) but not on dockerd's: `docker run --gpus` fails with \"could not select device driver\" (a hook installed nowhere means `--gpus` is not set up: INFO)",
 				"`ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), or add its directory to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), then `systemctl restart docker`"},
 		},
 	},

@@ -279,3 +279,52 @@ func stateFromShim(proc string, pid int) string {
 	}
 	return filepath.Dir(filepath.Dir(ns))
 }
+
+// liveContainerdRuntimes asks a containerd's CRI service (socket, or the
+// first of DefaultCRISockets that is a socket) for its running
+// configuration (Status, verbose: the "config" info, containerd only) and
+// lists the runtimes it registers, with their BinaryName (runc when unset).
+func liveContainerdRuntimes(socket string) ([]registered, string, error) {
+	if socket == "" {
+		for _, s := range DefaultCRISockets {
+			if st, err := os.Stat(s); err == nil && st.Mode()&os.ModeSocket != 0 {
+				socket = s
+				break
+			}
+		}
+	}
+	if st, err := os.Stat(socket); err != nil || st.Mode()&os.ModeSocket == 0 {
+		return nil, socket, fmt.Errorf("no CRI socket")
+	}
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, socket, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := runtimeapi.NewRuntimeServiceClient(conn).Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		return nil, socket, err
+	}
+	var cfg struct {
+		Containerd *struct {
+			Runtimes map[string]struct {
+				Options map[string]any `json:"options"`
+			} `json:"runtimes"`
+		} `json:"containerd"`
+	}
+	if err := json.Unmarshal([]byte(st.GetInfo()["config"]), &cfg); err != nil || cfg.Containerd == nil {
+		return nil, socket, fmt.Errorf("%s is not containerd's CRI service (no containerd config in its status)", socket)
+	}
+	var all []registered
+	for name, r := range cfg.Containerd.Runtimes {
+		bin, _ := r.Options["BinaryName"].(string)
+		if bin == "" {
+			bin = "runc"
+		}
+		all = append(all, registered{name, bin})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
+	return all, socket, nil
+}

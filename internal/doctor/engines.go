@@ -86,7 +86,10 @@ func checkDocker(opts Options, installed, hookOK bool) Check {
 		if hookOK {
 			return info(CheckDocker, "%s does not exist, so no GPU runtime is registered (docker run --runtime nvidia is not available); docker run --gpus uses the hook (see %s)", file, CheckHook)
 		}
-		return fail(CheckDocker, fix, "dockerd is installed but %s does not exist: no GPU runtime is registered (docker --runtime nvidia fails) and the hook for docker --gpus is not usable either (see %s)", file, CheckHook)
+		// Neither Docker GPU path is set up: Docker is not used for GPU
+		// containers here (a Kubernetes node's CRI runtime, or Docker for
+		// other work). Not a failure of the paths in use.
+		return info(CheckDocker, "Docker is installed but not set up for GPU containers: %s does not exist (no GPU runtime) and the hook for docker --gpus is not on dockerd's PATH (see %s); to use Docker with GPUs: %s", file, CheckHook, fix)
 	}
 	if err != nil {
 		return fail(CheckDocker, "make the file readable", "%v", err)
@@ -116,6 +119,10 @@ func checkDocker(opts Options, installed, hookOK bool) Check {
 	if c.Status == Fail && hookOK && noGPURuntime(all) {
 		return info(CheckDocker, "%s registers no GPU runtime (docker run --runtime nvidia is not available); docker run --gpus uses the hook (see %s)", file, CheckHook)
 	}
+	if c.Status == Fail && noGPURuntime(all) && doc.DefaultRuntime == "" {
+		return info(CheckDocker, "Docker is not set up for GPU containers: %s registers no GPU runtime (runtimes: %s) and the hook for docker --gpus is not on dockerd's PATH (see %s); to use Docker with GPUs: %s",
+			file, runtimeNames(all), CheckHook, fix)
+	}
 	if c.OK && doc.DefaultRuntime != "" {
 		c.Evidence += fmt.Sprintf(" (default runtime %q)", doc.DefaultRuntime)
 	}
@@ -135,6 +142,17 @@ var containerdRuntimeTables = []string{"io.containerd.grpc.v1.cri", "io.containe
 
 func checkContainerd(opts Options) Check {
 	const fix = "gantry runtime configure --runtime containerd, then systemctl restart containerd"
+	// The running containerd's own configuration, where its CRI service
+	// answers: what it registers now, whatever file it was started with.
+	if live, socket, err := liveContainerdRuntimes(opts.CRISocket); err == nil {
+		c := judgeRuntimes(CheckContainerd, "the running containerd at "+socket+" (its configuration from CRI Status)", fix+" (the one serving "+socket+", with the file it was started with)", live)
+		if c.Status == Fail && noGPURuntime(live) {
+			if _, err := os.Stat(opts.KubeletDir); err != nil {
+				return info(CheckContainerd, "the running containerd at %s registers no GPU runtime (runtimes: %s), and this is no Kubernetes node (no %s): containerd is not used through CRI for GPU containers here", socket, runtimeNames(live), opts.KubeletDir)
+			}
+		}
+		return c
+	}
 	file := opts.ContainerdConfig
 	b, err := os.ReadFile(file)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -327,7 +345,27 @@ func checkHook(opts Options, docker, runtimeOK bool) Check {
 		return info(CheckHook, "%s is not on dockerd's PATH %q (%s), so docker run --gpus is not available; docker run --runtime nvidia is (see %s). For --gpus: ln -s gantry-runtime /usr/bin/%s",
 			hookName, path, source, CheckDocker, hookName)
 	}
-	const name = hookName
-	return fail(CheckHook, "ln -s gantry-runtime /usr/bin/"+name+" (gantry-runtime runs as the hook under that name; make install links it), or add its directory to dockerd's PATH (an Environment=PATH= line in docker.service), then systemctl restart docker",
-		"%s is not on PATH %q (%s): docker run --gpus fails with \"could not select device driver\"", name, path, source)
+	if p, err := exec.LookPath(hookName); err == nil {
+		// Installed, but where dockerd does not look: --gpus is meant to
+		// work here and fails.
+		return fail(CheckHook, "add "+filepath.Dir(p)+" to dockerd's PATH (an Environment=PATH= line in docker.service), or ln -s gantry-runtime /usr/bin/"+hookName+", then systemctl restart docker",
+			"%s is installed (%s) but not on dockerd's PATH %q (%s): docker run --gpus fails with \"could not select device driver\"", hookName, p, path, source)
+	}
+	// Neither Docker path is set up: Docker is not a GPU path on this host
+	// (docker config says so); --gpus would fail with "could not select
+	// device driver", so say how to set it up, without failing the host.
+	return info(CheckHook, "%s is not on PATH %q (%s): docker run --gpus is not set up here (it would fail with \"could not select device driver\"); to set it up: ln -s gantry-runtime /usr/bin/%s (make install links it), or add its directory to dockerd's PATH, then systemctl restart docker",
+		hookName, path, source, hookName)
+}
+
+// runtimeNames lists registered runtimes by name, or "none".
+func runtimeNames(all []registered) string {
+	if len(all) == 0 {
+		return "none"
+	}
+	names := make([]string, len(all))
+	for i, r := range all {
+		names[i] = r.name
+	}
+	return strings.Join(names, ", ")
 }

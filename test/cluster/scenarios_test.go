@@ -120,10 +120,17 @@ func TestPodGetsTwoGPUs(t *testing.T) {
 	out, err := exec.Command(filepath.Join(k.bin, "gantry"), "--config", gantryConfig, "doctor",
 		"--pod", k.ns+"/two", "--cri-socket", criSocket, "--node", nodeName).CombinedOutput()
 	t.Logf("gantry doctor --pod %s/two (exit %v):\n%s", k.ns, err, out)
-	for _, check := range []string{"pod devices", "pod containers", "container request", "container device access"} {
+	for _, check := range []string{"pod devices", "pod containers", "container request", "container device access", "containerd config",
+		"device plugin registration", "kubelet gpu resources", "kubelet device checkpoint"} {
 		if !regexp.MustCompile(`(?m)^PASS ` + check + `:`).Match(out) {
 			t.Errorf("doctor --pod: %q is not PASS", check)
 		}
+	}
+	// A healthy GPU node: nothing fails (exit 0), whatever else is
+	// installed on the machine but not used for GPUs (Docker, Debian's
+	// containerd).
+	if err != nil || regexp.MustCompile(`(?m)^FAIL `).Match(out) {
+		t.Errorf("doctor --pod on a healthy node: exit %v, with FAIL lines", err)
 	}
 }
 
