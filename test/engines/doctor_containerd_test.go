@@ -17,10 +17,13 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gantry-gpu/gantry/internal/doctor"
+	"github.com/gantry-gpu/gantry/internal/kubeletckpt"
 )
 
 // cgroupBroken is how doctor names a device cgroup that refuses the GPU.
@@ -374,6 +377,12 @@ func (e *criEngine) runPod(t *testing.T, ns, name, handler string, env map[strin
 	for k, v := range env {
 		envs = append(envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
 	}
+	if v, ok := env["NVIDIA_VISIBLE_DEVICES"]; ok {
+		// What a kubelet does before it creates the container: record the
+		// device plugin's answer in its device checkpoint, which
+		// gantry-runtime reads for a CRI container (runtime.kubernetes-env).
+		e.f.recordAllocation(t, sbConfig.Metadata.Uid, "cuda", v)
+	}
 	c, err := e.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
 		PodSandboxId: sandboxID,
 		Config: &runtimeapi.ContainerConfig{
@@ -524,4 +533,43 @@ func TestDoctorPod(t *testing.T) {
 			t.Fatalf("%+v", c)
 		}
 	})
+}
+
+// kubeletDir is the kubelet root directory the engine tests' runtime reads
+// the device checkpoint from.
+func (f *fixture) kubeletDir() string { return filepath.Join(f.dir, "kubelet") }
+
+// recordAllocation adds a container's allocation to the kubelet device
+// checkpoint under kubeletDir, in the kubelet's format: the plugin's
+// Allocate response (envs) in protobuf.
+func (f *fixture) recordAllocation(t *testing.T, podUID, container, visible string) {
+	t.Helper()
+	path := filepath.Join(f.kubeletDir(), "device-plugins", kubeletckpt.File)
+	var cp map[string]any
+	if b, err := os.ReadFile(path); err == nil {
+		if err := json.Unmarshal(b, &cp); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		cp = map[string]any{"Data": map[string]any{"PodDeviceEntries": []any{}, "RegisteredDevices": map[string]any{}}, "Checksum": 0}
+	}
+	resp, err := proto.Marshal(&pluginapi.ContainerAllocateResponse{Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": visible}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := cp["Data"].(map[string]any)
+	data["PodDeviceEntries"] = append(data["PodDeviceEntries"].([]any), map[string]any{
+		"PodUID": podUID, "ContainerName": container, "ResourceName": "nvidia.com/gpu",
+		"DeviceIDs": map[string][]string{"-1": strings.Split(visible, ",")}, "AllocResp": resp,
+	})
+	b, err := json.Marshal(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

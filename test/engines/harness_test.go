@@ -144,7 +144,8 @@ log-level = 'debug'
 [runtime]
   cache-dir = %q
   log-file = %q
-`, f.driver.Root, filepath.Join(f.dir, "cache"), f.runtimeLog)
+  kubelet-dir = %q
+`, f.driver.Root, filepath.Join(f.dir, "cache"), f.runtimeLog, f.kubeletDir())
 	if err := os.WriteFile(f.config, []byte(cfg), 0o644); err != nil {
 		return err
 	}
