@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultKind is the CDI kind NVIDIA's tools use for GPUs.
-const DefaultKind = "nvidia.com/gpu"
+const DefaultKind = request.DefaultKind
 
 // ErrInvalidSpec is wrapped by Generate when the CDI library rejects the
 // generated spec.
@@ -213,7 +213,7 @@ func addForwardCompat(e *specs.ContainerEdits, hookPath, version string) {
 		return
 	}
 	for i, h := range e.Hooks {
-		if len(h.Args) == 0 || !slices.Contains(h.Args, "update-ldcache") {
+		if len(h.Args) == 0 || !slices.Contains(h.Args, edits.HookUpdateLDCache) {
 			continue
 		}
 		if filepath.Base(hookPath) == "nvidia-cdi-hook" {

@@ -13,6 +13,7 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/request"
 )
 
 // checkInventoryCache reads the runtime's cached inventories. A stale one
@@ -69,7 +70,7 @@ var libVersion = regexp.MustCompile(`^lib(?:cuda|nvidia-ml)\.so\.(\d+\.\d+(?:\.\
 func checkCDISpecs(cfg config.Config, running string) Check {
 	kind := cfg.CDI.Kind
 	if kind == "" {
-		kind = "nvidia.com/gpu"
+		kind = request.DefaultKind
 	}
 	var good, bad []string
 	var fix []string

@@ -8,11 +8,12 @@ import (
 )
 
 // CDI hook names (the OCI lifecycle point) and the hook subcommands the
-// hook binary implements.
+// hook binary implements (internal/containerhook serves them under these
+// names; the spec writer and the hook commands share the constants).
 const (
 	cdiCreateContainer = "createContainer"
-	hookCreateSymlinks = "create-symlinks"
-	hookUpdateLDCache  = "update-ldcache"
+	HookCreateSymlinks = "create-symlinks"
+	HookUpdateLDCache  = "update-ldcache"
 )
 
 // HookPATH is the one variable of every hook's environment (HookEnv).
@@ -78,14 +79,14 @@ func (e *Edits) CDI(hookPath string) cdispecs.ContainerEdits {
 		base = append(base, "hook")
 	}
 	if len(e.Symlinks) > 0 {
-		args := append(slices.Clone(base), hookCreateSymlinks)
+		args := append(slices.Clone(base), HookCreateSymlinks)
 		for _, s := range e.Symlinks {
 			args = append(args, "--link", s.Target+"::"+s.Link)
 		}
 		c.Hooks = append(c.Hooks, &cdispecs.Hook{HookName: cdiCreateContainer, Path: hookPath, Args: args, Env: HookEnv()})
 	}
 	if len(e.LibraryDirs) > 0 {
-		args := append(slices.Clone(base), hookUpdateLDCache)
+		args := append(slices.Clone(base), HookUpdateLDCache)
 		for _, d := range e.LibraryDirs {
 			args = append(args, "--folder", d)
 		}
