@@ -9,6 +9,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gantry-gpu/gantry/internal/atomicfile"
 )
 
 // Formats Marshal and Write accept.
@@ -72,36 +74,8 @@ func Write(spec *specs.Spec, path, format string) (err error) {
 	if err = os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("writing CDI spec %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("writing CDI spec %s: %w (does the directory exist and is it writable?)", path, err)
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return fmt.Errorf("writing CDI spec %s: %w", path, err)
-	}
-	if err = tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("writing CDI spec %s: %w", path, err)
-	}
-	if err = tmp.Sync(); err != nil {
-		return fmt.Errorf("writing CDI spec %s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("writing CDI spec %s: %w", path, err)
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("writing CDI spec %s: %w", path, err)
-	}
-	// Make the rename itself durable; a failure here leaves a complete file,
-	// so it is not worth failing the command over.
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
+	if err = atomicfile.Write(path, data, atomicfile.Options{Mode: 0o644, Sync: true}); err != nil {
+		return fmt.Errorf("writing CDI spec %s: %w (is the directory writable?)", path, err)
 	}
 	return nil
 }

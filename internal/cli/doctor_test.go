@@ -68,10 +68,17 @@ func TestDoctor(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "INFO docker config: ") {
 		t.Fatalf("daemon.json without the runtime, hook usable: exit %d, want 0\n%s", code, out)
 	}
-	// Neither the runtime nor the hook: a failure on the path in use.
+	// Neither the runtime nor the hook: Docker is not used for GPUs here
+	// (INFO, exit 0, with the command that sets it up).
 	if err := os.Remove(filepath.Join(bin, "nvidia-container-runtime-hook")); err != nil {
 		t.Fatal(err)
 	}
+	out, _, code = run(args...)
+	if code != 0 || !strings.Contains(out, "INFO docker config: Docker is not set up for GPU containers") {
+		t.Fatalf("Docker set up for no GPU path: exit %d, want 0 with INFO\n%s", code, out)
+	}
+	// A GPU runtime whose program is gone: a failure on the path in use.
+	write(daemon, `{"runtimes": {"nvidia": {"path": "/nonexistent/nvidia-container-runtime"}}}`)
 	out, _, code = run(append(args, "--json")...)
 	if code != 1 {
 		t.Fatalf("daemon.json without the runtime: exit %d, want 1\n%s", code, out)
@@ -91,7 +98,7 @@ func TestDoctor(t *testing.T) {
 	}
 
 	out, _, code = run(args...) // text output, same failure
-	if code != 1 || !strings.Contains(out, "FAIL docker config: ") || !strings.Contains(out, "     fix: gantry runtime configure --runtime docker") {
+	if code != 1 || !strings.Contains(out, "FAIL docker config: ") || !strings.Contains(out, "     fix: install gantry-runtime there, or re-register it: gantry runtime configure --runtime docker") {
 		t.Fatalf("exit %d, output:\n%s", code, out)
 	}
 

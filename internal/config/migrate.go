@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/gantry-gpu/gantry/internal/atomicfile"
 )
 
 // NVIDIADefaultPath is where NVIDIA's container toolkit keeps its
@@ -639,38 +642,9 @@ func WriteFile(path string, data []byte, overwrite bool) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
+	err := atomicfile.Write(path, data, atomicfile.Options{Mode: 0o644, Sync: true, NoReplace: !overwrite})
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s: %w", path, ErrExists)
 	}
-	defer func() {
-		// The temporary name goes in every case: renamed away on
-		// success, or the file removed on failure.
-		_ = os.Remove(tmp.Name())
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if overwrite {
-		return os.Rename(tmp.Name(), path)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("%s: %w", path, ErrExists)
-		}
-		return err
-	}
-	return nil
+	return err
 }

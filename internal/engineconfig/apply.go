@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/gantry-gpu/gantry/internal/atomicfile"
 )
 
 // BackupSuffix is appended to a configuration's path for the copy of the
@@ -89,48 +91,6 @@ func Apply(engine Engine, path string, opts Options, dryRun bool) (diff string, 
 // data is written to a temp file in the same directory, synced, renamed
 // over path, and the directory is synced. On failure the temp file is
 // removed. uid/gid of -1 leave ownership as created.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode, uid, gid int) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".gantry-tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(mode); err != nil {
-		return err
-	}
-	if uid >= 0 || gid >= 0 {
-		// Keep the original owner: a rename would otherwise hand the
-		// file to whoever ran configure.
-		if err = f.Chown(uid, gid); err != nil {
-			return err
-		}
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	// The rename is durable only once the directory entry is on disk.
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
+func writeFileAtomic(path string, data []byte, mode fs.FileMode, uid, gid int) error {
+	return atomicfile.Write(path, data, atomicfile.Options{Mode: mode, Chown: uid >= 0 || gid >= 0, UID: uid, GID: gid, Sync: true})
 }

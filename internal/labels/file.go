@@ -3,8 +3,8 @@ package labels
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
+
+	"github.com/gantry-gpu/gantry/internal/atomicfile"
 )
 
 // DefaultFeatureFile is where node-feature-discovery's local source reads
@@ -26,30 +26,8 @@ func FeatureFile(s Set) []byte {
 // node-feature-discovery never reads half a file. The directory must exist
 // (it is node-feature-discovery's, usually a hostPath mount).
 func WriteFeatureFile(path string, s Set) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+	if err := atomicfile.Write(path, FeatureFile(s), atomicfile.Options{Mode: 0o644, Sync: true}); err != nil {
 		return fmt.Errorf("writing labels to %s: %w (is node-feature-discovery's features.d directory mounted?)", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename there is nothing left to remove
-	if _, err := f.Write(FeatureFile(s)); err != nil {
-		f.Close()
-		return fmt.Errorf("writing labels to %s: %w", tmp, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("writing labels to %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("writing labels to %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing labels to %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing labels to %s: %w", path, err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gantry-gpu/gantry/internal/atomicfile"
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/containerhook"
 	"github.com/gantry-gpu/gantry/internal/discover"
@@ -346,21 +347,6 @@ func writeAtomic(p string, data []byte) error {
 	if st, err := os.Stat(p); err == nil {
 		mode = st.Mode().Perm()
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".config.json-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), p)
+	// No fsync: the bundle is rewritten on every create, in the hot path.
+	return atomicfile.Write(p, data, atomicfile.Options{Mode: mode})
 }

@@ -1,0 +1,96 @@
+// Package atomicfile replaces a file's content all at once: the data goes
+// to a temporary file in the same directory, which is renamed over the
+// target, so a reader sees the old file or the new one and never half of
+// one, and a failure leaves the old file as it was and no temporary file
+// behind. Every file Gantry writes for others to read (CDI specs, engine
+// configurations, the container's config.json, caches, label files, the
+// migrated configuration) goes through Write.
+package atomicfile
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Options say how the file is written.
+type Options struct {
+	// Mode is the new file's permission bits (0644 when zero).
+	Mode fs.FileMode
+	// Chown sets the new file's owner to UID and GID (e.g. the replaced
+	// file's, which a rename would otherwise lose); -1 leaves either as
+	// created.
+	Chown    bool
+	UID, GID int
+	// Sync flushes the file and then its directory entry to disk before
+	// returning (files that must survive a crash: configurations, specs).
+	// The per-container hot path leaves it off: its files live in tmpfs or
+	// are rebuilt on the next container.
+	Sync bool
+	// NoReplace fails with fs.ErrExist instead of replacing an existing
+	// file (a hard link instead of a rename).
+	NoReplace bool
+}
+
+// Write replaces path's content with data.
+func Write(path string, data []byte, o Options) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+		}
+		// Renamed away on success (or linked: then the name goes too).
+		_ = os.Remove(tmp)
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	mode := o.Mode
+	if mode == 0 {
+		mode = 0o644
+	}
+	if err = f.Chmod(mode); err != nil {
+		return err
+	}
+	if o.Chown {
+		if err = f.Chown(o.UID, o.GID); err != nil {
+			return err
+		}
+	}
+	if o.Sync {
+		if err = f.Sync(); err != nil {
+			return err
+		}
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if o.NoReplace {
+		if err = os.Link(tmp, path); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return &fs.PathError{Op: "write", Path: path, Err: fs.ErrExist}
+			}
+			return err
+		}
+	} else if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if o.Sync {
+		// The rename is durable once the directory entry is on disk; a
+		// failure here leaves a complete file, so it is not reported.
+		if d, derr := os.Open(dir); derr == nil {
+			_ = d.Sync()
+			_ = d.Close()
+		}
+	}
+	return nil
+}
