@@ -90,10 +90,10 @@ gpu-e2e: build
 	@du -sh $(BIN); echo "on the GPU host, as root: scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh"
 
 # Installs four binaries and the names engines and scripts look for:
-# gantry (the CLI; also nvidia-container-cli for LXC's hook, nvidia-ctk for NVIDIA's
-# provisioning command lines and the nvidia-docker wrapper), gantry-runtime (the runc shim, also nvidia-container-runtime, and the
-# prestart hook gantry-hook / nvidia-container-runtime-hook for Docker's --gpus: the
-# per-container path, kept lean), gantry-cdi-hook (the static hook binary the CDI
+# gantry (the CLI; also nvidia-ctk for NVIDIA's provisioning command lines and the
+# nvidia-docker wrapper), gantry-runtime (the runc shim, also nvidia-container-runtime,
+# the prestart hook gantry-hook / nvidia-container-runtime-hook for Docker's --gpus, and
+# nvidia-container-cli for LXC's hook: the per-container paths, kept lean), gantry-cdi-hook (the static hook binary the CDI
 # specs of gantry cdi generate run; also nvidia-cdi-hook, for the specs nvidia-ctk
 # wrote) and gantry-device-plugin (Kubernetes).
 #   sudo make install [PREFIX=/usr] [NVIDIA_NAMES=0 to skip NVIDIA's names]
@@ -106,9 +106,9 @@ install: build build-device-plugin
 	install -m 0755 $(BIN)/gantry-cdi-hook $(DESTDIR)$(PREFIX)/bin/gantry-cdi-hook
 	install -m 0755 $(BIN)/gantry-device-plugin $(DESTDIR)$(PREFIX)/bin/gantry-device-plugin
 	@nv=$$([ "$(NVIDIA_NAMES)" = 1 ] && echo yes); \
-	for n in gantry-hook $${nv:+nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-toolkit}; do \
+	for n in gantry-hook $${nv:+nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-toolkit nvidia-container-cli}; do \
 	  ln -sfn gantry-runtime $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-runtime"; done; \
-	for n in $${nv:+nvidia-container-cli nvidia-ctk nvidia-docker}; do \
+	for n in $${nv:+nvidia-ctk nvidia-docker}; do \
 	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done; \
 	for n in $${nv:+nvidia-cdi-hook}; do \
 	  ln -sfn gantry-cdi-hook $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-cdi-hook"; done

@@ -54,8 +54,8 @@ const repoRoot = ".."
 // installedNames are the names make install links to each binary (both
 // dispatch on argv0).
 var installedNames = map[string][]string{
-	"gantry-runtime":  {"gantry-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit"},
-	"gantry":          {"nvidia-container-cli", "nvidia-ctk", "nvidia-docker"},
+	"gantry-runtime":  {"gantry-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvidia-container-cli"},
+	"gantry":          {"nvidia-ctk", "nvidia-docker"},
 	"gantry-cdi-hook": {"nvidia-cdi-hook"},
 }
 

@@ -7,6 +7,8 @@
 //	gantry-hook, nvidia-container-runtime-hook the OCI prestart hook Docker's
 //	                                           --gpus runs (see gantry-hook --help);
 //	nvidia-container-toolkit                   the name NVIDIA's hooks.d file runs it by
+//	nvidia-container-cli                       what LXC's nvidia hook runs for every
+//	                                           container (info, list, configure)
 //
 // `make install` links the names to it. The gantry binary answers to the
 // same names too, for installs that link everything to gantry.
@@ -17,6 +19,7 @@ import (
 	"path/filepath"
 
 	"github.com/gantry-gpu/gantry/internal/hook"
+	"github.com/gantry-gpu/gantry/internal/nvcli"
 	"github.com/gantry-gpu/gantry/internal/shim"
 )
 
@@ -24,6 +27,8 @@ func main() {
 	switch filepath.Base(os.Args[0]) {
 	case "gantry-hook", "nvidia-container-runtime-hook", "nvidia-container-toolkit":
 		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
+	case "nvidia-container-cli":
+		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(shim.Main(os.Args[1:], os.Stderr))
 }
