@@ -16,6 +16,18 @@ type Options struct {
 	DevRoot string
 }
 
+// driverRoot is where host files of the driver's features (cufile.json)
+// are looked up: the inventory's root, else the device root, else /.
+func driverRoot(inv *driver.Inventory, opts Options) string {
+	if inv != nil && inv.Root != "" {
+		return inv.Root
+	}
+	if opts.DevRoot != "" {
+		return opts.DevRoot
+	}
+	return "/"
+}
+
 // Build computes the edits for one container. It returns nil edits (and no
 // error) when the request wants nothing (Void). Otherwise it first checks the
 // request's NVIDIA_REQUIRE_* expressions against the host and the selected
@@ -50,9 +62,14 @@ func Build(sys *gpu.System, inv *driver.Inventory, req *request.Request, opts Op
 	if err != nil {
 		return nil, err
 	}
+	feat, err := featureEdits(req, opts.DevRoot, driverRoot(inv, opts))
+	if err != nil {
+		return nil, err
+	}
 	e := Common(inv, req.Capabilities)
 	e.Merge(devs)
 	e.Merge(mig)
+	e.Merge(feat)
 	return e, nil
 }
 

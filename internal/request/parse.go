@@ -149,6 +149,20 @@ func Parse(in Input, opts Options) (*Request, error) {
 			return nil, err
 		}
 	}
+	req.Features = featuresFrom(env)
+	if v, ok := env[EnvIMEXChannels]; ok {
+		sel, err := ParseIMEXChannels(v)
+		if err != nil {
+			return nil, err
+		}
+		if sel.Mode != Void {
+			if in.Privileged || opts.AcceptEnvWhenUnprivileged {
+				req.IMEXChannels = sel
+			} else {
+				req.Warnings = append(req.Warnings, fmt.Sprintf("ignoring %s in an unprivileged container (runtime.accept-env-unprivileged is false)", EnvIMEXChannels))
+			}
+		}
+	}
 	return req, nil
 }
 

@@ -71,6 +71,12 @@ type Request struct {
 	// NVIDIA_MIG_MONITOR_DEVICES (honoured for privileged containers only).
 	MIGConfig  Selection
 	MIGMonitor Selection
+	// Features are the device classes the image switched on
+	// (NVIDIA_GDS=enabled, ...), for a container that asks for GPUs.
+	Features []Feature
+	// IMEXChannels is NVIDIA_IMEX_CHANNELS (honoured where the device
+	// variable is: privileged containers, or accept-env-unprivileged).
+	IMEXChannels Selection
 
 	// Kind is the CDI kind ("nvidia.com/gpu") that the bare IDs in Devices
 	// belong to when the request is served through CDI; see CDINames.

@@ -1,0 +1,99 @@
+package shim
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// addFeatureNodes makes the device nodes of GPUDirect Storage, MOFED,
+// GDRCopy, NVSwitch and two IMEX channels under the fixture's device root
+// (real character devices; majors as such drivers get them at load).
+func addFeatureNodes(t *testing.T, devRoot string) {
+	t.Helper()
+	for path, dev := range map[string][2]uint32{
+		"nvidia-fs0": {246, 0}, "nvidia-fs1": {246, 1},
+		"infiniband/uverbs0": {231, 192}, "infiniband/rdma_cm": {10, 58},
+		"gdrdrv":             {240, 0},
+		"nvidia-nvswitchctl": {247, 255}, "nvidia-nvswitch0": {247, 0},
+		"nvidia-caps-imex-channels/channel0": {508, 0}, "nvidia-caps-imex-channels/channel1": {508, 1},
+	} {
+		p := filepath.Join(devRoot, "dev", path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(dev[0], dev[1])))
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			t.Fatalf("mknod %s: %v", p, err)
+		}
+	}
+}
+
+// The device classes NVIDIA_GDS, NVIDIA_MOFED, NVIDIA_GDRCOPY,
+// NVIDIA_NVSWITCH (=enabled) and NVIDIA_IMEX_CHANNELS bring, in a real
+// runc container; none of them without a GPU request.
+func TestFeatureDevices(t *testing.T) {
+	f := need(t)
+	addFeatureNodes(t, f.driver.Root)
+	const list = `ls -1 /dev /dev/infiniband /dev/nvidia-caps-imex-channels 2>&1; true`
+	c := newContainer(t, opts{
+		env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_GDS=enabled", "NVIDIA_MOFED=enabled", "NVIDIA_GDRCOPY=enabled",
+			"NVIDIA_NVSWITCH=enabled", "NVIDIA_IMEX_CHANNELS=1"},
+		args: []string{"sh", "-c", list},
+	})
+	out, stderr, err := c.run()
+	if err != nil {
+		t.Fatalf("gantry-runtime run: %v\n%s\n%s", err, out, stderr)
+	}
+	lines := strings.Fields(out)
+	for _, want := range []string{"nvidia-fs0", "nvidia-fs1", "uverbs0", "rdma_cm", "gdrdrv", "nvidia-nvswitchctl", "nvidia-nvswitch0", "channel1", "nvidia0"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("%s missing in the container:\n%s", want, out)
+		}
+	}
+	if slices.Contains(lines, "channel0") {
+		t.Errorf("IMEX channel 0 was not asked for:\n%s", out)
+	}
+
+	// "enabled" only, as NVIDIA's runtime reads them; no GPU, no features.
+	for _, env := range [][]string{
+		{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_GDS=true", "NVIDIA_MOFED=1"},
+		{"NVIDIA_GDS=enabled", "NVIDIA_MOFED=enabled", "NVIDIA_IMEX_CHANNELS=all"},
+	} {
+		c := newContainer(t, opts{env: env, args: []string{"sh", "-c", list}})
+		out, stderr, err := c.run()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s\n%s", env, err, out, stderr)
+		}
+		for _, absent := range []string{"nvidia-fs0", "uverbs0", "channel0", "channel1"} {
+			if slices.Contains(strings.Fields(out), absent) {
+				t.Errorf("%v: %s in the container:\n%s", env, absent, out)
+			}
+		}
+	}
+}
+
+// An enabled feature whose devices the host lacks refuses the container
+// with the variable's name, and a bad IMEX list names the variable too.
+func TestFeatureMissingRefused(t *testing.T) {
+	f := need(t)
+	addFeatureNodes(t, f.driver.Root)
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=7"}, "NVIDIA_IMEX_CHANNELS: channel 7"},
+		{[]string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=one"}, `NVIDIA_IMEX_CHANNELS="one"`},
+	} {
+		c := newContainer(t, opts{env: tc.env, args: []string{"true"}})
+		out, stderr, err := c.run()
+		if err == nil || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: err %v, want an error naming %q\n%s\n%s", tc.env, err, tc.want, out, stderr)
+		}
+	}
+}
