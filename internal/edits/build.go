@@ -2,6 +2,7 @@ package edits
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/gantry-gpu/gantry/internal/driver"
@@ -70,6 +71,13 @@ func Build(sys *gpu.System, inv *driver.Inventory, req *request.Request, opts Op
 	e.Merge(devs)
 	e.Merge(mig)
 	e.Merge(feat)
+	if slices.Contains(req.Capabilities, driver.Graphics) || slices.Contains(req.Capabilities, driver.Display) {
+		dri, err := driNodes(selected, opts.DevRoot)
+		if err != nil {
+			return nil, err
+		}
+		e.Merge(dri)
+	}
 	return e, nil
 }
 

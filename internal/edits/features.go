@@ -105,3 +105,47 @@ func hasFeature(fs []request.Feature, f request.Feature) bool {
 	}
 	return false
 }
+
+// driNodes are the DRM card and render nodes of the selected GPUs, for
+// containers asking for graphics or display: the udev links
+// /dev/dri/by-path/pci-<domain:bus:dev.fn>-card and -render under the
+// device root name them by the GPU's PCI address. A GPU without them (no
+// nvidia-drm loaded, as on most compute nodes) gets none, silently.
+func driNodes(selected []Selected, devRoot string) (*Edits, error) {
+	e := &Edits{}
+	seen := map[string]bool{}
+	for _, s := range selected {
+		addr := kernelPCIAddress(s.GPU.PCIBusID)
+		if addr == "" || seen[addr] {
+			continue
+		}
+		seen[addr] = true
+		for _, kind := range []string{"card", "render"} {
+			link := filepath.Join(devRoot, "dev/dri/by-path", "pci-"+addr+"-"+kind)
+			target, err := os.Readlink(link)
+			if err != nil {
+				continue
+			}
+			name := filepath.Base(target)
+			if !strings.HasPrefix(name, "card") && !strings.HasPrefix(name, "renderD") {
+				return nil, fmt.Errorf("%s points at %q, not a DRM card or render node", link, target)
+			}
+			n, err := statNode(devRoot, "/dev/dri/"+name)
+			if err != nil {
+				return nil, fmt.Errorf("GPU %s (%s): %w", s.Name(), s.GPU.PCIBusID, err)
+			}
+			e.DeviceNodes = append(e.DeviceNodes, n)
+		}
+	}
+	return e, nil
+}
+
+// kernelPCIAddress turns NVML's "00000000:1B:00.0" into the kernel's
+// "0000:1b:00.0" (a 4-digit domain, lower case), as sysfs and udev name it.
+func kernelPCIAddress(busID string) string {
+	domain, rest, ok := strings.Cut(strings.ToLower(busID), ":")
+	if !ok || len(domain) < 4 || rest == "" {
+		return ""
+	}
+	return domain[len(domain)-4:] + ":" + rest
+}

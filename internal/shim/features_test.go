@@ -2,6 +2,7 @@ package shim
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -95,5 +96,53 @@ func TestFeatureMissingRefused(t *testing.T) {
 		if err == nil || !strings.Contains(stderr, tc.want) {
 			t.Errorf("%v: err %v, want an error naming %q\n%s\n%s", tc.env, err, tc.want, out, stderr)
 		}
+	}
+}
+
+// The DRM nodes of the requested GPU (matched through udev's by-path links
+// by PCI address) for graphics and display; none for compute only, and
+// none of another GPU.
+func TestDRINodes(t *testing.T) {
+	f := need(t)
+	dri := filepath.Join(f.driver.Root, "dev", "dri")
+	if err := os.MkdirAll(filepath.Join(dri, "by-path"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// sim:h100x8's GPU 0 is 00000000:1B:00.0, GPU 1 00000000:43:00.0.
+	for i, addr := range []string{"0000:1b:00.0", "0000:43:00.0"} {
+		card, render := fmt.Sprintf("card%d", i+1), fmt.Sprintf("renderD%d", 128+i)
+		for _, n := range []struct {
+			name  string
+			minor uint32
+		}{{card, uint32(i + 1)}, {render, uint32(128 + i)}} {
+			err := unix.Mknod(filepath.Join(dri, n.name), unix.S_IFCHR|0o666, int(unix.Mkdev(226, n.minor)))
+			if err != nil && !errors.Is(err, unix.EEXIST) {
+				t.Fatal(err)
+			}
+		}
+		for kind, target := range map[string]string{"card": card, "render": render} {
+			link := filepath.Join(dri, "by-path", "pci-"+addr+"-"+kind)
+			if err := os.Symlink("../"+target, link); err != nil && !errors.Is(err, os.ErrExist) {
+				t.Fatal(err)
+			}
+		}
+	}
+	run := func(caps string) []string {
+		t.Helper()
+		c := newContainer(t, opts{
+			env:  []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=" + caps},
+			args: []string{"sh", "-c", "ls -1 /dev/dri 2>&1; true"},
+		})
+		out, stderr, err := c.run()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s\n%s", caps, err, out, stderr)
+		}
+		return strings.Fields(out)
+	}
+	if got := run("graphics,utility"); !slices.Contains(got, "card2") || !slices.Contains(got, "renderD129") || slices.Contains(got, "card1") {
+		t.Errorf("graphics on GPU 1: /dev/dri %v, want card2 and renderD129 only", got)
+	}
+	if got := run("compute,utility"); slices.Contains(got, "card2") || slices.Contains(got, "renderD129") {
+		t.Errorf("compute only: /dev/dri %v, want no DRM node", got)
 	}
 }
