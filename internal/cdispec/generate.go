@@ -63,9 +63,16 @@ func Generate(sys *gpu.System, inv *driver.Inventory, opts Options) (*specs.Spec
 	spec := &specs.Spec{Kind: kind}
 	all := &edits.Edits{}
 	addDevice := func(names []string, sel request.Selection) error {
-		_, e, err := edits.ForDevices(sys, sel, opts.DevRoot)
+		selected, e, err := edits.ForDevices(sys, sel, opts.DevRoot)
 		if err != nil {
 			return err
+		}
+		if slices.Contains(caps, driver.Graphics) || slices.Contains(caps, driver.Display) {
+			dri, err := edits.DRINodes(selected, opts.DevRoot)
+			if err != nil {
+				return err
+			}
+			e.Merge(dri)
 		}
 		all.Merge(e)
 		ce := e.CDI(opts.HookPath)

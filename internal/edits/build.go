@@ -72,7 +72,7 @@ func Build(sys *gpu.System, inv *driver.Inventory, req *request.Request, opts Op
 	e.Merge(mig)
 	e.Merge(feat)
 	if slices.Contains(req.Capabilities, driver.Graphics) || slices.Contains(req.Capabilities, driver.Display) {
-		dri, err := driNodes(selected, opts.DevRoot)
+		dri, err := DRINodes(selected, opts.DevRoot)
 		if err != nil {
 			return nil, err
 		}

@@ -106,12 +106,12 @@ func hasFeature(fs []request.Feature, f request.Feature) bool {
 	return false
 }
 
-// driNodes are the DRM card and render nodes of the selected GPUs, for
+// DRINodes are the DRM card and render nodes of the selected GPUs, for
 // containers asking for graphics or display: the udev links
 // /dev/dri/by-path/pci-<domain:bus:dev.fn>-card and -render under the
 // device root name them by the GPU's PCI address. A GPU without them (no
 // nvidia-drm loaded, as on most compute nodes) gets none, silently.
-func driNodes(selected []Selected, devRoot string) (*Edits, error) {
+func DRINodes(selected []Selected, devRoot string) (*Edits, error) {
 	e := &Edits{}
 	seen := map[string]bool{}
 	for _, s := range selected {
