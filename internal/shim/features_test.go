@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -144,5 +145,55 @@ func TestDRINodes(t *testing.T) {
 	}
 	if got := run("compute,utility"); slices.Contains(got, "card2") || slices.Contains(got, "renderD129") {
 		t.Errorf("compute only: /dev/dri %v, want no DRM node", got)
+	}
+}
+
+// At log-level debug the runtime's log line names every node, mount and
+// library folder it injected, host side and container side; at the default
+// level it does not.
+func TestDebugLogNamesInjected(t *testing.T) {
+	for _, debug := range []bool{true, false} {
+		c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, args: []string{"true"}})
+		if debug {
+			b, err := os.ReadFile(c.config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(c.config, append([]byte("log-level = \"debug\"\n"), b...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, stderr, err := c.run(); err != nil {
+			t.Fatalf("%v\n%s\n%s", err, out, stderr)
+		}
+		logged, err := os.ReadFile(filepath.Join(filepath.Dir(c.config), "gantry.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec struct {
+			Injected *struct {
+				DeviceNodes []string `json:"device_nodes"`
+				Mounts      []string `json:"mounts"`
+				LibraryDirs []string `json:"library_dirs"`
+			} `json:"injected"`
+		}
+		if err := json.Unmarshal(logged, &rec); err != nil {
+			t.Fatalf("log line %q: %v", logged, err)
+		}
+		if !debug {
+			if rec.Injected != nil {
+				t.Errorf("the default log level names the injected files: %s", logged)
+			}
+			continue
+		}
+		if rec.Injected == nil {
+			t.Fatalf("log-level debug: no injected detail in %s", logged)
+		}
+		nodes := strings.Join(rec.Injected.DeviceNodes, " ")
+		mounts := strings.Join(rec.Injected.Mounts, " ")
+		if !strings.Contains(nodes, "/dev/nvidia1 (") || strings.Contains(nodes, "/dev/nvidia0 (") || !strings.Contains(mounts, "libcuda.so") ||
+			!strings.Contains(mounts, "libnvidia-ml.so") || len(rec.Injected.LibraryDirs) == 0 {
+			t.Errorf("debug log line does not name what was injected for GPU 1 (nodes %q, mounts %q, dirs %v)", nodes, mounts, rec.Injected.LibraryDirs)
+		}
 	}
 }

@@ -43,6 +43,9 @@ type Result struct {
 	Notes []string
 	// Phases is where the time went, in milliseconds, for the log line.
 	Phases map[string]float64
+	// Edits is what was injected, named item by item in the log line at
+	// log-level debug.
+	Edits *edits.Edits
 }
 
 // phase records the time since *t under name and restarts the clock.
@@ -136,6 +139,7 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 		if e, err = edits.Build(sys, inv, req, edits.Options{DevRoot: cfg.EffectiveDevRoot()}); err != nil {
 			return nil, err
 		}
+		res.Edits = e
 		res.phase("edits", &clock)
 	}
 

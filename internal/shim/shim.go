@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/version"
 )
 
@@ -206,6 +207,9 @@ func logLine(cfg config.Config, inv Invocation, res *Result, err error, startup 
 		if len(res.Phases) > 0 {
 			rec["phases_ms"] = res.Phases
 		}
+		if cfg.LogLevel == "debug" && res.Edits != nil {
+			rec["injected"] = injectedDetail(res.Edits)
+		}
 	}
 	b, _ := json.Marshal(rec)
 	appendLine(cfg.Runtime.LogFile, b)
@@ -219,4 +223,21 @@ func appendLine(p string, line []byte) {
 	// One write(2) per line: O_APPEND keeps concurrent writers' lines whole.
 	_, _ = f.Write(append(line, '\n'))
 	_ = f.Close()
+}
+
+// injectedDetail names every device node, mount, link and library folder
+// injected (log-level debug), host side and container side, so a missing
+// library or node can be told from one that was never looked for.
+func injectedDetail(e *edits.Edits) map[string]any {
+	var nodes, mounts, links []string
+	for _, n := range e.DeviceNodes {
+		nodes = append(nodes, fmt.Sprintf("%s (%s %d:%d)", n.Path, n.HostPath, n.Major, n.Minor))
+	}
+	for _, m := range e.Mounts {
+		mounts = append(mounts, m.HostPath+" -> "+m.ContainerPath)
+	}
+	for _, l := range e.Symlinks {
+		links = append(links, l.Link+" -> "+l.Target)
+	}
+	return map[string]any{"device_nodes": nodes, "mounts": mounts, "symlinks": links, "library_dirs": e.LibraryDirs, "env": e.Env}
 }
