@@ -186,7 +186,7 @@ func checkDeviceAccess(opts Options, who string, pid int, fx containerFixes, spe
 	probe := fmt.Sprintf("a probe process in its %s opening %s (195:255) got: %s", res.Place, res.Node, res.Errstr())
 	switch res.Access() {
 	case accessRefused:
-		return fail(CheckContainerDevice, fx.restart+"; "+fx.recur,
+		return fail(CheckContainerDevice, fx.restart+"; "+fx.recur+"; "+fixDevChar,
 			"%s cannot open /dev/nvidiactl (%s)%s%s: its device cgroup no longer allows the GPU, the state NVML reports as \"Failed to initialize NVML: Unknown Error\"; usually systemctl daemon-reload rewrote the cgroup%s",
 			who, probe, res.rulesEvidence(), specNote, inside)
 	case accessUnknown:
@@ -264,3 +264,8 @@ func containerGPUNodes(proc string, pid int) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// fixDevChar is NVIDIA's lasting fix for device rules that systemd drops on
+// daemon-reload: systemd resolves a rule through /dev/char/MAJOR:MINOR,
+// which the NVIDIA nodes lack unless created.
+const fixDevChar = "on systemd hosts also create the /dev/char links systemd resolves device rules through: nvidia-ctk system create-dev-char-symlinks --create-all (Gantry answers to nvidia-ctk; make install links it)"
