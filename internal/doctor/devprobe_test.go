@@ -213,7 +213,7 @@ func TestProbeDevice(t *testing.T) {
 			containerFixes{restart: "restart it", recur: "keep the rule"}, "")
 		if c.Status != Fail || !strings.Contains(c.Evidence, "Failed to initialize NVML: Unknown Error") ||
 			!strings.Contains(c.Evidence, "operation not permitted") || strings.Contains(c.Evidence, "c 195:255 rwm") ||
-			c.Fix != "restart it; keep the rule" {
+			c.Fix != "restart it; keep the rule; "+fixDevChar {
 			t.Fatalf("%+v", c)
 		}
 		t.Logf("%s\nfix: %s", c.Evidence, c.Fix)
