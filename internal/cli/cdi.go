@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/cdispec"
 	"github.com/gantry-gpu/gantry/internal/gpu"
@@ -44,6 +45,7 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 			allowPartial := fs.Bool("allow-partial", false, "write a spec even when the driver lacks libcuda, libnvidia-ml, nvidia-smi or nvidiactl")
 			hookPath := fs.String("hook-path", "", "absolute path of the CDI hook binary the spec runs (default: cdi.hook-path, else gantry-cdi-hook beside gantry)")
 			noAll := fs.Bool("no-all-device", false, "leave the \"all\" device out of the spec")
+			imex := fs.Bool("imex", false, "the IMEX channels' spec instead (kind nvidia.com/imex-channel, one device per /dev/nvidia-caps-imex-channels/channelN; nvidia-ctk's --mode=imex)")
 			var ids repeated
 			fs.Var(&ids, "device-id", "only this GPU, by index or UUID (repeatable, or a comma list; default all)")
 			return func(e *env, args []string) error {
@@ -54,6 +56,13 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 				case "", "yaml", "json":
 				default:
 					return usagef("--format %q: use yaml or json", *format)
+				}
+				if *imex {
+					spec, err := cdispec.GenerateIMEX(e.cfg.EffectiveDevRoot())
+					if err != nil {
+						return err
+					}
+					return writeSpec(e, spec, *output, *format, "IMEX channels")
 				}
 				caps, err := parseCapabilities(*capsFlag)
 				if err != nil {
@@ -98,23 +107,7 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 					}
 					spec.Devices = kept
 				}
-				if *output == "" {
-					f := *format
-					if f == "" {
-						f = "yaml"
-					}
-					b, err := cdispec.Marshal(spec, f)
-					if err != nil {
-						return err
-					}
-					_, err = e.stdout.Write(b)
-					return err
-				}
-				if err := cdispec.Write(spec, *output, *format); err != nil {
-					return err
-				}
-				fmt.Fprintf(e.stderr, "wrote %s: %d devices of kind %s (driver %s)\n", *output, len(spec.Devices), spec.Kind, inv.Version)
-				return nil
+				return writeSpec(e, spec, *output, *format, "driver "+inv.Version)
 			}
 		},
 	})
@@ -231,4 +224,25 @@ func defaultHookPath() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("the CDI hook binary %s is missing (looked at %s): install it with `make install`, or set cdi.hook-path in the configuration", hookName, strings.Join(tried, " and "))
+}
+
+// writeSpec prints spec to stdout, or writes it atomically to output.
+func writeSpec(e *env, spec *specs.Spec, output, format, what string) error {
+	if output == "" {
+		f := format
+		if f == "" {
+			f = "yaml"
+		}
+		b, err := cdispec.Marshal(spec, f)
+		if err != nil {
+			return err
+		}
+		_, err = e.stdout.Write(b)
+		return err
+	}
+	if err := cdispec.Write(spec, output, format); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "wrote %s: %d devices of kind %s (%s)\n", output, len(spec.Devices), spec.Kind, what)
+	return nil
 }

@@ -54,7 +54,7 @@ Its hooks run gantry-cdi-hook (--nvidia-cdi-hook-path names another, e.g.
 			flags: []nvFlag{
 				{names: []string{"output"}, help: "the spec file to write (default stdout)"},
 				{names: []string{"format"}, help: "yaml or json (default: from --output's extension, else yaml)"},
-				{names: []string{"mode", "discovery-mode"}, help: "auto or nvml (the others are not supported)"},
+				{names: []string{"mode", "discovery-mode"}, help: "auto, nvml, or imex for the IMEX channels' spec (the others are not supported)"},
 				{names: []string{"device-name-strategy"}, multi: true, help: "index and uuid: Gantry always writes both names"},
 				{names: []string{"driver-root"}, help: "where the driver is installed (default /)"},
 				{names: []string{"dev-root"}, help: "where dev/nvidia* are (default: the driver root)"},
@@ -180,8 +180,10 @@ func runNVCDIGenerate(c *nvCtx, f nvValues) error {
 	if v, ok := f.str("format"); ok {
 		args = append(args, "--format", v)
 	}
-	if v, ok := f.str("mode"); ok && v != "auto" && v != "nvml" {
-		return usagef("--mode=%s: Gantry discovers GPUs with NVML only: use --mode=auto or --mode=nvml", v)
+	if v, ok := f.str("mode"); ok && v == "imex" {
+		args = append(args, "--imex")
+	} else if ok && v != "auto" && v != "nvml" {
+		return usagef("--mode=%s: Gantry discovers GPUs with NVML only: use --mode=auto, --mode=nvml or --mode=imex (the IMEX channels)", v)
 	}
 	for _, s := range f["device-name-strategy"] {
 		if s != "index" && s != "uuid" {
