@@ -25,6 +25,7 @@ func TestFeaturesAndIMEX(t *testing.T) {
 		{name: "imex all", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_IMEX_CHANNELS=all"}, imex: "all"},
 		{name: "imex none", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_IMEX_CHANNELS=none"}},
 		{name: "imex bad", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_IMEX_CHANNELS=0,x"}, err: `NVIDIA_IMEX_CHANNELS="0,x"`},
+		{name: "imex path", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_IMEX_CHANNELS=../../../etc/shadow"}, err: "not a channel number"},
 		{name: "imex negative", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_IMEX_CHANNELS=-1"}, err: "not a channel number"},
 		{name: "imex unprivileged without env trust", env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_IMEX_CHANNELS=0"}, privileged: true, noEnv: true, imex: "list 0"},
 	} {
