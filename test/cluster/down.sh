@@ -17,6 +17,13 @@ for a in "$@"; do
   esac
 done
 [ "$(id -u)" = 0 ] || gk_die "run as root (sudo test/cluster/down.sh)"
+# Only what up.sh made: without its marker there is no test cluster here,
+# and the kubelet's cgroups, /var/lib/kubelet and network namespaces of this
+# machine are someone else's.
+if [ ! -e "$GK_RUN/up" ] && [ ! -e /var/lib/kubelet/.gantry-k8s ]; then
+  gk_log "down: no test cluster here (no $GK_RUN/up): nothing to do"
+  exit 0
+fi
 
 # stop NAME...: SIGTERM the pid in $GK_RUN/NAME.pid, SIGKILL after 10 s.
 stop() {
@@ -53,13 +60,12 @@ for pid in $(gk_pgrep "containerd-shim-runc-v2 .*$GK_RUN/containerd.sock"); do k
 
 # Mounts under the state directories, the kubelet's and the containers',
 # deepest first.
-for root in "$GK_RUN" "$GK_STATE" /var/lib/kubelet /run/netns /var/run/netns; do
+for root in "$GK_RUN" "$GK_STATE" /var/lib/kubelet; do
   awk -v r="$root" '$5 == r || index($5, r "/") == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null
   done
 done
 if [ -f "$GK_RUN/run-nvidia-bind" ]; then umount /run/nvidia 2>/dev/null || umount -l /run/nvidia; fi
-rm -f /run/netns/cni-* /var/run/netns/cni-* 2>/dev/null
 
 # cgroups: the kubelet's hierarchy in every controller, deepest first.
 for top in /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/kubepods; do

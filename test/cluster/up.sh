@@ -54,10 +54,16 @@ for port in 443 2379 2380 10250 10257 10259; do
   fi
 done
 
+# The kubelet's directory is the one the manifests name (/var/lib/kubelet).
+# One that is not ours belongs to a kubelet of this machine: never touch it.
+if [ -e /var/lib/kubelet ] && [ ! -e /var/lib/kubelet/.gantry-k8s ]; then
+  gk_die "/var/lib/kubelet exists and is not this test cluster's: is a kubelet installed here? (remove it only if it is a leftover)"
+fi
 export PATH=$bin:$bin/cni:$PATH
 export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$GK_STATE" "$GK_RUN" "$GK_ETC" "$GK_LOG" "$GK_ETC/cni"
 date -u +%FT%TZ >"$GK_RUN/up"
+mkdir -p /var/lib/kubelet && touch /var/lib/kubelet/.gantry-k8s
 # From here on, a failure tears down what was started.
 # (GK_KEEP=1 leaves it up, to look at.)
 trap 'st=$?; if [ $st -ne 0 ]; then gk_log "bring-up failed (exit $st): logs in $GK_LOG"; pods_log; [ -n "${GK_KEEP:-}" ] || test/cluster/down.sh --keep-logs || true; fi' EXIT
@@ -149,6 +155,8 @@ state = "$GK_RUN/containerd"
   [plugins.'io.containerd.cri.v1.runtime']
     enable_cdi = true
     restrict_oom_score_adj = $restrict_oom
+    # Pod network namespaces under our state directory, not /var/run/netns.
+    netns_mounts_under_state_dir = true
     cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']
     [plugins.'io.containerd.cri.v1.runtime'.containerd]
       default_runtime_name = 'runc'
