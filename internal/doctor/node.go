@@ -16,57 +16,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gantry-gpu/gantry/internal/kubeletckpt"
 )
 
 // The kubelet's device manager checkpoint, in the device-plugins directory.
-const checkpointFile = "kubelet_internal_checkpoint"
+const checkpointFile = kubeletckpt.File
 
 // DefaultServiceAccountDir is where a pod finds its service account's token
 // and the cluster's CA certificate.
 const DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
-
-// checkpoint is what doctor reads of the kubelet's device checkpoint: the
-// JSON of the device manager's checkpoint (pkg/kubelet/cm/devicemanager/
-// checkpoint), {"Data": {"PodDeviceEntries": [...], "RegisteredDevices":
-// {resource: [id...]}}, "Checksum": N}. Each entry's DeviceIDs is an object
-// of NUMA node to IDs ({"0": [...]}, "-1" without NUMA) since Kubernetes
-// 1.20, and a plain list before. The checksum is the kubelet's business
-// (a hash of a Go-specific dump) and is not verified here.
-type checkpoint struct {
-	Data struct {
-		PodDeviceEntries  []checkpointEntry
-		RegisteredDevices map[string][]string
-	}
-}
-
-type checkpointEntry struct {
-	PodUID        string
-	ContainerName string
-	ResourceName  string
-	DeviceIDs     json.RawMessage
-}
-
-// ids are the entry's device IDs, from either format.
-func (e checkpointEntry) ids() ([]string, error) {
-	var list []string
-	if err := json.Unmarshal(e.DeviceIDs, &list); err == nil {
-		return list, nil
-	}
-	var perNUMA map[string][]string
-	if err := json.Unmarshal(e.DeviceIDs, &perNUMA); err != nil {
-		return nil, fmt.Errorf("pod %s container %s: DeviceIDs is neither a list nor an object of NUMA node to list", e.PodUID, e.ContainerName)
-	}
-	seen := map[string]bool{}
-	for _, ids := range perNUMA {
-		for _, id := range ids {
-			if !seen[id] {
-				seen[id] = true
-				list = append(list, id)
-			}
-		}
-	}
-	return list, nil
-}
 
 // holder is a container holding a device.
 type holder struct{ pod, container string }
@@ -81,29 +40,20 @@ type kubeletCheckpoint struct {
 	entries    int
 }
 
-// readCheckpoint reads the kubelet's device checkpoint; nil, nil when the
-// file does not exist.
+// readCheckpoint reads the kubelet's device checkpoint in the
+// device-plugins directory dir; nil, nil when the file does not exist.
 func readCheckpoint(dir string) (*kubeletCheckpoint, error) {
-	path := filepath.Join(dir, checkpointFile)
-	data, err := os.ReadFile(path)
+	cp, err := kubeletckpt.ReadFile(filepath.Join(dir, checkpointFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	var cp checkpoint
-	if err := json.Unmarshal(data, &cp); err != nil {
-		return nil, fmt.Errorf("%s: not the kubelet's device checkpoint JSON: %v", path, err)
-	}
-	k := &kubeletCheckpoint{path: path, registered: cp.Data.RegisteredDevices, held: map[devKey][]holder{}}
-	for _, e := range cp.Data.PodDeviceEntries {
-		ids, err := e.ids()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %v", path, err)
-		}
+	k := &kubeletCheckpoint{path: cp.Path, registered: cp.Registered, held: map[devKey][]holder{}}
+	for _, e := range cp.Entries {
 		k.entries++
-		for _, id := range ids {
+		for _, id := range e.DeviceIDs {
 			key := devKey{e.ResourceName, id}
 			k.held[key] = append(k.held[key], holder{"UID " + e.PodUID, e.ContainerName})
 		}

@@ -56,11 +56,15 @@ type Entry struct {
 type Checkpoint struct {
 	Path    string
 	Entries []Entry
+	// Registered is each resource's device IDs the plugins advertised
+	// (healthy ones, when the kubelet last wrote the file).
+	Registered map[string][]string
 }
 
 type fileJSON struct {
 	Data struct {
-		PodDeviceEntries []struct {
+		RegisteredDevices map[string][]string
+		PodDeviceEntries  []struct {
 			PodUID        string
 			ContainerName string
 			ResourceName  string
@@ -75,11 +79,18 @@ type fileJSON struct {
 // registered, so the kubelet allocated nothing.
 func Read(kubeletDir string) (*Checkpoint, error) {
 	path := filepath.Join(kubeletDir, "device-plugins", File)
+	cp, err := ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &Checkpoint{Path: path}, nil
+	}
+	return cp, err
+}
+
+// ReadFile reads the checkpoint at path (an error wrapping os.ErrNotExist
+// when there is none): a regular file, not a symlink, at most MaxSize.
+func ReadFile(path string) (*Checkpoint, error) {
 	cp := &Checkpoint{Path: path}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return cp, nil
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +126,7 @@ func (cp *Checkpoint) parse(data []byte) error {
 	if err := json.Unmarshal(data, &fj); err != nil {
 		return fmt.Errorf("not the kubelet's device checkpoint JSON: %v", err)
 	}
+	cp.Registered = fj.Data.RegisteredDevices
 	for _, e := range fj.Data.PodDeviceEntries {
 		ids, err := deviceIDs(e.DeviceIDs)
 		if err != nil {
