@@ -82,11 +82,15 @@ RUNC_BIN ?= $(shell command -v runc 2>/dev/null || ls /usr/sbin/runc 2>/dev/null
 gpu-e2e: build
 	gcc -O2 -Wall -o $(BIN)/cuda-check scripts/cuda-check.c -ldl
 	gcc -O2 -Wall -shared -fPIC -o $(BIN)/e2e-preload.so scripts/e2e-preload.c
+	$(GO) build -o $(BIN)/bundlesplit ./bench/bundlesplit
 	@[ -n "$(RUNC_BIN)" ] || { echo "runc not found: apt-get install runc (or make gpu-e2e RUNC_BIN=/path/to/runc)"; exit 1; }
 	cp -L --remove-destination $(RUNC_BIN) $(BIN)/runc
 	@mkdir -p $(BIN)/lib
 	@lib=$$(ldd $(BIN)/runc | awk '$$1 == "libseccomp.so.2" {print $$3}'); \
 	if [ -n "$$lib" ]; then cp -L "$$lib" $(BIN)/lib/; fi
+	@# strace and its libraries, for bench/runtime-lifecycle.sh --trace (skipped without it)
+	@if s=$$(command -v strace); then cp -L $$s $(BIN)/strace; \
+	  ldd $$s | awk '$$3 ~ /^\// && $$1 !~ /^lib(c|m|dl|pthread)\.so/ {print $$3}' | xargs -r cp -L -t $(BIN)/lib/; fi
 	@du -sh $(BIN); echo "on the GPU host, as root: scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh"
 
 # Installs four binaries and the names engines and scripts look for:

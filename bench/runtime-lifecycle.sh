@@ -3,7 +3,8 @@
 # wait for exit, delete of a trivial container (/bin/true), the sequence an
 # engine drives, timed end to end from this script.
 #
-#   bench/runtime-lifecycle.sh [--sim] [--runs N] [--cpus LIST]   (root; bin/ from `make gpu-e2e`)
+#   bench/runtime-lifecycle.sh [--sim] [--runs N] [--cpus LIST] [--split] [--trace]
+#   (root; bin/ from `make gpu-e2e`)
 #
 # Variants, interleaved round by round (order rotated each round, after 3 untimed
 # warm-up rounds that also fill gantry's inventory cache):
@@ -21,26 +22,35 @@
 # scheduler moving runc's processes between cores): --cpus LIST pins the whole
 # run (this script, the runtimes, the containers) to those CPUs with taskset,
 # e.g. --cpus 2-3, and the minimum and trimmed mean show the steady cost.
+# --split adds three variants of runc-gpu made by bin/bundlesplit, to tell where
+# runc's own time on a GPU bundle goes: runc-nomounts (the GPU bundle less the
+# driver mounts Gantry added), runc-nodevs (less the device nodes and their
+# cgroup rules) and runc-onemount (the driver mounts replaced by one read-only
+# bind of a directory at /usr/local/nvidia).
+# --trace: after the rounds, one runc run of the runc and runc-gpu bundles each under
+# strace -f -c (bin/strace or strace in PATH): the syscalls' count and time.
 # --sim: simulated GPUs (SIM_PROFILE, default h100x8) and a fake driver root, for
 # trying it without a GPU (the numbers then say nothing about a GPU host).
 #
 # Environment: RUNS (default 30), DRIVER_ROOT, NVIDIA_RUNTIME, GANTRY, RUNC.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-runs=${RUNS:-30} sim= cpus=
+runs=${RUNS:-30} sim= cpus= split= trace=
 while [ $# -gt 0 ]; do
   case $1 in
     --sim) sim=--sim ;;
+    --split) split=--split ;;
+    --trace) trace=--trace ;;
     --cpus) cpus=${2:?--cpus needs a CPU list, e.g. 2-3}; shift ;;
     --runs) runs=${2:?--runs needs a number}; shift ;;
     -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) echo "unknown argument $1 (use --sim, --runs N, --cpus LIST)" >&2; exit 2 ;;
+    *) echo "unknown argument $1 (use --sim, --runs N, --cpus LIST, --split, --trace)" >&2; exit 2 ;;
   esac
   shift
 done
 if [ -n "$cpus" ] && [ -z "${GANTRY_BENCH_PINNED:-}" ]; then
   command -v taskset >/dev/null || { echo "--cpus needs taskset (util-linux)" >&2; exit 2; }
-  GANTRY_BENCH_PINNED=$cpus exec taskset -c "$cpus" "$0" ${sim:+--sim} --runs "$runs" --cpus "$cpus"
+  GANTRY_BENCH_PINNED=$cpus exec taskset -c "$cpus" "$0" $sim $split $trace --runs "$runs" --cpus "$cpus"
 fi
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs $runs: need a positive number" >&2; exit 2; }
 [[ ${EPOCHREALTIME:-} =~ ^[0-9]+[.,][0-9]{6}$ ]] || { echo "bash 5 or newer needed (EPOCHREALTIME)" >&2; exit 2; }
@@ -110,8 +120,22 @@ grep -q '"/dev/nvidia' "$WORK/b-gantry-all/config.json" ||
 cp -a "$WORK/b-gantry-all" "$WORK/tpl-runc-gpu"
 rm -f "$WORK/tpl-runc-gpu/pid"
 RT[runc-gpu]=$RUNC
+first_derived=${#variants[@]}
 variants+=(runc-gpu)
-for _ in 1 2; do lifecycle runc-gpu || exit 1; done
+if [ -n "$split" ]; then
+  split_tool=${BUNDLESPLIT:-$REPO/bin/bundlesplit}
+  [ -x "$split_tool" ] || die "--split needs $split_tool (make gpu-e2e builds it)"
+  mkdir -p "$WORK/onemount"
+  for part in nomounts:mounts nodevs:devices onemount:onemount; do
+    v=runc-${part%%:*}
+    cp -a "$WORK/tpl-runc-gpu" "$WORK/tpl-$v"
+    "$split_tool" "$WORK/tpl-runc/config.json" "$WORK/tpl-runc-gpu/config.json" "$WORK/tpl-$v/config.json" \
+      "${part#*:}" "$WORK/onemount" /usr/local/nvidia || exit 2
+    RT[$v]=$RUNC
+    variants+=("$v")
+  done
+fi
+for v in "${variants[@]:$first_derived}"; do for _ in 1 2; do lifecycle "$v" || exit 1; done; done
 rm -f "$WORK"/*.total "$WORK"/*.create "$WORK"/*.start "$WORK"/*.wait "$WORK"/*.delete
 
 echo "== $runs rounds of ${variants[*]} (order rotated each round)"
@@ -146,6 +170,23 @@ awk -v a="$(median "$WORK/gantry-all.total")" -v r="$(median "$WORK/runc.total")
   'BEGIN { printf "gantry-all - runc: %+.1f ms median lifecycle (%+.1f ms of it in create)\n", a - r, c - rc }'
 awk -v a="$(median "$WORK/gantry-all.total")" -v r="$(median "$WORK/runc-gpu.total")" -v c="$(median "$WORK/gantry-all.create")" -v rc="$(median "$WORK/runc-gpu.create")" \
   'BEGIN { printf "gantry-all - runc-gpu (Gantry alone): %+.1f ms median lifecycle (%+.1f ms of it in create)\n", a - r, c - rc }'
+if [ -n "$trace" ]; then
+  strace_bin=$(command -v "$REPO/bin/strace" strace 2>/dev/null | head -1)
+  if [ -z "$strace_bin" ]; then
+    echo "--trace: no strace (bin/strace or in PATH): skipped"
+  else
+    for v in runc runc-gpu; do
+      b=$WORK/b-$v id=trace-$v
+      rm -rf "$b" && cp -a "$WORK/tpl-$v" "$b"
+      LD_LIBRARY_PATH=$REPO/bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$strace_bin" -f -c -S time -o "$WORK/$v.strace" \
+        timeout 60 "$RUNC" --root "$STATE" run --bundle "$b" "$id" </dev/null >/dev/null 2>&1
+      "$RUNC" --root "$STATE" delete -f "$id" >/dev/null 2>&1
+      echo "== runc run (create, start, wait) under strace -f -c, $v: the syscalls taking the most time"
+      head -n 14 "$WORK/$v.strace" | tail -n 13
+      tail -n 1 "$WORK/$v.strace"
+    done
+  fi
+fi
 # Where gantry-runtime's own time goes on create, from its log (gantry-all runs):
 # startup = exec to Main (loader, Go runtime, package init), modify = all of its work.
 if [ -s "$WORK/gantry.log" ]; then
