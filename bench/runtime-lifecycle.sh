@@ -14,7 +14,8 @@
 #   runc-gpu      plain runc on the bundle gantry-all produced (the GPU container's
 #                 mounts and nodes without Gantry): gantry-all - runc-gpu is Gantry's own cost
 #   nvidia-all    NVIDIA's runtime, NVIDIA_VISIBLE_DEVICES=all, when NVIDIA_RUNTIME=PATH
-#                 is given (it finds runc in PATH: bin/runc is put first)
+#                 is given (it finds runc in PATH: bin/runc is put first); with
+#                 NVIDIA_CTK=PATH too, in CDI mode with a spec its nvidia-ctk writes
 # Every run starts from a fresh copy of its bundle (as an engine's fresh rootfs
 # overlay), made outside the timed window. Reports median, 10%-trimmed mean, p90,
 # min, max of the whole lifecycle and the median of each step, in ms; then
@@ -32,7 +33,7 @@
 # --sim: simulated GPUs (SIM_PROFILE, default h100x8) and a fake driver root, for
 # trying it without a GPU (the numbers then say nothing about a GPU host).
 #
-# Environment: RUNS (default 30), DRIVER_ROOT, NVIDIA_RUNTIME, GANTRY, RUNC.
+# Environment: RUNS (default 30), DRIVER_ROOT, NVIDIA_RUNTIME, NVIDIA_CTK, GANTRY, RUNC.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 runs=${RUNS:-30} sim= cpus= split= trace=
@@ -71,6 +72,23 @@ if [ -n "${NVIDIA_RUNTIME:-}" ]; then
   mkdir -p "$WORK/path" && ln -s "$RUNC" "$WORK/path/runc"
   export PATH=$WORK/path:$PATH
   RT[nvidia-all]=$NVIDIA_RUNTIME
+  # NVIDIA_CTK=PATH: set NVIDIA's runtime up in CDI mode for this run only (its
+  # config under XDG_CONFIG_HOME, a spec from its nvidia-ctk with nvidia-cdi-hook
+  # beside it); without it, NVIDIA's runtime uses the host's own configuration.
+  if [ -n "${NVIDIA_CTK:-}" ]; then
+    [ -x "$NVIDIA_CTK" ] || die "NVIDIA_CTK=$NVIDIA_CTK is not an executable"
+    export XDG_CONFIG_HOME=$WORK/nvcfg
+    mkdir -p "$XDG_CONFIG_HOME/nvidia-container-runtime" "$WORK/nvcdi"
+    "$NVIDIA_CTK" cdi generate --driver-root "${DRIVER_ROOT:-/}" --nvidia-cdi-hook-path "$(dirname "$NVIDIA_CTK")/nvidia-cdi-hook" \
+      --output "$WORK/nvcdi/nvidia.yaml" >"$WORK/nvctk.log" 2>&1 || die "nvidia-ctk cdi generate failed: $(tail -3 "$WORK/nvctk.log")"
+    cat >"$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml" <<EOF
+[nvidia-container-runtime]
+mode = "cdi"
+runtimes = ["$RUNC"]
+[nvidia-container-runtime.modes.cdi]
+spec-dirs = ["$WORK/nvcdi"]
+EOF
+  fi
   variants+=(nvidia-all)
   make_bundle "$WORK/tpl-nvidia-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
 fi
@@ -118,6 +136,12 @@ grep -q '"/dev/nvidia' "$WORK/b-gantry-all/config.json" ||
 # on the GPU container's mounts and device nodes. gantry-all minus runc-gpu is
 # the cost of Gantry alone.
 cp -a "$WORK/b-gantry-all" "$WORK/tpl-runc-gpu"
+# count FILE KEY: how many times "KEY" appears in a config.json.
+count() { grep -o "\"$2\"" "$1" | wc -l; }
+echo "== bundles: plain $(count "$WORK/tpl-runc/config.json" destination) mounts; GPU (gantry-all)" \
+  "$(count "$WORK/b-gantry-all/config.json" destination) mounts, $(count "$WORK/b-gantry-all/config.json" major) device entries" \
+  "(nodes and cgroup rules)"
+
 rm -f "$WORK/tpl-runc-gpu/pid"
 RT[runc-gpu]=$RUNC
 first_derived=${#variants[@]}
