@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
 )
 
 // DefaultCRISockets are the CRI runtime service sockets tried, in order,
@@ -307,24 +309,9 @@ func liveContainerdRuntimes(socket string) ([]registered, string, error) {
 	if err != nil {
 		return nil, socket, err
 	}
-	var cfg struct {
-		Containerd *struct {
-			Runtimes map[string]struct {
-				Options map[string]any `json:"options"`
-			} `json:"runtimes"`
-		} `json:"containerd"`
+	reg, err := engineconfig.ParseContainerdStatus([]byte(st.GetInfo()["config"]))
+	if err != nil {
+		return nil, socket, fmt.Errorf("%s is not containerd's CRI service (%v)", socket, err)
 	}
-	if err := json.Unmarshal([]byte(st.GetInfo()["config"]), &cfg); err != nil || cfg.Containerd == nil {
-		return nil, socket, fmt.Errorf("%s is not containerd's CRI service (no containerd config in its status)", socket)
-	}
-	var all []registered
-	for name, r := range cfg.Containerd.Runtimes {
-		bin, _ := r.Options["BinaryName"].(string)
-		if bin == "" {
-			bin = "runc"
-		}
-		all = append(all, registered{name, bin})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
-	return all, socket, nil
+	return reg.Runtimes, socket, nil
 }

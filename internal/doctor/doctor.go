@@ -74,9 +74,9 @@ const (
 var (
 	DefaultDockerConfig     = engineconfig.DefaultPath(engineconfig.Docker)
 	DefaultContainerdConfig = engineconfig.DefaultPath(engineconfig.Containerd)
-	DefaultCRIODropins      = filepath.Dir(engineconfig.DefaultPath(engineconfig.CRIO))
+	DefaultCRIODropins      = engineconfig.CRIODropinDir()
 	// DefaultCRIOConfig is CRI-O's main file, which configure never edits.
-	DefaultCRIOConfig = filepath.Join(filepath.Dir(DefaultCRIODropins), "crio.conf")
+	DefaultCRIOConfig = engineconfig.CRIOMainConfig
 )
 
 // Options says what to examine. Empty paths take the defaults above, so
