@@ -197,68 +197,6 @@ func after(name string, prereqs ...Check) *Check {
 	return nil
 }
 
-// Run walks the chain and returns every check, in order.
-func Run(opts Options) []Check {
-	opts.defaults()
-	cfg := opts.Config
-	var out []Check
-
-	kernel, version := checkKernel(cfg)
-	out = append(out, kernel)
-	nodes := checkDeviceNodes(opts)
-	out = append(out, nodes)
-
-	var sys *gpu.System
-	nvmlCheck := skip(CheckNVML, "")
-	if c := after(CheckNVML, kernel, nodes); c != nil && !isSim(cfg) {
-		nvmlCheck = *c
-	} else {
-		nvmlCheck, sys = checkNVML(cfg)
-	}
-	out = append(out, nvmlCheck)
-	out = append(out, checkGPUNodes(opts, sys))
-	out = append(out, checkPersistence(cfg, nvmlCheck))
-
-	if c := after(CheckVersions, kernel); c != nil {
-		out = append(out, *c)
-	} else if !isSim(cfg) && nvmlCheck.Status != Pass {
-		out = append(out, *after(CheckVersions, nvmlCheck))
-	} else {
-		out = append(out, checkVersions(cfg, version, sys))
-	}
-
-	if c := after(CheckDriverFiles, kernel); c != nil {
-		out = append(out, *c, *after(CheckLoaderCache, kernel))
-	} else {
-		out = append(out, checkDriverFiles(cfg), checkLoaderCache(cfg))
-	}
-	if c := after(CheckInventoryCache, kernel); c != nil {
-		out = append(out, *c, *after(CheckCDISpecs, kernel))
-	} else {
-		out = append(out, checkInventoryCache(cfg, version), checkCDISpecs(cfg, version))
-	}
-
-	docker := dockerInstalled(opts)
-	// Docker has two GPU paths, --runtime nvidia (daemon.json) and --gpus
-	// (the hook): each is a failure only when the other does not work.
-	dockerCheck := checkDocker(opts, docker, hookUsable(opts))
-	hook := checkHook(opts, docker, dockerCheck.Status == Pass)
-	out = append(out,
-		dockerCheck,
-		checkContainerd(opts),
-		checkCRIO(opts),
-		hook,
-	)
-	if opts.Container != "" {
-		out = append(out, checkContainer(opts)...)
-	}
-	out = append(out, checkKubernetes(opts)...)
-	if opts.Pod != "" {
-		out = append(out, checkPodContainers(opts)...)
-	}
-	return out
-}
-
 func isSim(cfg config.Config) bool { return strings.HasPrefix(cfg.GPUs, "sim:") }
 
 func checkKernel(cfg config.Config) (Check, string) {

@@ -125,11 +125,13 @@ func checkDocker(opts Options, installed, hookOK bool) Check {
 	return c
 }
 
-func checkContainerd(opts Options) Check {
+// checkContainerd judges the running containerd's runtimes (live, from
+// its CRI socket; liveErr when none answered), else its config.toml.
+func checkContainerd(opts Options, live []registered, socket string, liveErr error) Check {
 	const fix = "gantry runtime configure --runtime containerd, then systemctl restart containerd"
 	// The running containerd's own configuration, where its CRI service
 	// answers: what it registers now, whatever file it was started with.
-	if live, socket, err := liveContainerdRuntimes(opts.CRISocket); err == nil {
+	if liveErr == nil {
 		c := judgeRuntimes(CheckContainerd, "the running containerd at "+socket+" (its configuration from CRI Status)", fix+" (the one serving "+socket+", with the file it was started with)", live)
 		if c.Status == Fail && noGPURuntime(live) {
 			if _, err := os.Stat(opts.KubeletDir); err != nil {

@@ -1,15 +1,12 @@
 package doctor
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -149,53 +146,6 @@ func (s *kubeState) holders() map[devKey][]holder {
 		return s.checkpoint.held
 	}
 	return m
-}
-
-// checkKubernetes runs the node checks when this host runs a kubelet, and
-// the pod check when a pod was named.
-func checkKubernetes(opts Options) []Check {
-	if st, err := os.Stat(opts.KubeletDir); err != nil || !st.IsDir() {
-		var out []Check
-		for _, name := range []string{CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode} {
-			out = append(out, skip(name, "not a Kubernetes node: no kubelet directory %s", opts.KubeletDir))
-		}
-		if opts.Pod != "" {
-			out = append(out, fail(CheckPod, fixWrongNode,
-				"pod %s: no kubelet directory %s, so no pod runs here", opts.Pod, opts.KubeletDir))
-		}
-		return out
-	}
-	s := &kubeState{hints: hintsFor(opts), dir: filepath.Join(opts.KubeletDir, "device-plugins")}
-	var sockets []string
-	sockets, s.kubelet, s.socketsErr = pluginSockets(s.dir)
-	s.endpoints = probePlugins(s.dir, sockets)
-	s.checkpoint, s.checkpointErr = readCheckpoint(s.dir)
-
-	s.podResources = filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock")
-	client, closeConn, err := dialPodResources(s.podResources)
-	if err != nil {
-		s.prErr = err
-	} else {
-		defer closeConn()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s.list, s.listErr = client.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
-		if s.listErr != nil {
-			s.listErr = fmt.Errorf("pod-resources %s: List: %v", s.podResources, status.Convert(s.listErr).Message())
-		}
-		s.alloc, s.allocErr = client.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
-	}
-
-	registration := checkDevicePlugin(s)
-	out := []Check{registration, checkPluginHealth(s, registration), checkAllocatable(s), checkCheckpoint(s), checkNode(opts, s)}
-	if opts.Pod != "" {
-		if s.prErr != nil {
-			out = append(out, *after(CheckPod, out[2]))
-		} else {
-			out = append(out, checkPod(opts.Pod, s.list, s.listErr))
-		}
-	}
-	return out
 }
 
 // checkDevicePlugin checks that a device plugin serves a socket next to
