@@ -848,4 +848,3 @@ func TestTroubleshootingGenerated(t *testing.T) {
 		t.Fatalf("docs/troubleshooting.md is stale or missing (%v): run go generate ./internal/doctor", err)
 	}
 }
-

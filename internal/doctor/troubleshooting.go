@@ -42,7 +42,7 @@ func Help() string {
 			}
 			line += " [needs " + strings.Join(needs, ", ") + "]"
 		}
-		fmt.Fprintf(&b, "  %-26s %s\n", c.Name, line)
+		fmt.Fprintf(&b, "  %-27s %s\n", c.Name, line)
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
