@@ -300,7 +300,7 @@ func (e *env) node() []Check { return one(checkNode(e.opts, e.kubeState())) }
 func (e *env) pod() []Check {
 	o := e.opts
 	if !isDir(o.KubeletDir) {
-		return one(fail(CheckPod, fixWrongNode, "pod %s: no kubelet directory %s, so no pod runs here", o.Pod, o.KubeletDir))
+		return one(fail(CheckPod, fix(fixWrongNode), "pod %s: no kubelet directory %s, so no pod runs here", o.Pod, o.KubeletDir))
 	}
 	s := e.kubeState()
 	if s.prErr != nil {

@@ -1,6 +1,9 @@
 package doctor
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,5 +111,103 @@ func TestRunFollowsChecks(t *testing.T) {
 			t.Errorf("Run reports %q after %q", c.Name, Checks[last].Name)
 		}
 		last = i
+	}
+}
+
+// TestFixesWrittenOnce: the fix a failure prints is the one its check
+// documents. In this package's source, the fix argument of fail() holds
+// no text of its own (no string literal, other than a placeholder's value
+// given to fix()), and every fix*-constant that fix() renders, and every
+// one fixes.go declares, appears in the Checks list.
+func TestFixesWrittenOnce(t *testing.T) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inChecks := map[string]bool{}
+	declared := map[string]bool{}
+	rendered := map[string]string{} // constant -> where
+	partOf := map[string]bool{}     // constants used in another fix's text
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.ValueSpec:
+				for i, id := range n.Names {
+					if id.Name == "Checks" && i < len(n.Values) {
+						ast.Inspect(n.Values[i], func(m ast.Node) bool {
+							if id, ok := m.(*ast.Ident); ok && strings.HasPrefix(id.Name, "fix") {
+								inChecks[id.Name] = true
+							}
+							return true
+						})
+					}
+					if f == "fixes.go" && strings.HasPrefix(id.Name, "fix") {
+						declared[id.Name] = true
+						if i < len(n.Values) { // a part of another fix
+							ast.Inspect(n.Values[i], func(m ast.Node) bool {
+								if id, ok := m.(*ast.Ident); ok && strings.HasPrefix(id.Name, "fix") {
+									partOf[id.Name] = true
+								}
+								return true
+							})
+						}
+					}
+				}
+			case *ast.CallExpr:
+				var fn *ast.Ident
+				switch f := n.Fun.(type) {
+				case *ast.Ident:
+					fn = f
+				case *ast.SelectorExpr: // s.hints.fix(fixX): the node's name filled in
+					fn = f.Sel
+				default:
+					return true
+				}
+				switch {
+				case fn.Name == "fail" && len(n.Args) >= 2:
+					ast.Inspect(n.Args[1], func(m ast.Node) bool {
+						if call, ok := m.(*ast.CallExpr); ok {
+							if id, ok := call.Fun.(*ast.Ident); ok && id.Name == "fix" {
+								return false // checked below
+							}
+						}
+						if lit, ok := m.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							t.Errorf("%s: fail() writes its own fix text %s: use a documented fix constant (fixes.go) through fix()", fset.Position(lit.Pos()), lit.Value)
+						}
+						return true
+					})
+				case fn.Name == "fix" && len(n.Args) >= 1:
+					if id, ok := n.Args[0].(*ast.Ident); ok {
+						if strings.HasPrefix(id.Name, "fix") {
+							rendered[id.Name] = fset.Position(n.Pos()).String()
+						} // else a parameter passed on (nodeHints.fix): its callers are scanned
+					} else {
+						t.Errorf("%s: fix() of something other than a fix constant", fset.Position(n.Pos()))
+					}
+				}
+			}
+			return true
+		})
+	}
+	if len(rendered) < 20 || len(declared) < 20 {
+		t.Fatalf("found %d rendered and %d declared fixes: the scan is broken", len(rendered), len(declared))
+	}
+	for c, where := range rendered {
+		if !inChecks[c] {
+			t.Errorf("%s: %s is printed but no check documents it in Checks", where, c)
+		}
+	}
+	for c := range declared {
+		if !inChecks[c] && !partOf[c] {
+			t.Errorf("fixes.go declares %s, which no check documents", c)
+		}
 	}
 }

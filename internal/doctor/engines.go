@@ -21,8 +21,9 @@ var runtimeBinaries = map[string]bool{"gantry-runtime": true, "nvidia-container-
 // engineconfig reads it.
 type registered = engineconfig.Runtime
 
-// judgeRuntimes fails when no entry runs a GPU runtime or its program is missing.
-func judgeRuntimes(name, file, fix string, all []registered) Check {
+// judgeRuntimes fails when no entry runs a GPU runtime (configure is the
+// fix) or its program is missing (reinstall is).
+func judgeRuntimes(name, file, configure, reinstall string, all []registered) Check {
 	var names, gpuRuntimes, missing []string
 	for _, r := range all {
 		names = append(names, r.Name)
@@ -45,10 +46,10 @@ func judgeRuntimes(name, file, fix string, all []registered) Check {
 		gpuRuntimes = append(gpuRuntimes, fmt.Sprintf("%q -> %s", r.Name, p))
 	}
 	if len(missing) > 0 {
-		return fail(name, "install gantry-runtime there, or re-register it: "+fix, "%s: %s", file, strings.Join(missing, "; "))
+		return fail(name, reinstall, "%s: %s", file, strings.Join(missing, "; "))
 	}
 	if len(gpuRuntimes) == 0 {
-		return fail(name, fix, "%s registers no runtime that runs gantry-runtime or nvidia-container-runtime (runtimes: %s)",
+		return fail(name, configure, "%s registers no runtime that runs gantry-runtime or nvidia-container-runtime (runtimes: %s)",
 			file, listOrNone(names))
 	}
 	return pass(name, "%s: runtime %s", file, strings.Join(gpuRuntimes, ", "))
@@ -75,7 +76,7 @@ func dockerInstalled(opts Options) bool {
 // (the hook is on dockerd's PATH): then a file that registers no GPU
 // runtime is not a failure, only --runtime nvidia is unavailable.
 func checkDocker(opts Options, installed, hookOK bool) Check {
-	const fix = "gantry runtime configure --runtime docker, then systemctl restart docker"
+	configure := fix(fixDockerConfigure)
 	file := opts.DockerConfig
 	reg, err := engineconfig.Read(engineconfig.Docker, file)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -88,29 +89,29 @@ func checkDocker(opts Options, installed, hookOK bool) Check {
 		// Neither Docker GPU path is set up: Docker is not used for GPU
 		// containers here (a Kubernetes node's CRI runtime, or Docker for
 		// other work). Not a failure of the paths in use.
-		return info(CheckDocker, "Docker is installed but not set up for GPU containers: %s does not exist (no GPU runtime) and the hook for docker --gpus is not on dockerd's PATH (see %s); to use Docker with GPUs: %s", file, CheckHook, fix)
+		return info(CheckDocker, "Docker is installed but not set up for GPU containers: %s does not exist (no GPU runtime) and the hook for docker --gpus is not on dockerd's PATH (see %s); to use Docker with GPUs: %s", file, CheckHook, configure)
 	}
 	if errors.Is(err, engineconfig.ErrMalformed) {
-		return fail(CheckDocker, "correct the JSON (dockerd will not start with it), then: "+fix, "%v", err)
+		return fail(CheckDocker, fix(fixDockerJSON), "%v", err)
 	}
 	if err != nil {
-		return fail(CheckDocker, "make the file readable", "%v", err)
+		return fail(CheckDocker, fix(fixReadable), "%v", err)
 	}
 	all := reg.Runtimes
 	live, liveErr := askDockerd(opts.DockerSocket)
 	if liveErr == nil {
 		if problems := compareDockerd(file, all, reg.DefaultRuntime, live); len(problems) > 0 {
-			return fail(CheckDocker, "systemctl restart docker (dockerd reads daemon.json when it starts)",
+			return fail(CheckDocker, fix(fixDockerRestart),
 				"%s: dockerd was not restarted after the file changed", strings.Join(problems, "; "))
 		}
 	}
-	c := judgeRuntimes(CheckDocker, file, fix, all)
+	c := judgeRuntimes(CheckDocker, file, configure, fix(fixDockerReinstall), all)
 	if c.Status == Fail && hookOK && noGPURuntime(all) {
 		return info(CheckDocker, "%s registers no GPU runtime (docker run --runtime nvidia is not available); docker run --gpus uses the hook (see %s)", file, CheckHook)
 	}
 	if c.Status == Fail && noGPURuntime(all) && reg.DefaultRuntime == "" {
 		return info(CheckDocker, "Docker is not set up for GPU containers: %s registers no GPU runtime (runtimes: %s) and the hook for docker --gpus is not on dockerd's PATH (see %s); to use Docker with GPUs: %s",
-			file, runtimeNames(all), CheckHook, fix)
+			file, runtimeNames(all), CheckHook, configure)
 	}
 	if c.OK && reg.DefaultRuntime != "" {
 		c.Evidence += fmt.Sprintf(" (default runtime %q)", reg.DefaultRuntime)
@@ -128,11 +129,10 @@ func checkDocker(opts Options, installed, hookOK bool) Check {
 // checkContainerd judges the running containerd's runtimes (live, from
 // its CRI socket; liveErr when none answered), else its config.toml.
 func checkContainerd(opts Options, live []registered, socket string, liveErr error) Check {
-	const fix = "gantry runtime configure --runtime containerd, then systemctl restart containerd"
 	// The running containerd's own configuration, where its CRI service
 	// answers: what it registers now, whatever file it was started with.
 	if liveErr == nil {
-		c := judgeRuntimes(CheckContainerd, "the running containerd at "+socket+" (its configuration from CRI Status)", fix+" (the one serving "+socket+", with the file it was started with)", live)
+		c := judgeRuntimes(CheckContainerd, "the running containerd at "+socket+" (its configuration from CRI Status)", fix(fixContainerdLive, "SOCKET", socket), fix(fixContainerdReinstall), live)
 		if c.Status == Fail && noGPURuntime(live) {
 			if _, err := os.Stat(opts.KubeletDir); err != nil {
 				return info(CheckContainerd, "the running containerd at %s registers no GPU runtime (runtimes: %s), and this is no Kubernetes node (no %s): containerd is not used through CRI for GPU containers here", socket, runtimeNames(live), opts.KubeletDir)
@@ -146,12 +146,12 @@ func checkContainerd(opts Options, live []registered, socket string, liveErr err
 		return skip(CheckContainerd, "%s does not exist (containerd not installed, or running on defaults without GPU support)", file)
 	}
 	if errors.Is(err, engineconfig.ErrMalformed) || errors.Is(err, engineconfig.ErrUnsupportedVersion) {
-		return fail(CheckContainerd, "correct the TOML (containerd will not start with it)", "%v", err)
+		return fail(CheckContainerd, fix(fixContainerdTOML), "%v", err)
 	}
 	if err != nil {
-		return fail(CheckContainerd, "make the file readable", "%v", err)
+		return fail(CheckContainerd, fix(fixReadable), "%v", err)
 	}
-	c := judgeRuntimes(CheckContainerd, file, fix, reg.Runtimes)
+	c := judgeRuntimes(CheckContainerd, file, fix(fixContainerdConfigure), fix(fixContainerdReinstall), reg.Runtimes)
 	if c.Status != Fail || !noGPURuntime(reg.Runtimes) {
 		return c
 	}
@@ -171,19 +171,18 @@ func checkContainerd(opts Options, live []registered, socket string, liveErr err
 // checkCRIO reads crio.conf and its drop-ins (every file in crio.conf.d, in
 // name order, as CRI-O does).
 func checkCRIO(opts Options) Check {
-	const fix = "gantry runtime configure --runtime crio, then systemctl restart crio"
 	reg, files, err := engineconfig.ReadCRIO(opts.CRIOConfig, opts.CRIODropins)
 	if len(files) == 0 && errors.Is(err, fs.ErrNotExist) {
 		return skip(CheckCRIO, "neither %s nor %s exist (CRI-O not installed)", opts.CRIOConfig, opts.CRIODropins)
 	}
 	if errors.Is(err, engineconfig.ErrMalformed) {
-		return fail(CheckCRIO, "correct the TOML (CRI-O will not start with it)", "%v", err)
+		return fail(CheckCRIO, fix(fixCRIOTOML), "%v", err)
 	}
 	if err != nil {
-		return fail(CheckCRIO, "make the file readable", "%v", err)
+		return fail(CheckCRIO, fix(fixReadable), "%v", err)
 	}
 	all := reg.Runtimes
-	c := judgeRuntimes(CheckCRIO, opts.CRIOConfig+" and "+opts.CRIODropins, fix, all)
+	c := judgeRuntimes(CheckCRIO, opts.CRIOConfig+" and "+opts.CRIODropins, fix(fixCRIOConfigure), fix(fixCRIOReinstall), all)
 	if c.Status == Fail && noGPURuntime(all) {
 		// CRI-O serves only a kubelet: without one it runs no GPU containers.
 		if _, err := os.Stat(opts.KubeletDir); err != nil {
@@ -271,7 +270,7 @@ func checkHook(opts Options, docker, runtimeOK bool) Check {
 	if p, err := exec.LookPath(hookName); err == nil {
 		// Installed, but where dockerd does not look: --gpus is meant to
 		// work here and fails.
-		return fail(CheckHook, "add "+filepath.Dir(p)+" to dockerd's PATH (an Environment=PATH= line in docker.service), or ln -s gantry-runtime /usr/bin/"+hookName+", then systemctl restart docker",
+		return fail(CheckHook, fix(fixHookPath, "DIR", filepath.Dir(p)),
 			"%s is installed (%s) but not on dockerd's PATH %q (%s): docker run --gpus fails with \"could not select device driver\"", hookName, p, path, source)
 	}
 	// Neither Docker path is set up: Docker is not a GPU path on this host
