@@ -314,6 +314,7 @@ var Checks = []CheckDef{
 		Verifies: "With `--pod NAMESPACE/NAME`: the `nvidia.com/` devices (resource and device IDs) each of the pod's containers holds, from the kubelet's pod-resources API.",
 		Failures: []FailureDoc{
 			{"the pod holds no GPU", fixPodNoGPU},
+			{"the kubelet's pod-resources API does not answer `List`", fixPodResources},
 			{"the pod is not among the kubelet's pods, or this is not a Kubernetes node",
 				fixWrongNode},
 		},

@@ -127,8 +127,10 @@ func TestFixesWrittenOnce(t *testing.T) {
 	}
 	inChecks := map[string]bool{}
 	declared := map[string]bool{}
-	rendered := map[string]string{} // constant -> where
-	partOf := map[string]bool{}     // constants used in another fix's text
+	rendered := map[string]string{}           // constant -> where
+	partOf := map[string]bool{}               // constants used in another fix's text
+	documents := map[string]map[string]bool{} // Check* constant -> the fixes its Failures show
+	var printed [][3]string                   // fail(CheckX, fix(fixY)): check, fix, where
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
@@ -148,6 +150,27 @@ func TestFixesWrittenOnce(t *testing.T) {
 							}
 							return true
 						})
+						// Which check documents which fix.
+						for _, el := range n.Values[i].(*ast.CompositeLit).Elts {
+							def := el.(*ast.CompositeLit)
+							var name string
+							fixes := map[string]bool{}
+							for _, kv := range def.Elts {
+								kv := kv.(*ast.KeyValueExpr)
+								switch kv.Key.(*ast.Ident).Name {
+								case "Name":
+									name = kv.Value.(*ast.Ident).Name
+								case "Failures":
+									ast.Inspect(kv.Value, func(m ast.Node) bool {
+										if id, ok := m.(*ast.Ident); ok && strings.HasPrefix(id.Name, "fix") {
+											fixes[id.Name] = true
+										}
+										return true
+									})
+								}
+							}
+							documents[name] = fixes
+						}
 					}
 					if f == "fixes.go" && strings.HasPrefix(id.Name, "fix") {
 						declared[id.Name] = true
@@ -173,10 +196,14 @@ func TestFixesWrittenOnce(t *testing.T) {
 				}
 				switch {
 				case fn.Name == "fail" && len(n.Args) >= 2:
+					check, _ := n.Args[0].(*ast.Ident)
 					ast.Inspect(n.Args[1], func(m ast.Node) bool {
 						if call, ok := m.(*ast.CallExpr); ok {
 							if id, ok := call.Fun.(*ast.Ident); ok && id.Name == "fix" {
-								return false // checked below
+								if c, ok := call.Args[0].(*ast.Ident); ok && check != nil {
+									printed = append(printed, [3]string{check.Name, c.Name, fset.Position(call.Pos()).String()})
+								}
+								return false // its placeholders' values may be text
 							}
 						}
 						if lit, ok := m.(*ast.BasicLit); ok && lit.Kind == token.STRING {
@@ -199,6 +226,17 @@ func TestFixesWrittenOnce(t *testing.T) {
 	}
 	if len(rendered) < 20 || len(declared) < 20 {
 		t.Fatalf("found %d rendered and %d declared fixes: the scan is broken", len(rendered), len(declared))
+	}
+	for _, p := range printed {
+		if p[0] == "name" {
+			continue // judgeRuntimes: the engine checks pass their own name and fixes
+		}
+		if docs, ok := documents[p[0]]; !ok || !docs[p[1]] {
+			t.Errorf("%s: fail(%s, fix(%s)): %s does not document that fix in its Failures", p[2], p[0], p[1], p[0])
+		}
+	}
+	if len(printed) < 20 {
+		t.Fatalf("found %d fail(CheckX, fix(fixY)) calls: the scan is broken", len(printed))
 	}
 	for c, where := range rendered {
 		if !inChecks[c] {
