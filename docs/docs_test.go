@@ -24,8 +24,9 @@
 //     against the program built from this tree: the subcommand exists and
 //     every flag on the line is in that command's --help; make targets exist
 //     in the Makefile; scripts/*.sh and bench/*.sh exist and are executable;
-//   - troubleshooting.md is generated from internal/doctor's Catalog:
-//     go test ./docs -update rewrites it, and the test fails when it is stale.
+//   - troubleshooting.md is generated from internal/doctor's Checks:
+//     go generate ./internal/doctor rewrites it, and the test fails when it
+//     is stale.
 package docs
 
 import (
@@ -42,8 +43,6 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/doctor"
 )
-
-var update = flag.Bool("update", false, "rewrite troubleshooting.md from internal/doctor's Catalog")
 
 // binDir holds gantry, gantry-runtime and gantry-device-plugin, built from
 // this tree by TestMain, and the names make install links to them.
@@ -841,76 +840,11 @@ func matchLines(want, got []string) bool {
 	return len(got) > 0 && norm(want[0]) == norm(got[0]) && matchLines(want[1:], got[1:])
 }
 
-// TestTroubleshootingGenerated: troubleshooting.md is what Catalog renders.
+// TestTroubleshootingGenerated: troubleshooting.md is what internal/doctor's
+// Checks render (go generate ./internal/doctor rewrites it).
 func TestTroubleshootingGenerated(t *testing.T) {
-	want := renderTroubleshooting()
-	const file = "troubleshooting.md"
-	if *update {
-		if err := os.WriteFile(file, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	got, err := os.ReadFile(file)
-	if err != nil || string(got) != want {
-		t.Fatalf("docs/%s is stale or missing (%v): run go test ./docs -update", file, err)
+	got, err := os.ReadFile("troubleshooting.md")
+	if err != nil || string(got) != doctor.Troubleshooting() {
+		t.Fatalf("docs/troubleshooting.md is stale or missing (%v): run go generate ./internal/doctor", err)
 	}
 }
-
-func renderTroubleshooting() string {
-	var b strings.Builder
-	b.WriteString(`# Troubleshooting: what ` + "`gantry doctor`" + ` checks
-
-<!-- Generated from internal/doctor's Catalog by ` + "`go test ./docs -update`" + `; edit the Catalog, not this file. -->
-
-"Why can't my container see the GPU?" ` + "`gantry doctor`" + ` walks the chain a GPU container
-depends on, from the kernel module to the engine's configuration and, with ` + "`--container`" + `,
-one running container (Docker's, containerd's, or with ` + "`--pod`" + ` a Kubernetes pod's, through
-the CRI socket) and, on a Kubernetes node, the device plugin, its devices' health and the node's
-GPU capacity. It prints one line per check, ` + "`PASS`" + `, ` + "`FAIL`" + `, ` + "`INFO`" + ` or ` + "`SKIP`" + `,
-with its evidence, and a ` + "`fix:`" + ` line under each failure; a check whose prerequisite failed
-is skipped and names it, so the first ` + "`FAIL`" + ` is the one to fix.
-` + doctor.ExitCodes + `
-
-` + "```sh" + `
-sudo gantry doctor                        # the host: driver, device nodes, NVML, files, engines
-sudo gantry doctor --container my-app     # and what one container got (Docker, then containerd)
-sudo gantry doctor --pod default/cuda-job # and a pod's containers, through the CRI socket
-gantry doctor --json                      # the same checks as JSON (name, status, ok, evidence, fix)
-` + "```" + `
-
-It reads Docker's, containerd's and CRI-O's configuration at their standard paths;
-` + "`--docker-config`, `--containerd-config` and `--crio-dropins`" + ` point it elsewhere. On
-simulated GPUs and a fake driver root, with the engines' files registered in a scratch
-directory:
-
-<!-- doctest -->
-` + "```sh" + `
-gantry sim driver-root $TMPDIR/driver
-rt=$(command -v gantry-runtime)
-gantry runtime configure --runtime docker --config-file $TMPDIR/daemon.json --runtime-path $rt
-gantry runtime configure --runtime containerd --config-file $TMPDIR/containerd.toml --runtime-path $rt
-gantry runtime configure --runtime crio --config-file $TMPDIR/crio.d/99-nvidia.toml --runtime-path $rt
-gantry --gpus sim:h100x8 --driver-root $TMPDIR/driver doctor \
-    --docker-config $TMPDIR/daemon.json --containerd-config $TMPDIR/containerd.toml --crio-dropins $TMPDIR/crio.d
-` + "```" + `
-
-The checks, in the order doctor runs them:
-
-`)
-	for _, c := range doctor.Catalog {
-		fmt.Fprintf(&b, "## %s\n\n%s\n\n", c.Name, c.Verifies)
-		if len(c.Failures) == 0 {
-			b.WriteString("Never fails.\n\n")
-			continue
-		}
-		b.WriteString("| doctor reports | fix |\n| --- | --- |\n")
-		for _, f := range c.Failures {
-			fmt.Fprintf(&b, "| %s | %s |\n", cell(f.Reports), cell(f.Fix))
-		}
-		b.WriteString("\n")
-	}
-	return strings.TrimRight(b.String(), "\n") + "\n"
-}
-
-func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

@@ -10,6 +10,17 @@
 // idempotent: once a file is configured, Plan returns it unchanged with no
 // changes, and Apply writes nothing.
 //
+// # Reading what is registered
+//
+// Parse, Read, ReadCRIO and ParseContainerdStatus are the one reader of
+// what a configuration registers (Registered: the runtimes and the program
+// each runs, the default runtime, CDI, containerd's CRI plugin disabled),
+// read as the engine reads it: containerd's CRI plugin of the file's
+// config version, CRI-O's crio.conf (CRIOMainConfig) then its drop-ins in
+// CRIODropinDir in name order. Plan reads its own output back through it
+// and refuses a result that does not register what was asked, and gantry
+// doctor judges the engines with it.
+//
 // # What gets written
 //
 // The entries are the ones NVIDIA's `nvidia-ctk runtime configure` writes,
