@@ -51,6 +51,18 @@ func Build(sys *gpu.System, inv *driver.Inventory, req *request.Request, opts Op
 	if err != nil {
 		return nil, fmt.Errorf("device request from %s: %w", sourceName(req.Source), err)
 	}
+	return BuildSelected(sys, inv, req, selected, opts)
+}
+
+// BuildSelected is Build for a caller that has resolved req.Devices on sys
+// already (Resolve), so that the devices are looked up once per container.
+func BuildSelected(sys *gpu.System, inv *driver.Inventory, req *request.Request, selected []Selected, opts Options) (*Edits, error) {
+	if req == nil || req.Devices.Mode == request.Void {
+		return nil, nil
+	}
+	if sys == nil {
+		sys = &gpu.System{}
+	}
 	if err := checkRequirements(sys, inv, req.Requirements, selected); err != nil {
 		return nil, err
 	}
