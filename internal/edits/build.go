@@ -38,7 +38,7 @@ func driverRoot(inv *driver.Inventory, opts Options) string {
 // capability nodes. The container's NVIDIA_VISIBLE_DEVICES is left as it was
 // (see InjectedAnnotation).
 //
-// CDI names in req.CDIDevices are not resolved here: the front end injects
+// CDI names in req.CDIDevices are not resolved here: package inject injects
 // them through the CDI registry, from the spec package cdispec writes.
 func Build(sys *gpu.System, inv *driver.Inventory, req *request.Request, opts Options) (*Edits, error) {
 	if req == nil || req.Devices.Mode == request.Void {

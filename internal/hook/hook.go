@@ -10,14 +10,15 @@
 // process starts, with the OCI state (id, pid, bundle) on stdin.
 //
 // Main then does what gantry-runtime does to config.json, from outside: it
-// reads the request from the bundle's config.json (package request), finds the
-// GPUs and driver files (package discover), computes the edits (package
-// edits, which also checks NVIDIA_REQUIRE_*), makes the device nodes and bind
-// mounts appear in the container's mount namespace and opens its device
-// cgroup for the nodes (package nsmount), and finally creates the SONAME
-// links and the ld.so.cache entries in the root filesystem as the container
-// will see it (package containerhook, through /proc/PID/root, where the new
-// mounts are visible). Nothing from the image is executed, and the image's
+// reads the request from the bundle's config.json and makes the plan through
+// the runtime's own pipeline (package inject: the GPUs and the driver
+// inventory, cached in runtime.cache-dir, and the edits, which check
+// NVIDIA_REQUIRE_* first), makes the device nodes and bind mounts appear in
+// the container's mount namespace and opens its device cgroup for the nodes
+// (package nsmount), and finally has the pipeline create the SONAME links and
+// the ld.so.cache entries in the root filesystem as the container will see
+// it (through /proc/PID/root, where the new mounts are visible), and write
+// the runtime's log record. Nothing from the image is executed, and the image's
 // env (LD_PRELOAD, LD_LIBRARY_PATH) never reaches this process: runc gives a
 // hook only the env written in its hook entry.
 package hook

@@ -4,8 +4,9 @@
 // It takes runc's command line unchanged. For create and run it reads the
 // bundle's config.json, decides what GPUs the container asks for (package
 // request: NVIDIA_VISIBLE_DEVICES and the rest of NVIDIA's env contract, CDI
-// annotations and names, the volume-mount device list), applies the edits
-// (package edits) and rewrites config.json once, atomically; then, for every
+// annotations and names, the volume-mount device list), makes and applies
+// the plan of the pipeline the three per-container front ends share (package
+// inject) and rewrites config.json once, atomically; then, for every
 // subcommand, it replaces itself with the low-level runtime through
 // execve(2), so no extra process stays between the engine and runc.
 //
