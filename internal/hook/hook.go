@@ -155,20 +155,12 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*inject.Record, 
 	if st.Pid <= 0 {
 		return rec, cfg, fmt.Errorf("container %s: the state on stdin has no pid (run this hook as prestart or createRuntime, when the container process exists)", st.ID)
 	}
-	bundle, root, err := containerhook.ReadState(bytes.NewReader(raw))
+	// The bundle's config.json, read once, and the root filesystem's path.
+	_, spec, root, err := containerhook.ReadStateSpec(bytes.NewReader(raw))
 	if err != nil {
 		return rec, cfg, err
 	}
-	rec.Bundle = bundle
-	specPath := ocibundle.SpecPath(bundle)
-	b, err := ocibundle.ReadSpec(bundle)
-	if err != nil {
-		return rec, cfg, err
-	}
-	var spec ocispecs.Spec
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return rec, cfg, fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
-	}
+	rec.Bundle = st.Bundle
 	if cfg, _, err = config.Load(cfgPath); err != nil {
 		return rec, config.Config{}, err
 	}
@@ -177,7 +169,7 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*inject.Record, 
 		rec.Notes = append(rec.Notes, inject.AlreadyNote(v))
 		return rec, cfg, nil
 	}
-	req, err := inject.ReadRequest(&spec, cfg, rec)
+	req, err := inject.ReadRequest(spec, cfg, rec)
 	if err != nil {
 		return rec, cfg, err
 	}
