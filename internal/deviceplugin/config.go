@@ -16,25 +16,23 @@ import (
 	"sigs.k8s.io/yaml"
 
 	gconfig "github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/labels"
 )
 
 // ErrConfig is matched (errors.Is) by every error about a bad configuration
 // value, whichever source (file, environment, flag) it came from.
 var ErrConfig = errors.New("invalid device plugin configuration")
 
-// MIGStrategy says how GPUs in MIG mode become Kubernetes resources.
-type MIGStrategy string
+// MIGStrategy says how GPUs in MIG mode become Kubernetes resources. It is
+// the labeller's type (the nvidia.com/mig.strategy label says which one is
+// in use), so the plugin and its labels cannot disagree on the values.
+type MIGStrategy = labels.MIGStrategy
 
-// The MIG strategies of NVIDIA's device plugin.
+// The MIG strategies of NVIDIA's device plugin (see labels.MIGNone).
 const (
-	// MIGNone advertises every GPU whole as nvidia.com/gpu, MIG mode or not.
-	MIGNone MIGStrategy = "none"
-	// MIGSingle advertises the MIG devices as nvidia.com/gpu; every GPU must
-	// be in MIG mode with MIG devices of one profile (or none in MIG mode).
-	MIGSingle MIGStrategy = "single"
-	// MIGMixed advertises each MIG profile as nvidia.com/mig-<profile> and the
-	// GPUs not in MIG mode as nvidia.com/gpu.
-	MIGMixed MIGStrategy = "mixed"
+	MIGNone   = labels.MIGNone
+	MIGSingle = labels.MIGSingle
+	MIGMixed  = labels.MIGMixed
 )
 
 var migStrategies = []MIGStrategy{MIGNone, MIGSingle, MIGMixed}

@@ -76,7 +76,7 @@ func observabilityFromEnv(getenv func(string) string) (observability, error) {
 
 // labelConfig is the part of the plugin configuration the labels show.
 func labelConfig(cfg Config) labels.Config {
-	lc := labels.Config{MIGStrategy: labels.MIGStrategy(cfg.Flags.MigStrategy), Machine: labels.MachineType("")}
+	lc := labels.Config{MIGStrategy: cfg.Flags.MigStrategy, Machine: labels.MachineType("")}
 	if ts := cfg.Sharing.TimeSlicing; ts != nil && len(ts.Resources) > 0 {
 		lc.SharingStrategy = labels.SharingTimeSlicing
 		for _, r := range ts.Resources {

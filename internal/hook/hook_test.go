@@ -27,7 +27,8 @@ var (
 	hookBin  string // .../nvidia-container-runtime-hook -> gantry
 	imageDir string // template root filesystem
 	cfgFile  string
-	setupErr error // why the integration tests cannot run
+	logFile  string // runtime.log-file of cfgFile
+	setupErr error  // why the integration tests cannot run
 )
 
 const probeSrc = `#include <dlfcn.h>
@@ -114,7 +115,8 @@ func setup(dir string) error {
 		return fmt.Errorf("the fake driver has no real device nodes: %v", drv.Notes)
 	}
 	cfgFile = filepath.Join(dir, "config.toml")
-	cfg := fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n", drv.Root)
+	logFile = filepath.Join(dir, "gantry.log")
+	cfg := fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[runtime]\ncache-dir = %q\nlog-file = %q\n", drv.Root, filepath.Join(dir, "cache"), logFile)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -347,6 +349,42 @@ func TestHookDockerGPUs(t *testing.T) {
 				t.Errorf("nodes: %q, want nvidia1 and the control nodes only", got["nodes"])
 			}
 		})
+	}
+}
+
+// The hook writes the runtime's log record (same keys, front-end
+// gantry-hook) and, like the runtime, reads the driver inventory from the
+// cache in runtime.cache-dir once one container has written it.
+func TestHookLogRecord(t *testing.T) {
+	needSetup(t)
+	for _, id := range []string{"hook-log-1", "hook-log-2"} {
+		dir, _ := bundle(t, "true", "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility")
+		if out, err := runContainer(t, dir, id, cgroupModes()[0]); err != nil {
+			t.Fatalf("runc run %s: %v\n%s", id, err, out)
+		}
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := map[string]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if id, _ := rec["container"].(string); strings.HasPrefix(id, "hook-log-") {
+			recs[id] = rec
+		}
+	}
+	for _, id := range []string{"hook-log-1", "hook-log-2"} {
+		rec := recs[id]
+		if rec["front-end"] != "gantry-hook" || rec["changed"] != true || fmt.Sprint(rec["devices"]) != "[0]" || rec["source"] != "env" || rec["bundle"] == nil {
+			t.Errorf("%s: log record %v: want front-end gantry-hook, changed, devices [0], source env, the bundle", id, rec)
+		}
+	}
+	if inv := recs["hook-log-2"]["inventory"]; inv != "cache" {
+		t.Errorf("second container: inventory from %v, want the cache the first one wrote", inv)
 	}
 }
 
