@@ -40,36 +40,40 @@ type Tree struct {
 // beside it (the tree has its own). Anything else at or below the tree's
 // container path would be hidden by the mount or need a mount point inside
 // it; then UseTree reports false and leaves e as it was (the per-file layout).
-func (e *Edits) UseTree(t Tree) bool {
+// Otherwise it returns the container paths of the files the tree now
+// provides (linked or in place): their ld.so.cache entries are still due.
+func (e *Edits) UseTree(t Tree) ([]string, bool) {
 	if e == nil || len(t.Files) == 0 || t.HostPath == "" || !path.IsAbs(t.ContainerPath) {
-		return false
+		return nil, false
 	}
 	at := path.Clean(t.ContainerPath)
 	under := func(p string) bool { return p == at || strings.HasPrefix(p, at+"/") }
 	var kept []Mount
 	var links []Symlink
+	var provided []string
 	inTree := map[string]bool{} // container paths the tree's mount provides
 	for _, m := range e.Mounts {
 		rel, ok := t.Files[m.HostPath]
 		if !ok || !slices.Contains(m.Options, "ro") || !validRel(rel) {
 			if under(m.ContainerPath) {
-				return false
+				return nil, false
 			}
 			kept = append(kept, m)
 			continue
 		}
 		loc := path.Join(at, rel)
 		inTree[loc] = true
+		provided = append(provided, m.ContainerPath)
 		if m.ContainerPath == loc {
 			continue
 		}
 		if under(m.ContainerPath) {
-			return false
+			return nil, false
 		}
 		links = append(links, Symlink{Target: loc, Link: m.ContainerPath})
 	}
 	if len(inTree) == 0 {
-		return false
+		return nil, false
 	}
 	for _, s := range e.Symlinks {
 		if !under(s.Link) {
@@ -81,13 +85,13 @@ func (e *Edits) UseTree(t Tree) bool {
 			target = path.Join(path.Dir(s.Link), target)
 		}
 		if !inTree[target] {
-			return false
+			return nil, false
 		}
 	}
 	e.Mounts = append(kept, Mount{HostPath: t.HostPath, ContainerPath: at, Options: slices.Clone(ReadOnlyOptions)})
 	e.Symlinks = links
 	e.normalize()
-	return true
+	return provided, true
 }
 
 // validRel reports whether rel is a plain relative path inside a tree.

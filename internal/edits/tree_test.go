@@ -35,8 +35,12 @@ var testTree = Tree{HostPath: "/var/lib/trees/580.1", ContainerPath: DefaultTree
 
 func TestUseTree(t *testing.T) {
 	e := treeEdits()
-	if !e.UseTree(testTree) {
+	provided, ok := e.UseTree(testTree)
+	if !ok {
 		t.Fatal("UseTree refused an ordinary layout")
+	}
+	if want := []string{"/usr/bin/nvidia-smi", "/usr/lib/i386-linux-gnu/libcuda.so.580.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1"}; !reflect.DeepEqual(provided, want) {
+		t.Fatalf("provided %v, want %v", provided, want)
 	}
 	var dests []string
 	for _, m := range e.Mounts {
@@ -83,8 +87,12 @@ func TestUseTreeDriverAtTreePath(t *testing.T) {
 		"/home/kubernetes/nvidia/lib64/libcuda.so.580.1": "lib64/libcuda.so.580.1",
 		"/home/kubernetes/nvidia/bin/nvidia-smi":         "bin/nvidia-smi",
 	}}
-	if !e.UseTree(tr) {
+	provided, ok := e.UseTree(tr)
+	if !ok {
 		t.Fatal("UseTree refused a driver at the tree's path")
+	}
+	if len(provided) != 2 {
+		t.Fatalf("provided %v: want both files (their ld.so.cache entries are still due)", provided)
 	}
 	if len(e.Symlinks) != 0 || len(e.Mounts) != 1 || e.Mounts[0].ContainerPath != "/usr/local/nvidia" {
 		t.Fatalf("got mounts %+v links %+v: want the tree's mount alone", e.Mounts, e.Symlinks)
@@ -110,7 +118,7 @@ func TestUseTreeRefusesConflicts(t *testing.T) {
 			e := treeEdits()
 			change(e)
 			before := e.Clone()
-			if e.UseTree(testTree) {
+			if _, ok := e.UseTree(testTree); ok {
 				t.Fatal("UseTree accepted a layout the mount would break")
 			}
 			if !reflect.DeepEqual(e, before) {
@@ -119,7 +127,7 @@ func TestUseTreeRefusesConflicts(t *testing.T) {
 		})
 	}
 	e := treeEdits()
-	if e.UseTree(Tree{HostPath: "/t", ContainerPath: "/usr/local/nvidia", Files: map[string]string{"/usr/bin/nvidia-smi": "../escape"}}) {
+	if _, ok := e.UseTree(Tree{HostPath: "/t", ContainerPath: "/usr/local/nvidia", Files: map[string]string{"/usr/bin/nvidia-smi": "../escape"}}); ok {
 		t.Fatal("UseTree took a path outside the tree")
 	}
 }
