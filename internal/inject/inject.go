@@ -60,6 +60,9 @@ type Plan struct {
 
 	cdiDirs []string
 	opts    Options
+	// inTree are the container paths of the driver files the driver tree's
+	// mount provides (runtime.driver-layout = "tree").
+	inTree []string
 }
 
 // Already returns the devices named in spec's InjectedAnnotation, if
@@ -134,6 +137,10 @@ func Prepare(cfg config.Config, req *request.Request, opts Options, rec *Record)
 	}
 	rec.Edits = p.Edits
 	rec.Phase("edits")
+	if cfg.Runtime.DriverLayout == config.DriverLayoutTree {
+		p.useTree(cfg)
+		rec.Phase("tree")
+	}
 	return p, nil
 }
 

@@ -36,6 +36,9 @@ type Record struct {
 	// Inventory and GPUs say whether the driver inventory and the GPU
 	// list came from the cache ("cache") or were discovered ("discovery").
 	Inventory, GPUs string
+	// Layout is "tree" when the driver's files went in as one mount of the
+	// driver tree (runtime.driver-layout), empty for a mount per file.
+	Layout string
 	// Notes are warnings and decisions worth a log line (ignored
 	// capabilities, forward compatibility in use).
 	Notes []string
@@ -92,6 +95,9 @@ func (r *Record) Log(cfg config.Config, err error) {
 		rec["changed"] = r.Changed
 		if r.Changed {
 			rec["source"], rec["devices"], rec["inventory"], rec["gpus"] = r.Source, r.Devices, r.Inventory, r.GPUs
+			if r.Layout != "" {
+				rec["layout"] = r.Layout
+			}
 		}
 		if len(r.CDI) > 0 {
 			rec["cdi"] = r.CDI

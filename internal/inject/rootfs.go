@@ -45,7 +45,7 @@ func (p *Plan) FinishRootfs(open func() (*rootfs.Root, error), note func(string)
 		return err
 	}
 	defer root.Close()
-	return ApplyEdits(root, p.Edits, p.Inventory, p.opts.ForwardCompat, func(s string) {
+	return applyEdits(root, p.Edits, p.Inventory, p.inTree, p.opts.ForwardCompat, func(s string) {
 		p.Record.Notes = append(p.Record.Notes, s)
 		if note != nil {
 			note(s)
@@ -62,6 +62,12 @@ func (p *Plan) FinishRootfs(open func() (*rootfs.Root, error), note func(string)
 // (containerhook.ForwardCompat). note receives decisions and warnings worth
 // a log line.
 func ApplyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, forwardCompat bool, note func(string)) error {
+	return applyEdits(root, e, inv, nil, forwardCompat, note)
+}
+
+// applyEdits is ApplyEdits; inTree are the container paths of the files the
+// driver tree's mount provides (Plan.useTree).
+func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree []string, forwardCompat bool, note func(string)) error {
 	if e == nil || inv == nil {
 		return nil
 	}
@@ -82,15 +88,22 @@ func ApplyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, forwar
 	}
 	var libs []containerhook.Library
 	cuda := false
+	// The injected libraries: mounted at their container path, or (driver
+	// tree layout, edits.UseTree) linked there into the tree's mount.
+	injected := make([]string, 0, len(e.Mounts)+len(inTree))
 	for _, m := range e.Mounts {
-		f, ok := byPath[m.ContainerPath]
+		injected = append(injected, m.ContainerPath)
+	}
+	injected = append(injected, inTree...)
+	for _, p := range injected {
+		f, ok := byPath[p]
 		if !ok || f.SONAME == "" {
 			continue
 		}
 		// The inventory marks every 32-bit library Compat32: the bits
 		// come from there, and nothing is read from the library here.
 		bits32 := f.Capability == driver.Compat32
-		libs = append(libs, containerhook.Library{SONAME: f.SONAME, Path: path.Join(path.Dir(m.ContainerPath), f.SONAME), Compat32: bits32})
+		libs = append(libs, containerhook.Library{SONAME: f.SONAME, Path: path.Join(path.Dir(p), f.SONAME), Compat32: bits32})
 		cuda = cuda || (f.SONAME == "libcuda.so.1" && !bits32)
 	}
 	if len(libs) == 0 {
