@@ -30,6 +30,9 @@ import (
 //	NODE_NAME            this node (downward API spec.nodeName); with
 //	                     GANTRY_LABELS=node, health changes are also posted as
 //	                     Kubernetes Events on the Node
+//	KUBECONFIG           with GANTRY_LABELS=node, the API server is reached
+//	                     through this kubeconfig, not the service account
+//	                     (kubeapi.FromEnvironment)
 type observability struct {
 	labelsMode, featureFile, metricsAddr, podResources, nodeName string
 }
@@ -103,7 +106,7 @@ func startObservability(ctx context.Context, o observability, cfg Config, sys *g
 
 	var client *kubeapi.Client
 	if o.labelsMode == "node" {
-		w, err := labels.NewInClusterNodeWriter(o.nodeName)
+		w, err := labels.NewNodeWriter(o.nodeName)
 		if err != nil {
 			return stop, err
 		}
