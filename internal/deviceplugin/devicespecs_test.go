@@ -3,7 +3,9 @@ package deviceplugin
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -12,7 +14,8 @@ import (
 // TestPassDeviceSpecsControlDevices: with passDeviceSpecs the answer lists
 // the driver's control devices that exist under the device root before the
 // GPUs' own nodes, as NVIDIA's plugin does; one that appears later (the
-// nvidia-uvm-tools node once the module loads) is in the next answer.
+// nvidia-uvm-tools node once the module loads) is in the answers within
+// controlRecheck. The request's order does not matter.
 func TestPassDeviceSpecsControlDevices(t *testing.T) {
 	root := t.TempDir()
 	mk := func(name string) {
@@ -37,23 +40,34 @@ func TestPassDeviceSpecsControlDevices(t *testing.T) {
 	spec := func(p string) *pluginapi.DeviceSpec {
 		return &pluginapi.DeviceSpec{ContainerPath: p, HostPath: filepath.Join(root, p), Permissions: "rw"}
 	}
-	check := func(want ...*pluginapi.DeviceSpec) {
+	// answer is the device specs of an Allocate, and whether they are want.
+	answer := func(want ...*pluginapi.DeviceSpec) ([]*pluginapi.DeviceSpec, bool) {
 		t.Helper()
-		resp, err := allocate(t, c, []string{u0, u5})
+		resp, err := allocate(t, c, []string{u5, u0})
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := resp.ContainerResponses[0].Devices
-		if len(got) != len(want) {
+		return got, slices.EqualFunc(got, want, func(a, b *pluginapi.DeviceSpec) bool { return proto.Equal(a, b) })
+	}
+	want := []*pluginapi.DeviceSpec{spec("/dev/nvidiactl"), spec("/dev/nvidia-uvm"), spec("/dev/nvidia-modeset"), spec("/dev/nvidia0"), spec("/dev/nvidia5")}
+	for range 3 {
+		if got, ok := answer(want...); !ok {
 			t.Fatalf("Devices = %v, want %v", got, want)
 		}
-		for i := range want {
-			if !proto.Equal(got[i], want[i]) {
-				t.Errorf("Devices[%d] = %v, want %v", i, got[i], want[i])
-			}
-		}
 	}
-	check(spec("/dev/nvidiactl"), spec("/dev/nvidia-uvm"), spec("/dev/nvidia-modeset"), spec("/dev/nvidia0"), spec("/dev/nvidia5"))
+	// Looked for again within controlRecheck, not on every call.
 	mk("nvidia-uvm-tools")
-	check(spec("/dev/nvidiactl"), spec("/dev/nvidia-uvm"), spec("/dev/nvidia-uvm-tools"), spec("/dev/nvidia-modeset"), spec("/dev/nvidia0"), spec("/dev/nvidia5"))
+	want = slices.Insert(want, 2, spec("/dev/nvidia-uvm-tools"))
+	deadline := time.Now().Add(controlRecheck + 2*time.Second)
+	for {
+		got, ok := answer(want...)
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v after nvidia-uvm-tools appeared: Devices = %v, want %v", controlRecheck+2*time.Second, got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
