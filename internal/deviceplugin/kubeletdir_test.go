@@ -95,8 +95,17 @@ func testMissingKubeletDir(t *testing.T, resync time.Duration) {
 
 	// The whole directory goes away and comes back.
 	k.stop()
-	if err := os.RemoveAll(filepath.Join(base, "kubelet")); err != nil {
-		t.Fatal(err)
+	// The plugin may make its socket again between RemoveAll's unlink and
+	// rmdir (it serves while the directory is there): remove again.
+	for i := 0; ; i++ {
+		err := os.RemoveAll(filepath.Join(base, "kubelet"))
+		if err == nil {
+			break
+		}
+		if i == 20 {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(quiet)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
