@@ -1,6 +1,8 @@
 package deviceplugin
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,5 +71,63 @@ func TestPassDeviceSpecsControlDevices(t *testing.T) {
 			t.Fatalf("%v after nvidia-uvm-tools appeared: Devices = %v, want %v", controlRecheck+2*time.Second, got, want)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAllocateConcurrent: answers share the device specs, mounts and CDI
+// names that the server makes once; concurrent calls over the socket (the
+// kubelet admits pods in parallel) all get whole, equal answers, and the
+// race detector sees no write to the shared messages.
+func TestAllocateConcurrent(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "dev", "nvidiactl"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Flags.Plugin.PassDeviceSpecs = true
+	cfg.Flags.NvidiaDevRoot = root
+	cfg.Flags.Plugin.DeviceListStrategy = StrategyList{ListVolumeMounts, ListCDIAnnotations, ListCDICRI}
+	h := startHarness(t, "h100x8", cfg)
+	h.kubelet.registration()
+	c := h.kubelet.client("nvidia-gpu.sock")
+	d := h.sys.Devices
+	reqs := [][]string{{d[1].UUID, d[0].UUID}, {d[7].UUID, d[3].UUID, d[5].UUID}, {d[2].UUID}}
+	want := make([]*pluginapi.ContainerAllocateResponse, len(reqs))
+	for i, ids := range reqs {
+		resp, err := allocate(t, c, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = resp.ContainerResponses[0]
+		if n := len(want[i].Devices); n != 1+len(ids) {
+			t.Fatalf("request %d: %d device specs, want %d: %v", i, n, 1+len(ids), want[i].Devices)
+		}
+	}
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			for n := range 40 {
+				i := (g + n) % len(reqs)
+				resp, err := c.Allocate(context.Background(), &pluginapi.AllocateRequest{
+					ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: reqs[i]}}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if got := resp.ContainerResponses[0]; !proto.Equal(got, want[i]) {
+					errs <- fmt.Errorf("request %d answered %v, want %v", i, got, want[i])
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
