@@ -35,6 +35,7 @@ import (
 //	                     (kubeapi.FromEnvironment)
 type observability struct {
 	labelsMode, featureFile, metricsAddr, podResources, nodeName string
+	getenv                                                       func(string) string // for the API server's settings
 }
 
 // DefaultPodResourcesSocket is the kubelet's pod-resources API socket.
@@ -51,6 +52,7 @@ func observabilityFromEnv(getenv func(string) string) (observability, error) {
 		metricsAddr:  getenv("GANTRY_METRICS_ADDR"),
 		podResources: getenv("GANTRY_POD_RESOURCES_SOCKET"),
 		nodeName:     getenv("NODE_NAME"),
+		getenv:       getenv,
 	}
 	switch o.labelsMode {
 	case "", "off":
@@ -106,7 +108,7 @@ func startObservability(ctx context.Context, o observability, cfg Config, sys *g
 
 	var client *kubeapi.Client
 	if o.labelsMode == "node" {
-		w, err := labels.NewNodeWriter(o.nodeName)
+		w, err := labels.NewNodeWriterEnv(o.nodeName, o.getenv)
 		if err != nil {
 			return stop, err
 		}

@@ -23,6 +23,11 @@ func FromEnvironment() (*Client, error) {
 	return fromEnvironment(os.Getenv, ServiceAccountDir)
 }
 
+// FromEnv is FromEnvironment with the environment read through getenv.
+func FromEnv(getenv func(string) string) (*Client, error) {
+	return fromEnvironment(getenv, ServiceAccountDir)
+}
+
 func fromEnvironment(getenv func(string) string, saDir string) (*Client, error) {
 	if kc := getenv("KUBECONFIG"); kc != "" {
 		return FromKubeconfig(filepath.SplitList(kc)...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -28,10 +29,16 @@ type NodeWriter struct {
 // nodes). nodeName is usually the NODE_NAME environment variable set from
 // spec.nodeName.
 func NewNodeWriter(nodeName string) (*NodeWriter, error) {
+	return NewNodeWriterEnv(nodeName, os.Getenv)
+}
+
+// NewNodeWriterEnv is NewNodeWriter with the environment read through
+// getenv.
+func NewNodeWriterEnv(nodeName string, getenv func(string) string) (*NodeWriter, error) {
 	if nodeName == "" {
 		return nil, fmt.Errorf("node labels: no node name; set NODE_NAME from the downward API (fieldRef spec.nodeName)")
 	}
-	c, err := kubeapi.FromEnvironment()
+	c, err := kubeapi.FromEnv(getenv)
 	if err != nil {
 		return nil, fmt.Errorf("node labels: %w (or write a node-feature-discovery feature file instead)", err)
 	}
