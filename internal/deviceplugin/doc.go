@@ -32,8 +32,9 @@
 // plugin learns of it, so the kubelet never holds two connections; when one
 // of our sockets is deleted, its server is recreated and registers again.
 // A kubelet directory that does not exist yet (or goes away) is waited for
-// on inotify, with one log line. Registration failures are retried with backoff; nothing here exits
-// for them. On termination the servers stop and the sockets we own are removed.
+// on inotify, with one log line. Registration failures are retried, quietly
+// for the first two seconds (a kubelet starting or stopping), then with a
+// warning and backoff; nothing here exits for them. On termination the servers stop and the sockets we own are removed.
 //
 // ListAndWatch sends the device list, then the list again on every health
 // change. Health comes from a health.Source (NVML events on real GPUs, the

@@ -401,6 +401,8 @@ Labels, metrics and events (environment; the DaemonSet in deployments/ sets them
   GANTRY_POD_RESOURCES_SOCKET   default /var/lib/kubelet/pod-resources/kubelet.sock
   NODE_NAME                     with GANTRY_LABELS=node, health changes are also posted as
                                 Events on the Node (kubectl describe node)
+  KUBECONFIG FILE[:FILE...]     reach the API server through this kubeconfig (token or client
+                                certificate) instead of the pod's service account
 
 Config file (keys as NVIDIA's version v1; gantry: holds Gantry's own):
 
