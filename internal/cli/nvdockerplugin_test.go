@@ -72,7 +72,9 @@ func TestNVIDIADockerPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var list struct{ Volumes []struct{ Name, Mountpoint string } }
+	var list struct {
+		Volumes []struct{ Name, Mountpoint string }
+	}
 	json.NewDecoder(resp.Body).Decode(&list)
 	resp.Body.Close()
 	mp := filepath.Join(volDir, "nvidia_driver", "580.159.04")
