@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gantry-gpu/gantry/internal/drivervol"
 )
 
 // TestNVIDIADockerPlugin runs nvidia-docker-plugin with the original's
@@ -21,6 +23,8 @@ func TestNVIDIADockerPlugin(t *testing.T) {
 	root := fakeRoot(t)
 	dir := t.TempDir()
 	sockDir, volDir := filepath.Join(dir, "plugins"), filepath.Join(dir, "volumes")
+	// The plugin makes the volume a read-only mount (as root): take it off.
+	t.Cleanup(func() { drivervol.Store{Dir: filepath.Join(volDir, "nvidia_driver")}.Remove("580.159.04") })
 	pr, pw := io.Pipe()
 	done := make(chan int, 1)
 	go func() {

@@ -123,12 +123,14 @@ flags (-l ADDR, -d VOLUMES-DIR, -s PLUGIN-DIR, -v).`,
 	})
 }
 
-// serveVolumePlugin builds this driver's volume (a failure is reported, and
-// Docker's Create of the volume tries again) and serves the plugin on its
-// socket; a serving error is sent on errc.
+// serveVolumePlugin builds this driver's volume and makes it a read-only
+// mount (a failure is reported, and Docker's Create of the volume tries
+// again) and serves the plugin on its socket; a serving error is sent on errc.
 func serveVolumePlugin(e *env, inv *driver.Inventory, pluginDir, volumesDir string, errc chan<- error) (*http.Server, error) {
 	store := drivervol.Store{Dir: filepath.Join(volumesDir, dockervol.DriverVolume)}
 	if t, err := store.Ensure(inv); err != nil {
+		fmt.Fprintf(e.stderr, "gantry serve: warning: volume %s: %v\n", dockervol.VolumeName(inv.Version), err)
+	} else if err := store.Protect(inv.Version); err != nil {
 		fmt.Fprintf(e.stderr, "gantry serve: warning: volume %s: %v\n", dockervol.VolumeName(inv.Version), err)
 	} else {
 		fmt.Fprintf(e.stderr, "gantry serve: volume %s at %s\n", dockervol.VolumeName(inv.Version), t.Path)

@@ -192,6 +192,9 @@ func (s *Server) create(q request) any {
 	if _, err := s.opts.Store.Ensure(s.opts.Driver); err != nil {
 		return errReply{fmt.Sprintf("creating %s: %v", q.Name, err)}
 	}
+	if err := s.opts.Store.Protect(v); err != nil {
+		return errReply{fmt.Sprintf("creating %s: %v", q.Name, err)}
+	}
 	return errReply{}
 }
 
@@ -226,10 +229,18 @@ func (s *Server) lookup(name string, build bool) (string, error) {
 	return t.Path, nil
 }
 
+// mount answers the tree's directory once it is a read-only mount
+// (drivervol's Protect): Docker's bind of it is then read-only whatever
+// the user's -v said, and no container can write through the tree's hard
+// links to the host's driver files.
 func (s *Server) mount(q request) any {
 	p, err := s.lookup(q.Name, true)
 	if err != nil {
 		return mountReply{Err: err.Error()}
+	}
+	v, _ := parse(q.Name)
+	if err := s.opts.Store.Protect(v); err != nil {
+		return mountReply{Err: fmt.Sprintf("%s: %v", q.Name, err)}
 	}
 	return mountReply{Mountpoint: p}
 }

@@ -33,6 +33,31 @@ func fakeDriver(t *testing.T, version string) *driver.Inventory {
 	return inv
 }
 
+// newStore is a store in a temporary directory whose trees (read-only
+// mounts once a volume was created or mounted) are removed when the test
+// ends, before the directory is.
+func newStore(t *testing.T) drivervol.Store {
+	t.Helper()
+	s := drivervol.Store{Dir: filepath.Join(t.TempDir(), "volumes", DriverVolume)}
+	t.Cleanup(func() {
+		vs, _ := s.Versions()
+		for _, v := range vs {
+			if err := s.Remove(v); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	return s
+}
+
+// needRoot skips tests that mount volumes (Create, Mount make the tree a
+// read-only mount).
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the plugin makes each volume a read-only mount")
+	}
+}
+
 // plugin serves a plugin on dir's socket; stop shuts it down.
 func plugin(t *testing.T, dir string, store drivervol.Store, inv *driver.Inventory) (stop func()) {
 	t.Helper()
@@ -116,10 +141,11 @@ func (c *client) do(call, vol string) answer {
 }
 
 func TestProtocol(t *testing.T) {
+	needRoot(t)
 	const version = "580.159.04"
 	inv := fakeDriver(t, version)
 	dir := filepath.Join(t.TempDir(), "plugins")
-	store := drivervol.Store{Dir: filepath.Join(t.TempDir(), "volumes", DriverVolume)}
+	store := newStore(t)
 	plugin(t, dir, store, inv)
 	c := newClient(t, dir)
 
@@ -160,6 +186,9 @@ func TestProtocol(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(m.Mountpoint, "bin", "nvidia-smi")); err != nil {
 		t.Errorf("mounted volume: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(m.Mountpoint, "lib64", "x"), nil, 0o644); err == nil {
+		t.Error("the mounted volume is writable")
 	}
 	if r := c.do("Path", vol); r.Mountpoint != want {
 		t.Errorf("Path: %+v", r)
@@ -206,9 +235,10 @@ func TestProtocol(t *testing.T) {
 // TestRestartAndVersionChange: the volume outlives the plugin; a plugin
 // started on a new driver makes a new volume and keeps the old one.
 func TestRestartAndVersionChange(t *testing.T) {
+	needRoot(t)
 	inv1, inv2 := fakeDriver(t, "550.54.15"), fakeDriver(t, "580.159.04")
 	dir := filepath.Join(t.TempDir(), "plugins")
-	store := drivervol.Store{Dir: filepath.Join(t.TempDir(), DriverVolume)}
+	store := newStore(t)
 
 	stop := plugin(t, dir, store, inv1)
 	c := newClient(t, dir)

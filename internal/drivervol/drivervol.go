@@ -185,13 +185,59 @@ func (s Store) Versions() ([]string, error) {
 	return out, nil
 }
 
+// Protect makes the tree of version a read-only mount of its own (a bind
+// mount of the directory onto itself, remounted ro, nosuid, nodev), unless
+// it is read-only already. A bind of a read-only mount is read-only too, so
+// whoever binds the tree into a container, even without asking for ro,
+// cannot write to it, and so cannot write to the host's driver files that
+// the tree's hard links are. It needs CAP_SYS_ADMIN in the mount namespace
+// that the tree's users (Docker) see; the mount lasts until Remove or a
+// reboot, and Protect after a reboot makes it again.
+func (s Store) Protect(version string) error {
+	if err := checkVersion(version); err != nil {
+		return err
+	}
+	p := s.Path(version)
+	const want = unix.ST_RDONLY | unix.ST_NOSUID | unix.ST_NODEV
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("%s: %w", p, ErrNotFound)
+		}
+		return fmt.Errorf("protecting %s: %w", p, err)
+	}
+	if st.Flags&want == want {
+		return nil
+	}
+	if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("making %s read-only: bind mount: %w (run as root)", p, err)
+	}
+	if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		unix.Unmount(p, unix.MNT_DETACH)
+		return fmt.Errorf("making %s read-only: remount: %w", p, err)
+	}
+	return nil
+}
+
+// unprotect takes Protect's mounts off the tree at p (none: nothing to do).
+func unprotect(p string) {
+	for i := 0; i < 16; i++ {
+		if unix.Unmount(p, unix.MNT_DETACH) != nil {
+			return
+		}
+	}
+}
+
 // Remove deletes the tree of version. The tree is first renamed away, so
-// that it disappears whole: no half-removed tree is ever listed.
+// that it disappears whole: no half-removed tree is ever listed. Its
+// read-only mount (Protect) is detached first; containers that have it
+// keep their view.
 func (s Store) Remove(version string) error {
 	if err := checkVersion(version); err != nil {
 		return err
 	}
 	p := s.Path(version)
+	unprotect(p)
 	gone, err := os.MkdirTemp(s.dir(), ".remove-")
 	if err != nil {
 		return fmt.Errorf("removing %s: %w", p, err)

@@ -351,3 +351,50 @@ func TestCopyAcrossFilesystems(t *testing.T) {
 type unixStat = unix.Stat_t
 
 func statDev(p string, st *unix.Stat_t) error { return unix.Stat(p, st) }
+
+// TestProtect: a protected tree cannot be written, not even through a bind
+// mount made without ro, and so not through its hard links to the driver;
+// Remove takes the mount off and deletes the tree.
+func TestProtect(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	_, inv := fakeRoot(t, fakedriver.Options{Version: "580.159.04"})
+	s := Store{Dir: t.TempDir()}
+	tree, err := s.Ensure(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(tree.Path, "lib64", "libcuda.so.580.159.04")
+	if err := s.Protect("580.159.04"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Protect("580.159.04"); err != nil {
+		t.Fatalf("second Protect: %v", err)
+	}
+	if f, err := os.OpenFile(lib, os.O_WRONLY, 0); err == nil {
+		f.Close()
+		t.Fatal("a protected tree's library opens for writing")
+	} else if !errors.Is(err, unix.EROFS) {
+		t.Errorf("writing: %v, want EROFS", err)
+	}
+	// A rw bind of the tree, as Docker makes for a volume mounted without :ro.
+	ctr := t.TempDir()
+	if err := unix.Mount(tree.Path, ctr, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, werr := os.OpenFile(filepath.Join(ctr, "lib64", "libcuda.so.1"), os.O_WRONLY, 0)
+	unix.Unmount(ctr, unix.MNT_DETACH)
+	if werr == nil {
+		t.Fatal("a rw bind of the protected tree is writable")
+	}
+	if err := s.Remove("580.159.04"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tree.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("tree after Remove: %v", err)
+	}
+	if err := s.Protect("580.159.04"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Protect of a removed tree: %v", err)
+	}
+}

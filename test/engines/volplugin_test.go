@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-gpu/gantry/internal/drivervol"
 )
 
 // pluginSocket is where Docker looks for the plugin nvidia-docker: plugin
@@ -113,6 +115,9 @@ func TestDockerVolumePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	volumes := t.TempDir()
+	// The plugin makes the volume a read-only mount: take it off, whatever
+	// happens, before the directory is removed.
+	t.Cleanup(func() { drivervol.Store{Dir: filepath.Join(volumes, "nvidia_driver")}.Remove(f.driver.Version) })
 	stop := startPlugin(t, f, volumes)
 
 	vol := "nvidia_driver_" + f.driver.Version
@@ -138,6 +143,18 @@ func TestDockerVolumePlugin(t *testing.T) {
 		dockerImage, "sh", "-c", "ls /usr/local/nvidia/lib64; touch /usr/local/nvidia/lib64/x 2>&1 || echo read-only")
 	if err != nil || !strings.Contains(out, "libcuda.so.1") || !strings.Contains(out, "read-only") {
 		t.Errorf("ls /usr/local/nvidia/lib64 in the volume: %v\n%s", err, out)
+	}
+
+	// Without :ro the volume is read-only all the same: the plugin's
+	// mountpoint is a read-only mount, and the tree's files are hard links
+	// of the driver's.
+	out, err = e.docker("run", "--rm", "--network", "none", "--volume-driver=nvidia-docker", "--volume="+vol+":/usr/local/nvidia",
+		dockerImage, "sh", "-c", "echo x >> /usr/local/nvidia/lib64/libcuda.so.1 2>&1 || echo read-only")
+	if err != nil || !strings.Contains(out, "read-only") {
+		t.Errorf("a volume mounted without :ro: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.driver.Root, f.driver.LibDir, "libcuda.so.1")); strings.HasSuffix(string(b), "x\n") {
+		t.Error("a container wrote to the host's libcuda through the volume")
 	}
 
 	// The wrapper, with the plugin running: no runtime, the plugin's arguments.
