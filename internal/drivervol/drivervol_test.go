@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +16,19 @@ import (
 	"github.com/gantry-gpu/gantry/internal/ldcache"
 	"golang.org/x/sys/unix"
 )
+
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
 
 func fakeRoot(t *testing.T, opts fakedriver.Options) (string, *driver.Inventory) {
 	t.Helper()
@@ -114,12 +128,21 @@ func TestTreeLayout(t *testing.T) {
 			// The runtime's view: libraries with their SONAMEs.
 			found := false
 			for _, l := range tree.Libraries {
-				if l.Path == "lib64/libcuda.so."+version && l.SONAME == "libcuda.so.1" && l.Bits == 64 {
+				if l.Path == "lib64/libcuda.so."+version && l.SONAME == "libcuda.so.1" && l.Bits == 64 &&
+					l.ContainerPath("/usr/local/nvidia") == "/usr/local/nvidia/lib64/libcuda.so.1" {
 					found = true
 				}
 			}
 			if !found {
 				t.Errorf("Tree.Libraries lacks libcuda: %+v", tree.Libraries)
+			}
+			// The manifest says what a scan of the tree says.
+			scanned, err := scan(version, tree.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(scanned, tree) {
+				t.Errorf("manifest %+v\nscan     %+v", tree, scanned)
 			}
 			loads(t, tree.Path)
 		})
@@ -227,8 +250,7 @@ func TestVersionChangeMakesNewTree(t *testing.T) {
 	if vs, _ := s.Versions(); !slices.Equal(vs, []string{"580.159.04"}) {
 		t.Errorf("after Remove: %q", vs)
 	}
-	ents, _ := os.ReadDir(s.Dir)
-	if len(ents) != 1 {
+	if ents := names(t, s.Dir); !slices.Equal(ents, []string{".580.159.04.json", "580.159.04"}) {
 		t.Errorf("left behind in the store: %v", ents)
 	}
 	if err := s.Remove("../x"); err == nil {
@@ -321,8 +343,7 @@ func TestConcurrentEnsure(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	ents, _ := os.ReadDir(s.Dir)
-	if len(ents) != 1 || ents[0].Name() != "580.159.04" {
+	if ents := names(t, s.Dir); !slices.Equal(ents, []string{".580.159.04.json", "580.159.04"}) {
 		t.Errorf("store holds %v", ents)
 	}
 }
@@ -396,5 +417,32 @@ func TestProtect(t *testing.T) {
 	}
 	if err := s.Protect("580.159.04"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Protect of a removed tree: %v", err)
+	}
+}
+
+// BenchmarkEnsureExisting is the cost of asking for a tree that exists (what
+// a runtime would pay per container before binding it): Load reads the
+// directories and each library's ELF header.
+func BenchmarkEnsureExisting(b *testing.B) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		b.Skip("gcc not installed")
+	}
+	root := filepath.Join(b.TempDir(), "driver")
+	if _, err := fakedriver.Build(root, fakedriver.Options{Version: "580.159.04"}); err != nil {
+		b.Fatal(err)
+	}
+	inv, err := driver.Discover(driver.Options{Root: root})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := Store{Dir: b.TempDir()}
+	if _, err := s.Ensure(inv); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Ensure(inv); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
