@@ -26,7 +26,7 @@ const DefaultServeAddr = "127.0.0.1:3476"
 func init() {
 	register(&command{
 		name:    "serve",
-		summary: "Serve nvidia-docker 1.0's REST API (/docker/cli, /gpu/info, /gpu/status) on port 3476",
+		summary: "Serve nvidia-docker 1.0's REST API (/docker/cli, /gpu/info, /gpu/status) on port 3476, and its volume plugin",
 		help: `Answers the REST API of nvidia-docker-plugin for the tools of that generation:
 /docker/cli and /docker/cli/json (the docker run arguments that give a
 container the GPUs without any runtime: the device nodes and read-only binds
@@ -46,7 +46,9 @@ With --volume-plugin it is nvidia-docker-plugin whole: it also serves
 Docker's volume plugin nvidia-docker on the unix socket
 <plugin-dir>/nvidia-docker.sock, whose volume nvidia_driver_<driver version>
 holds the driver's programs and libraries (bin/, lib/, lib64/, gathered once
-per driver version under <volumes-dir>/nvidia_driver/<version>), and
+per driver version under <volumes-dir>/nvidia_driver/<version>, hard links
+of the driver's files where they share a filesystem, and a read-only mount
+of its own, so that no container can write to them even without :ro), and
 /docker/cli answers as the original did:
 --volume-driver=nvidia-docker --volume=nvidia_driver_<version>:/usr/local/nvidia:ro
 and the --device flags. Run as root (the socket directory is Docker's):
