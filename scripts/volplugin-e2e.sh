@@ -17,7 +17,8 @@
 #      files and links into its own directories
 #   c  in the container: exactly GPU 0's node, nvidia-smi -L shows GPU 0 alone,
 #      cuda-check loads libcuda.so.<driver version> from /usr/local/nvidia/lib64 (on a
-#      GPU: runs a kernel), and /usr/local/nvidia is read-only
+#      GPU: runs a kernel), and /usr/local/nvidia is read-only although the container's
+#      bind of the volume is not (the plugin made the volume a read-only mount)
 #
 # Environment: DRIVER_ROOT (default /), GANTRY, RUNC, CUDA_CHECK (default bin/...),
 # PORT (the REST API's, default 3477, loopback).
@@ -40,6 +41,10 @@ server=
 finish() {
   cleanup_containers
   [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
+  # The plugin made each volume a read-only mount of its own.
+  for d in "$WORK"/volumes/nvidia_driver/*/; do
+    [ -d "$d" ] && while umount -l "$d" 2>/dev/null; do :; done
+  done
   if [ $keep = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap finish EXIT
@@ -92,7 +97,9 @@ else
 fi
 
 # c: a container made as Docker would from those arguments.
-mounts="			{\"destination\": \"/usr/local/nvidia\", \"type\": \"bind\", \"source\": $(json_str "$tree"), \"options\": [\"rbind\", \"ro\", \"nosuid\", \"nodev\"]}"
+# The volume bound as Docker binds a volume given without :ro (rbind alone): the
+# plugin's read-only mount must hold.
+mounts="			{\"destination\": \"/usr/local/nvidia\", \"type\": \"bind\", \"source\": $(json_str "$tree"), \"options\": [\"rbind\"]}"
 for w in "${words[@]:2}"; do
   spec=${w#--device=}
   src=${spec%%:*} dst=${spec#*:}
