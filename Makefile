@@ -96,7 +96,7 @@ gpu-e2e: build
 
 # Installs four binaries and the names engines and scripts look for:
 # gantry (the CLI; also nvidia-ctk for NVIDIA's provisioning command lines and the
-# nvidia-docker wrapper), gantry-runtime (the runc shim, also nvidia-container-runtime,
+# nvidia-docker wrapper and nvidia-docker-plugin), gantry-runtime (the runc shim, also nvidia-container-runtime,
 # the prestart hook gantry-hook / nvidia-container-runtime-hook for Docker's --gpus, and
 # nvidia-container-cli for LXC's hook: the per-container paths, kept lean), gantry-cdi-hook (the static hook binary the CDI
 # specs of gantry cdi generate run; also nvidia-cdi-hook, for the specs nvidia-ctk
@@ -113,7 +113,7 @@ install: build build-device-plugin
 	@nv=$$([ "$(NVIDIA_NAMES)" = 1 ] && echo yes); \
 	for n in gantry-hook $${nv:+nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-toolkit nvidia-container-cli}; do \
 	  ln -sfn gantry-runtime $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-runtime"; done; \
-	for n in $${nv:+nvidia-ctk nvidia-docker}; do \
+	for n in $${nv:+nvidia-ctk nvidia-docker nvidia-docker-plugin}; do \
 	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done; \
 	for n in $${nv:+nvidia-cdi-hook}; do \
 	  ln -sfn gantry-cdi-hook $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-cdi-hook"; done

@@ -54,7 +54,7 @@ const repoRoot = ".."
 // dispatch on argv0).
 var installedNames = map[string][]string{
 	"gantry-runtime":  {"gantry-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvidia-container-cli"},
-	"gantry":          {"nvidia-ctk", "nvidia-docker"},
+	"gantry":          {"nvidia-ctk", "nvidia-docker", "nvidia-docker-plugin"},
 	"gantry-cdi-hook": {"nvidia-cdi-hook"},
 }
 

@@ -139,6 +139,12 @@ var notRun = []notRunEntry{
 	{line: `docker run --rm \$\(curl -s localhost:3476/docker/cli\?dev=0\) ubuntu nvidia-smi -L`,
 		tests: []string{"internal/cli.TestServe"},
 		why:   "needs a Docker daemon and a GPU; the test checks the docker run arguments gantry serve answers on /docker/cli"},
+	{line: `docker volume ls`,
+		tests: []string{"test/engines.TestDockerVolumePlugin"},
+		why:   "needs a Docker daemon; the test runs docker volume ls on a private dockerd that found the plugin's socket and sees nvidia_driver_<version>"},
+	{line: `docker run --rm \$\(curl -s localhost:3476/docker/cli\?dev=0\) busybox ls /usr/local/nvidia/lib64`,
+		tests: []string{"test/engines.TestDockerVolumePlugin", "internal/cli.TestNVIDIADockerPlugin"},
+		why:   "needs a Docker daemon; the first test runs docker run with /docker/cli's arguments (the nvidia_driver volume and the devices) on a private dockerd and loads libcuda from /usr/local/nvidia/lib64, the second checks those arguments"},
 
 	// Driver containers.
 	{line: `sudo gantry --driver-root /run/nvidia/driver --dev-root / cdi generate --output /var/run/cdi/nvidia.yaml`,

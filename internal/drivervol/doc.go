@@ -30,6 +30,11 @@
 // ELF header matches (libraries: a shared object of the expected word size)
 // are taken.
 //
+// Protect makes a tree a read-only, nosuid, nodev mount of its own (as
+// root): a bind of it stays read-only even when made without ro, so no
+// container given the tree can write through its hard links to the host's
+// driver files. Remove takes that mount off first.
+//
 // Two consumers share a tree: the Docker volume plugin (package dockervol)
 // hands its path to Docker as the volume's mountpoint, and a runtime can bind
 // the same directory read-only at /usr/local/nvidia as one mount, instead of

@@ -2,6 +2,7 @@ package drivervol
 
 import (
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gantry-gpu/gantry/internal/atomicfile"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
@@ -58,11 +60,18 @@ func (s Store) dir() string {
 // Path is where the tree of version is (whether or not it exists).
 func (s Store) Path(version string) string { return filepath.Join(s.dir(), version) }
 
+// manifest is the file beside a tree that lists it (Tree as JSON), so that
+// Load reads one small file instead of every library's ELF header; the
+// tree itself holds nothing but the driver's files.
+func (s Store) manifest(version string) string {
+	return filepath.Join(s.dir(), "."+version+".json")
+}
+
 // Tree is one driver version's directory.
 type Tree struct {
 	Version string
 	// Path is the tree's directory on the host.
-	Path string
+	Path string `json:"-"`
 	// Binaries are the programs' names in bin/.
 	Binaries []string
 	// Libraries are the library files in lib64/ and lib/, with their SONAMEs.
@@ -78,6 +87,18 @@ type Library struct {
 	SONAME string
 	// Bits is 64 (lib64/) or 32 (lib/).
 	Bits int
+}
+
+// ContainerPath is where the loader finds the library in a container that
+// has the tree at mountpoint: its SONAME link there
+// ("/usr/local/nvidia/lib64/libcuda.so.1"), or the file itself when it has
+// no SONAME. It is what a container's ld.so.cache maps the SONAME to.
+func (l Library) ContainerPath(mountpoint string) string {
+	name := l.SONAME
+	if name == "" {
+		name = path.Base(l.Path)
+	}
+	return path.Join(mountpoint, path.Dir(l.Path), name)
 }
 
 func checkVersion(v string) error {
@@ -120,6 +141,18 @@ func (s Store) Load(version string) (*Tree, error) {
 	if !st.IsDir() {
 		return nil, fmt.Errorf("%s is not a directory (remove it, and the tree will be built again)", p)
 	}
+	if b, err := os.ReadFile(s.manifest(version)); err == nil {
+		var t Tree
+		if json.Unmarshal(b, &t) == nil && t.Version == version {
+			t.Path = p
+			return &t, nil
+		}
+	}
+	return scan(version, p)
+}
+
+// scan reads a tree without its manifest.
+func scan(version, p string) (*Tree, error) {
 	t := &Tree{Version: version, Path: p}
 	bins, err := os.ReadDir(filepath.Join(p, BinDir))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -185,13 +218,59 @@ func (s Store) Versions() ([]string, error) {
 	return out, nil
 }
 
+// Protect makes the tree of version a read-only mount of its own (a bind
+// mount of the directory onto itself, remounted ro, nosuid, nodev), unless
+// it is read-only already. A bind of a read-only mount is read-only too, so
+// whoever binds the tree into a container, even without asking for ro,
+// cannot write to it, and so cannot write to the host's driver files that
+// the tree's hard links are. It needs CAP_SYS_ADMIN in the mount namespace
+// that the tree's users (Docker) see; the mount lasts until Remove or a
+// reboot, and Protect after a reboot makes it again.
+func (s Store) Protect(version string) error {
+	if err := checkVersion(version); err != nil {
+		return err
+	}
+	p := s.Path(version)
+	const want = unix.ST_RDONLY | unix.ST_NOSUID | unix.ST_NODEV
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("%s: %w", p, ErrNotFound)
+		}
+		return fmt.Errorf("protecting %s: %w", p, err)
+	}
+	if st.Flags&want == want {
+		return nil
+	}
+	if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("making %s read-only: bind mount: %w (run as root)", p, err)
+	}
+	if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		unix.Unmount(p, unix.MNT_DETACH)
+		return fmt.Errorf("making %s read-only: remount: %w", p, err)
+	}
+	return nil
+}
+
+// unprotect takes Protect's mounts off the tree at p (none: nothing to do).
+func unprotect(p string) {
+	for i := 0; i < 16; i++ {
+		if unix.Unmount(p, unix.MNT_DETACH) != nil {
+			return
+		}
+	}
+}
+
 // Remove deletes the tree of version. The tree is first renamed away, so
-// that it disappears whole: no half-removed tree is ever listed.
+// that it disappears whole: no half-removed tree is ever listed. Its
+// read-only mount (Protect) is detached first; containers that have it
+// keep their view.
 func (s Store) Remove(version string) error {
 	if err := checkVersion(version); err != nil {
 		return err
 	}
 	p := s.Path(version)
+	unprotect(p)
 	gone, err := os.MkdirTemp(s.dir(), ".remove-")
 	if err != nil {
 		return fmt.Errorf("removing %s: %w", p, err)
@@ -203,6 +282,7 @@ func (s Store) Remove(version string) error {
 		}
 		return fmt.Errorf("removing %s: %w", p, err)
 	}
+	os.Remove(s.manifest(version))
 	return os.RemoveAll(gone)
 }
 
@@ -251,6 +331,17 @@ func (s Store) build(inv *driver.Inventory) (t *Tree, err error) {
 		}
 	}
 	final := s.Path(inv.Version)
+	// The manifest first: a tree in place always has the manifest of what
+	// it holds (a manifest without its tree is ignored and rewritten).
+	t, err = scan(inv.Version, tmp)
+	if err != nil {
+		return nil, err
+	}
+	if b, err := json.Marshal(t); err != nil {
+		return nil, err
+	} else if err := atomicfile.Write(s.manifest(inv.Version), b, atomicfile.Options{Sync: true}); err != nil {
+		return nil, fmt.Errorf("writing the driver tree's manifest: %w", err)
+	}
 	if err := os.Rename(tmp, final); err != nil {
 		// Another builder finished first (rename onto a non-empty
 		// directory fails): keep its tree.

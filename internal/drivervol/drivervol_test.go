@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +16,19 @@ import (
 	"github.com/gantry-gpu/gantry/internal/ldcache"
 	"golang.org/x/sys/unix"
 )
+
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
 
 func fakeRoot(t *testing.T, opts fakedriver.Options) (string, *driver.Inventory) {
 	t.Helper()
@@ -114,12 +128,21 @@ func TestTreeLayout(t *testing.T) {
 			// The runtime's view: libraries with their SONAMEs.
 			found := false
 			for _, l := range tree.Libraries {
-				if l.Path == "lib64/libcuda.so."+version && l.SONAME == "libcuda.so.1" && l.Bits == 64 {
+				if l.Path == "lib64/libcuda.so."+version && l.SONAME == "libcuda.so.1" && l.Bits == 64 &&
+					l.ContainerPath("/usr/local/nvidia") == "/usr/local/nvidia/lib64/libcuda.so.1" {
 					found = true
 				}
 			}
 			if !found {
 				t.Errorf("Tree.Libraries lacks libcuda: %+v", tree.Libraries)
+			}
+			// The manifest says what a scan of the tree says.
+			scanned, err := scan(version, tree.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(scanned, tree) {
+				t.Errorf("manifest %+v\nscan     %+v", tree, scanned)
 			}
 			loads(t, tree.Path)
 		})
@@ -227,8 +250,7 @@ func TestVersionChangeMakesNewTree(t *testing.T) {
 	if vs, _ := s.Versions(); !slices.Equal(vs, []string{"580.159.04"}) {
 		t.Errorf("after Remove: %q", vs)
 	}
-	ents, _ := os.ReadDir(s.Dir)
-	if len(ents) != 1 {
+	if ents := names(t, s.Dir); !slices.Equal(ents, []string{".580.159.04.json", "580.159.04"}) {
 		t.Errorf("left behind in the store: %v", ents)
 	}
 	if err := s.Remove("../x"); err == nil {
@@ -321,8 +343,7 @@ func TestConcurrentEnsure(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	ents, _ := os.ReadDir(s.Dir)
-	if len(ents) != 1 || ents[0].Name() != "580.159.04" {
+	if ents := names(t, s.Dir); !slices.Equal(ents, []string{".580.159.04.json", "580.159.04"}) {
 		t.Errorf("store holds %v", ents)
 	}
 }
@@ -351,3 +372,77 @@ func TestCopyAcrossFilesystems(t *testing.T) {
 type unixStat = unix.Stat_t
 
 func statDev(p string, st *unix.Stat_t) error { return unix.Stat(p, st) }
+
+// TestProtect: a protected tree cannot be written, not even through a bind
+// mount made without ro, and so not through its hard links to the driver;
+// Remove takes the mount off and deletes the tree.
+func TestProtect(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	_, inv := fakeRoot(t, fakedriver.Options{Version: "580.159.04"})
+	s := Store{Dir: t.TempDir()}
+	tree, err := s.Ensure(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(tree.Path, "lib64", "libcuda.so.580.159.04")
+	if err := s.Protect("580.159.04"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Protect("580.159.04"); err != nil {
+		t.Fatalf("second Protect: %v", err)
+	}
+	if f, err := os.OpenFile(lib, os.O_WRONLY, 0); err == nil {
+		f.Close()
+		t.Fatal("a protected tree's library opens for writing")
+	} else if !errors.Is(err, unix.EROFS) {
+		t.Errorf("writing: %v, want EROFS", err)
+	}
+	// A rw bind of the tree, as Docker makes for a volume mounted without :ro.
+	ctr := t.TempDir()
+	if err := unix.Mount(tree.Path, ctr, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, werr := os.OpenFile(filepath.Join(ctr, "lib64", "libcuda.so.1"), os.O_WRONLY, 0)
+	unix.Unmount(ctr, unix.MNT_DETACH)
+	if werr == nil {
+		t.Fatal("a rw bind of the protected tree is writable")
+	}
+	if err := s.Remove("580.159.04"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tree.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("tree after Remove: %v", err)
+	}
+	if err := s.Protect("580.159.04"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Protect of a removed tree: %v", err)
+	}
+}
+
+// BenchmarkEnsureExisting is the cost of asking for a tree that exists (what
+// a runtime would pay per container before binding it): Load reads the
+// directories and each library's ELF header.
+func BenchmarkEnsureExisting(b *testing.B) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		b.Skip("gcc not installed")
+	}
+	root := filepath.Join(b.TempDir(), "driver")
+	if _, err := fakedriver.Build(root, fakedriver.Options{Version: "580.159.04"}); err != nil {
+		b.Fatal(err)
+	}
+	inv, err := driver.Discover(driver.Options{Root: root})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := Store{Dir: b.TempDir()}
+	if _, err := s.Ensure(inv); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Ensure(inv); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
