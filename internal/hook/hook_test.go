@@ -566,3 +566,40 @@ func TestHookCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// Docker's --gpus path with runtime.driver-layout = "tree": the hook binds
+// the driver tree into the created container's mount namespace as one
+// mount, links each file's usual path into it, and the container finds
+// libcuda through its ld.so.cache and nvidia-smi on PATH, under real runc.
+func TestHookDriverTreeLayout(t *testing.T) {
+	needSetup(t)
+	base, err := os.ReadFile(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	treeCfg := filepath.Join(t.TempDir(), "tree.toml")
+	trees := filepath.Join(filepath.Dir(treeCfg), "trees")
+	cfg := strings.Replace(string(base), "[runtime]\n", fmt.Sprintf("[runtime]\ndriver-layout = \"tree\"\ndriver-tree-dir = %q\n", trees), 1)
+	if err := os.WriteFile(treeCfg, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := gpuScript + `echo "tree: $(grep -c ' /usr/local/nvidia ' /proc/self/mountinfo)"` + "\n" +
+		`echo "link: $(readlink /usr/bin/nvidia-smi)"` + "\n"
+	dir, _ := bundleWith(t, script, func(s *specs.Spec) {
+		s.Hooks.Prestart[0].Env = []string{"GANTRY_CONFIG=" + treeCfg} //nolint:staticcheck // what Docker adds
+	}, "NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")
+	out, err := runContainer(t, dir, "hook-tree", cgroupModes()[0])
+	if err != nil {
+		t.Fatalf("runc run: %v\n%s", err, out)
+	}
+	got := lines(out)
+	if !strings.Contains(got["nvidia1"], "character special file") || !strings.Contains(got["nvidia0"], "absent") {
+		t.Errorf("nvidia1 %q, nvidia0 %q: want GPU 1 only\n%s", got["nvidia1"], got["nvidia0"], out)
+	}
+	if got["probe"] != fmt.Sprint(fakedriver.CUDAVersionFor(fakedriver.DefaultVersion)) || !strings.Contains(got["smi"], "GPU 1") {
+		t.Errorf("probe %q, smi %q: want libcuda loaded and nvidia-smi listing GPU 1\n%s", got["probe"], got["smi"], out)
+	}
+	if got["tree"] != "1" || got["link"] != "/usr/local/nvidia/bin/nvidia-smi" {
+		t.Errorf("tree mounts %q, nvidia-smi link %q: want one mount at /usr/local/nvidia and the link into it\n%s", got["tree"], got["link"], out)
+	}
+}

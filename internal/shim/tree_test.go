@@ -76,3 +76,45 @@ func TestDriverTreeLayout(t *testing.T) {
 		t.Errorf("default driver-tree-dir %s: want nvidia-docker-plugin's volume directory", d)
 	}
 }
+
+// An image whose /usr/local/nvidia is a symlink pointing out of its root
+// filesystem: the tree's mount (and the links into it) stay inside the
+// container's root; nothing appears at the host path the link names.
+func TestDriverTreeHostileMountPoint(t *testing.T) {
+	escape := filepath.Join(t.TempDir(), "escape")
+	if err := os.MkdirAll(escape, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	trees := filepath.Join(t.TempDir(), "trees")
+	c := newContainer(t, opts{
+		env:    []string{"NVIDIA_VISIBLE_DEVICES=0"},
+		args:   []string{"sh", "-c", "probe"},
+		config: fmt.Sprintf("driver-layout = \"tree\"\ndriver-tree-dir = %q\n", trees),
+		mutate: func(rootfs string) {
+			if err := os.MkdirAll(filepath.Join(rootfs, "usr/local"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("/../../../../../../../.."+escape, filepath.Join(rootfs, "usr/local/nvidia")); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	out, stderr, err := c.run()
+	if err != nil {
+		t.Logf("refused (acceptable): %v\n%s\n%s", err, out, stderr)
+	}
+	ents, err := os.ReadDir(escape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 0 {
+		t.Fatalf("the host directory the image's link names got %d entries: the tree was mounted or linked outside the container", len(ents))
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mi), escape) {
+		t.Fatalf("a mount at %s on the host", escape)
+	}
+}
