@@ -112,6 +112,27 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 		t.Errorf("containerd config.toml:\n%s", b)
 	}
 
+	// NVIDIA's default for containerd: the runtime in a drop-in that
+	// config.toml imports; config.toml keeps its own runtimes.
+	ctd2 := filepath.Join(dir, "ctd2", "config.toml")
+	ctdDropIn := filepath.Join(dir, "ctd2", "conf.d", "99-nvidia.toml")
+	writeFileT(t, ctd2, "version = 3\n")
+	for i := 0; i < 2; i++ {
+		out, errOut, code := runCTK(t, "runtime", "configure", "--runtime=containerd", "--config="+ctd2, "--drop-in-config="+ctdDropIn, "--cdi.enabled")
+		if code != 0 {
+			t.Fatalf("containerd drop-in: exit %d: %s", code, errOut)
+		}
+		if i == 1 && !strings.Contains(out, "nothing to change") {
+			t.Errorf("second run changed something: %s %s", out, errOut)
+		}
+	}
+	if b, _ := os.ReadFile(ctd2); string(b) != "version = 3\nimports = [\""+filepath.Join(dir, "ctd2", "conf.d")+"/*.toml\"]\n" {
+		t.Errorf("containerd config.toml with a drop-in:\n%s", b)
+	}
+	if b, _ := os.ReadFile(ctdDropIn); !strings.Contains(string(b), `[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]`) || !strings.Contains(string(b), "enable_cdi = true") || strings.Contains(string(b), "runtimes.gantry") {
+		t.Errorf("containerd drop-in:\n%s", b)
+	}
+
 	dropIn := filepath.Join(dir, "crio.conf.d", "99-nvidia.toml")
 	if _, errOut, code = runCTK(t, "runtime", "configure", "--runtime=crio", "--drop-in-config="+dropIn, "--config-source=command,file"); code != 0 {
 		t.Fatalf("crio: exit %d: %s", code, errOut)
@@ -131,7 +152,7 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 		{[]string{"--config-mode=oci-hook"}, "--config-mode=config"},
 		{[]string{"--config-source=command"}, "--config-source=file"},
 		{[]string{"--executable-path=/usr/bin/dockerd"}, "--executable-path is not supported"},
-		{[]string{"--drop-in-config=/etc/docker/x.json"}, "crio only"},
+		{[]string{"--drop-in-config=/etc/docker/x.json"}, "docker has no drop-in files"},
 		{[]string{"--no-such-flag"}, "unknown flag --no-such-flag"},
 		{[]string{"stray"}, `unexpected argument "stray"`},
 		{[]string{"--runtime=podman"}, "podman"},
