@@ -165,21 +165,41 @@ func checkContainerd(opts Options) Check {
 	if err := toml.Unmarshal(b, &doc); err != nil {
 		return fail(CheckContainerd, "correct the TOML (containerd will not start with it)", "%s: %v", file, err)
 	}
-	var all []registered
-	plugins, _ := doc["plugins"].(map[string]any)
-	for _, t := range containerdRuntimeTables {
-		runtimes := table(plugins, t, "containerd", "runtimes")
-		for name, v := range runtimes {
-			rt, _ := v.(map[string]any)
-			bin, _ := table(rt, "options")["BinaryName"].(string)
-			if bin == "" {
-				bin = "runc"
+	// The runtimes of the file and of the files it imports (NVIDIA's
+	// toolkit and nvidia-ctk runtime configure put the runtime in a drop-in,
+	// /etc/containerd/conf.d/99-nvidia.toml); an imported file's entry of
+	// the same name wins, as in containerd's merge.
+	byName := map[string]string{}
+	docs := []map[string]any{doc}
+	label := file
+	imported, err := containerdImports(file, doc)
+	if err != nil {
+		return fail(CheckContainerd, "correct the imported file (containerd will not start with it)", "%v", err)
+	}
+	for _, im := range imported {
+		docs = append(docs, im.doc)
+		label += ", " + im.path
+	}
+	for _, d := range docs {
+		plugins, _ := d["plugins"].(map[string]any)
+		for _, t := range containerdRuntimeTables {
+			runtimes := table(plugins, t, "containerd", "runtimes")
+			for name, v := range runtimes {
+				rt, _ := v.(map[string]any)
+				bin, _ := table(rt, "options")["BinaryName"].(string)
+				if bin == "" {
+					bin = "runc"
+				}
+				byName[name] = bin
 			}
-			all = append(all, registered{name, bin})
 		}
 	}
+	var all []registered
+	for name, bin := range byName {
+		all = append(all, registered{name, bin})
+	}
 	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
-	c := judgeRuntimes(CheckContainerd, file, fix, all)
+	c := judgeRuntimes(CheckContainerd, label, fix, all)
 	if c.Status != Fail || !noGPURuntime(all) {
 		return c
 	}
@@ -194,6 +214,52 @@ func checkContainerd(opts Options) Check {
 		return info(CheckContainerd, "%s registers no GPU runtime, and this is no Kubernetes node (no %s): containerd is not used through CRI for GPU containers here (Docker's backend, or ctr/nerdctl with --runc-binary or CDI)", file, opts.KubeletDir)
 	}
 	return c
+}
+
+// importedDoc is one file a containerd configuration imports.
+type importedDoc struct {
+	path string
+	doc  map[string]any
+}
+
+// containerdImports reads the files doc's imports name, as containerd
+// resolves them: a relative path against file's directory, patterns
+// expanded by filepath.Glob, a missing file skipped.
+func containerdImports(file string, doc map[string]any) ([]importedDoc, error) {
+	list, _ := doc["imports"].([]any)
+	var out []importedDoc
+	for _, v := range list {
+		p, _ := v.(string)
+		if p == "" {
+			continue
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(filepath.Dir(file), p)
+		}
+		paths := []string{p}
+		if strings.ContainsAny(p, "*?[") {
+			m, err := filepath.Glob(p)
+			if err != nil {
+				return nil, fmt.Errorf("%s: imports %q: %v", file, p, err)
+			}
+			paths = m
+		}
+		for _, ip := range paths {
+			b, err := os.ReadFile(ip)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s (imported by %s): %v", ip, file, err)
+			}
+			var d map[string]any
+			if err := toml.Unmarshal(b, &d); err != nil {
+				return nil, fmt.Errorf("%s (imported by %s): %v", ip, file, err)
+			}
+			out = append(out, importedDoc{ip, d})
+		}
+	}
+	return out, nil
 }
 
 // criDisabled returns the disabled_plugins entry that turns the CRI
