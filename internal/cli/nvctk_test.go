@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gantry-gpu/gantry/internal/config"
 )
 
 var (
@@ -315,6 +317,20 @@ func TestNVCTKConfig(t *testing.T) {
 	if after, _ := os.ReadFile(cfg); code != 0 || !bytes.Equal(b, after) || !strings.Contains(errOut, "not needed by Gantry") {
 		t.Errorf("mode=cdi: exit %d, changed %v, stderr %q", code, !bytes.Equal(b, after), errOut)
 	}
+	// NVIDIA's rootless line: a key alone sets true; false sets it back.
+	if _, errOut, code := ctk("config", "--set", "nvidia-container-cli.no-cgroups", "--in-place"); code != 0 || !strings.Contains(errOut, "runtime.no-cgroups") {
+		t.Fatalf("no-cgroups: exit %d: %s", code, errOut)
+	}
+	if c, _, err := config.Load(cfg); err != nil || !c.Runtime.NoCgroups {
+		t.Errorf("after --set nvidia-container-cli.no-cgroups: %+v %v", c.Runtime, err)
+	}
+	if _, errOut, code := ctk("config", "--set", "nvidia-container-cli.no-cgroups=false", "--in-place"); code != 0 {
+		t.Fatalf("no-cgroups=false: exit %d: %s", code, errOut)
+	}
+	if c, _, err := config.Load(cfg); err != nil || c.Runtime.NoCgroups {
+		t.Errorf("after --set nvidia-container-cli.no-cgroups=false: %+v %v", c.Runtime, err)
+	}
+	b, _ = os.ReadFile(cfg)
 	// Without --in-place the result goes to stdout; -c names the file.
 	other := filepath.Join(t.TempDir(), "other.toml")
 	out, errOut, code := ctk("config", "-c", other, "--set", "nvidia-container-runtime.log-level=debug")

@@ -228,7 +228,7 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) 
 		return res, err
 	}
 	defer proc.close()
-	if err := nsmount.Apply(st.Pid, root, e, nsmount.Options{NoCgroups: noCgroups}); err != nil {
+	if err := nsmount.Apply(st.Pid, root, e, nsmount.Options{NoCgroups: noCgroups || cfg.Runtime.NoCgroups}); err != nil {
 		return res, err
 	}
 	if err := finishRootfs(st.Pid, root, e, inv); err != nil {
