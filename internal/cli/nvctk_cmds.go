@@ -69,7 +69,7 @@ Its hooks run gantry-cdi-hook (--nvidia-cdi-hook-path names another, e.g.
 				{names: []string{"vendor", "cdi-vendor"}, help: "the spec's vendor (default nvidia.com)"},
 				{names: []string{"class", "cdi-class"}, help: "the spec's class (default gpu)"},
 				{names: []string{"no-all-device"}, bool: true, help: "leave out the \"all\" device"},
-				{names: []string{"device-id", "device-ids", "device", "devices"}, multi: true, help: "only these GPUs, by index or UUID (default all)"},
+				{names: []string{"device-id", "device-ids", "device", "devices"}, multi: true, help: "only these devices: GPUs by index or UUID, MIG devices by GPU:INSTANCE or MIG UUID (default all)"},
 				{names: []string{"library-search-path"}, unsupported: "set library-search-paths in Gantry's configuration (/etc/gantry/config.toml) instead"},
 				{names: []string{"config-search-path"}, unsupported: "Gantry finds the driver's configuration files under --driver-root itself"},
 				{names: []string{"ldconfig-path"}, unsupported: "Gantry's update-ldcache hook runs no ldconfig (it writes the container's cache itself): leave it out"},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/gpu/sim"
 )
 
 var (
@@ -183,6 +186,32 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 	}
 }
 
+// migDevRoot is a copy of the fake driver root's dev/ with the GPU and
+// compute instance capability nodes of the simulated profile's MIG devices
+// added (the fake driver makes config and monitor only).
+func migDevRoot(t *testing.T, root, profile string) string {
+	t.Helper()
+	sys, err := sim.Load(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("cp", "-a", filepath.Join(root, "dev"), dir).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	for _, d := range sys.Devices {
+		for _, m := range d.MIGDevices {
+			for _, minor := range []int{m.GICapMinor, m.CICapMinor} {
+				p := filepath.Join(dir, "dev", "nvidia-caps", fmt.Sprintf("nvidia-cap%d", minor))
+				if err := unix.Mknod(p, unix.S_IFCHR|0o444, int(unix.Mkdev(fakedriver.CapsMajor, uint32(minor)))); err != nil && !os.IsExist(err) {
+					writeFileT(t, p, "")
+				}
+			}
+		}
+	}
+	return dir
+}
+
 func writeFileT(t *testing.T, p, s string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -249,6 +278,46 @@ func TestNVCTKCDIGenerate(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %.80q, stderr %q; want one line with %q", tc.args, code, out, errOut, tc.want)
 		}
 	}
+	// MIG devices by GPU:INSTANCE and by MIG UUID (the simulated
+	// a100x2-mig host: 1:4 is MIG-7df544de-...): only those, each under both
+	// names, their GI and CI capability nodes in them, and "all" of the two.
+	writeFileT(t, cfg, "gpus = \"sim:a100x2-mig\"\n")
+	devRoot := migDevRoot(t, root, "a100x2-mig")
+	migSpec := filepath.Join(t.TempDir(), "mig.yaml")
+	if _, errOut, code := ctk("cdi", "generate", "--output="+migSpec, "--driver-root="+root, "--dev-root="+devRoot, "--device-id=0:1", "--device-id=MIG-7df544de-b326-18c0-d267-45d8cc2f45d4"); code != 0 {
+		t.Fatalf("cdi generate --device-id MIG: exit %d: %s", code, errOut)
+	}
+	var mig struct {
+		Devices []struct {
+			Name           string
+			ContainerEdits struct{ DeviceNodes []struct{ Path string } }
+		}
+	}
+	b, _ = os.ReadFile(migSpec)
+	if err := yaml.Unmarshal(b, &mig); err != nil {
+		t.Fatal(err)
+	}
+	var migNames []string
+	nodes := map[string][]string{}
+	for _, d := range mig.Devices {
+		migNames = append(migNames, d.Name)
+		for _, n := range d.ContainerEdits.DeviceNodes {
+			nodes[d.Name] = append(nodes[d.Name], n.Path)
+		}
+	}
+	if strings.Join(migNames, " ") != "0:1 MIG-deafb517-a690-35c8-2793-a704c2459bf0 1:4 MIG-7df544de-b326-18c0-d267-45d8cc2f45d4 all" {
+		t.Errorf("MIG spec devices %v", migNames)
+	}
+	if n := nodes["0:1"]; len(n) < 3 || !strings.Contains(strings.Join(n, " "), "/dev/nvidia-caps/nvidia-cap") || !slices.Contains(n, "/dev/nvidia0") || slices.Contains(n, "/dev/nvidia1") {
+		t.Errorf("0:1's nodes %v: want /dev/nvidia0 and its GI and CI caps", n)
+	}
+	for _, bad := range []string{"0:9", "MIG-00000000-0000-0000-0000-000000000000"} {
+		if _, errOut, code := ctk("cdi", "generate", "--driver-root="+root, "--dev-root="+devRoot, "--device-id="+bad); code != 2 || !strings.Contains(errOut, "not a MIG device") {
+			t.Errorf("--device-id=%s: exit %d: %s", bad, code, errOut)
+		}
+	}
+	writeFileT(t, cfg, "gpus = \"sim:h100x8\"\n")
+
 	// cdi transform root: a spec of the fake driver root moved to /, on
 	// the host side; then its container side moved back under /x.
 	full := filepath.Join(t.TempDir(), "full.json")
