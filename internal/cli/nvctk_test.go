@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -441,7 +442,8 @@ func TestNVCTKSystem(t *testing.T) {
 	tmp := t.TempDir()
 	procDevices = filepath.Join(tmp, "devices")
 	sysPCIDevices = filepath.Join(tmp, "pci")
-	t.Cleanup(func() { procDevices, sysPCIDevices = "/proc/devices", "/sys/bus/pci/devices" })
+	procDriver = filepath.Join(tmp, "proc-driver") // no MIG-capable driver, until below
+	t.Cleanup(func() { procDevices, sysPCIDevices, procDriver = "/proc/devices", "/sys/bus/pci/devices", "/proc/driver" })
 	writeFileT(t, procDevices, "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  7 loop\n 510 nvidia-uvm-fake\n")
 	for i, id := range []struct{ vendor, class string }{{"0x10de", "0x030200"}, {"0x10de", "0x030000"}, {"0x8086", "0x030000"}, {"0x10de", "0x040300"}} {
 		d := filepath.Join(sysPCIDevices, fmt.Sprintf("0000:%02x:00.0", i+1))
@@ -502,6 +504,61 @@ func TestNVCTKSystem(t *testing.T) {
 	if _, errOut, code := ctk("system", "create-dev-char-symlinks", "--create-device-nodes"); code != 2 || !strings.Contains(errOut, "--create-all") {
 		t.Errorf("--create-device-nodes without --create-all: exit %d, %q", code, errOut)
 	}
+
+	// A MIG-capable driver: mig-minors lists every capability it can grant
+	// (here GPU 9's too, which the PCI bus does not have), the capabilities
+	// directory the ones that exist now (GPU 0's instance 0 and its compute
+	// instance 0), with the node modes.
+	writeFileT(t, filepath.Join(procDriver, "nvidia-caps", "mig-minors"),
+		"config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\ngpu0/gi1/access 12\ngpu1/gi0/access 120\ngpu1/gi0/ci0/access 121\ngpu9/gi0/access 999\nbogus 5\n")
+	capsDir := filepath.Join(procDriver, "nvidia", "capabilities")
+	writeFileT(t, filepath.Join(capsDir, "mig", "config"), "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+	writeFileT(t, filepath.Join(capsDir, "mig", "monitor"), "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+	writeFileT(t, filepath.Join(capsDir, "gpu0", "mig", "gi0", "access"), "DeviceFileMinor: 3\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+	writeFileT(t, filepath.Join(capsDir, "gpu0", "mig", "gi0", "ci0", "access"), "DeviceFileMinor: 4\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+	migRoot := filepath.Join(tmp, "mig-root") // a fresh dev root
+	capNodes := func() map[string]string {
+		m := map[string]string{}
+		ents, _ := os.ReadDir(filepath.Join(migRoot, "dev", "nvidia-caps"))
+		for _, e := range ents {
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(migRoot, "dev", "nvidia-caps", e.Name()), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR {
+				m[e.Name()] = fmt.Sprintf("%d:%d %o", unix.Major(st.Rdev), unix.Minor(st.Rdev), st.Mode&0o777)
+			}
+		}
+		return m
+	}
+	if _, errOut, code := ctk("system", "create-device-nodes", "--control-devices", "--dev-root="+migRoot); code != 0 {
+		t.Fatalf("create-device-nodes with MIG: exit %d: %s", code, errOut)
+	}
+	if got, want := capNodes(), map[string]string{"nvidia-cap1": "236:1 400", "nvidia-cap2": "236:2 444"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("--control-devices caps %v; want %v", got, want)
+	}
+	if _, errOut, code := ctk("system", "create-device-nodes", "--mig-devices", "--dev-root="+migRoot); code != 0 {
+		t.Fatalf("--mig-devices: exit %d: %s", code, errOut)
+	}
+	if got, want := capNodes(), map[string]string{"nvidia-cap1": "236:1 400", "nvidia-cap2": "236:2 444", "nvidia-cap3": "236:3 444", "nvidia-cap4": "236:4 444"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("--mig-devices caps %v; want %v (the existing instances only)", got, want)
+	}
+	migChar := filepath.Join(tmp, "mig-char")
+	if _, errOut, code := ctk("system", "create-dev-char-symlinks", "--create-all", "--driver-root="+migRoot, "--dev-char-path="+migChar); code != 0 {
+		t.Fatalf("--create-all with MIG: exit %d: %s", code, errOut)
+	}
+	charDir = migChar
+	got = links()
+	for _, minor := range []int{1, 2, 3, 4, 12, 120, 121} {
+		if l := fmt.Sprintf("236:%d", minor); got[l] != filepath.Join(migRoot, "dev", "nvidia-caps", fmt.Sprintf("nvidia-cap%d", minor)) {
+			t.Errorf("/dev/char/%s -> %q", l, got[l])
+		}
+	}
+	if got["236:999"] != "" || got["236:5"] != "" || len(got) != 6+7 {
+		t.Errorf("--create-all links %v: want the control nodes, both GPUs and the 7 capabilities of GPUs 0 and 1", got)
+	}
+	writeFileT(t, procDevices, "Character devices:\n195 nvidia-frontend\n510 nvidia-uvm\n")
+	if _, errOut, code := ctk("system", "create-device-nodes", "--control-devices", "--dev-root="+migRoot); code != 1 || !strings.Contains(errOut, "nvidia-caps major") {
+		t.Errorf("mig-minors without the nvidia-caps major: exit %d, %q", code, errOut)
+	}
+
 	// Without the uvm major the error says how to load the module.
 	writeFileT(t, procDevices, "Character devices:\n195 nvidia\n")
 	if _, errOut, code := ctk("system", "create-device-nodes", "--control-devices", "--dev-root="+root); code != 1 || !strings.Contains(errOut, "--load-kernel-modules") {
