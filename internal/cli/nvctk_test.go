@@ -443,7 +443,9 @@ func TestNVCTKSystem(t *testing.T) {
 	procDevices = filepath.Join(tmp, "devices")
 	sysPCIDevices = filepath.Join(tmp, "pci")
 	procDriver = filepath.Join(tmp, "proc-driver") // no MIG-capable driver, until below
-	t.Cleanup(func() { procDevices, sysPCIDevices, procDriver = "/proc/devices", "/sys/bus/pci/devices", "/proc/driver" })
+	t.Cleanup(func() {
+		procDevices, sysPCIDevices, procDriver = "/proc/devices", "/sys/bus/pci/devices", "/proc/driver"
+	})
 	writeFileT(t, procDevices, "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  7 loop\n 510 nvidia-uvm-fake\n")
 	for i, id := range []struct{ vendor, class string }{{"0x10de", "0x030200"}, {"0x10de", "0x030000"}, {"0x8086", "0x030000"}, {"0x10de", "0x040300"}} {
 		d := filepath.Join(sysPCIDevices, fmt.Sprintf("0000:%02x:00.0", i+1))
