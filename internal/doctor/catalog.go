@@ -118,10 +118,12 @@ var Catalog = []CheckDoc{
 	},
 	{
 		Name:     CheckContainerd,
-		Verifies: "The running containerd's configuration, asked over its CRI socket (`--cri-socket`, default the first of `/run/containerd/containerd.sock`, `/run/crio/crio.sock` that is containerd's: CRI `Status` with verbose info), else its `config.toml` (`--containerd-config`; config versions 1, 2 and 3), registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither answers nor exists. A config that registers no GPU runtime is INFO, not a failure, where containerd runs no GPU containers through CRI: its CRI plugin is disabled (`disabled_plugins = [\"cri\"]`, Docker CE's config) or this is no Kubernetes node (no `--kubelet-dir`; Debian's containerd under Docker).",
+		Verifies: "The running containerd's configuration, asked over its CRI socket (`--cri-socket`, default the first of `/run/containerd/containerd.sock`, `/run/crio/crio.sock` that is containerd's: CRI `Status` with verbose info), else its `config.toml` (`--containerd-config`; config versions 1, 2 and 3) with the files its `imports` name (such as the drop-in `/etc/containerd/conf.d/99-nvidia.toml` that `nvidia-ctk runtime configure` writes), registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither answers nor exists. A config that registers no GPU runtime is INFO, not a failure, where containerd runs no GPU containers through CRI: its CRI plugin is disabled (`disabled_plugins = [\"cri\"]`, Docker CE's config) or this is no Kubernetes node (no `--kubelet-dir`; Debian's containerd under Docker).",
 		Failures: []FailureDoc{
 			{"no GPU runtime registered on a Kubernetes node",
 				"`gantry runtime configure --runtime containerd`, then `systemctl restart containerd`"},
+			{"a file `imports` names does not parse",
+				"correct it, or run `nvidia-ctk runtime configure --runtime=containerd` again to regenerate Gantry's drop-in"},
 			{"a registered runtime's program does not exist or is not on `PATH`",
 				"install `gantry-runtime` there, or re-register it (`gantry runtime configure --runtime containerd`)"},
 			{"the file is not valid TOML (containerd will not start)", "correct the TOML"},

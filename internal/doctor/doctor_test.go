@@ -340,7 +340,7 @@ func TestContainerdAndCRIO(t *testing.T) {
 	}
 	expect(t, Run(h.opts), CheckContainerd, Pass, []string{`"nvidia" -> ` + rt, dropIn}, "")
 	h.write(t, dropIn, "version = \n")
-	expect(t, Run(h.opts), CheckContainerd, Fail, []string{dropIn, "imported by"}, "correct the imported file")
+	expect(t, Run(h.opts), CheckContainerd, Fail, []string{dropIn, "imported by"}, "regenerate Gantry's drop-in")
 
 	h.write(t, filepath.Join(h.opts.CRIODropins, "10-other.conf"), "[crio.runtime]\ndefault_runtime = \"runc\"\n")
 	expect(t, Run(h.opts), CheckCRIO, Fail, []string{"registers no runtime"}, "gantry runtime configure --runtime crio")

@@ -174,7 +174,7 @@ func checkContainerd(opts Options) Check {
 	label := file
 	imported, err := containerdImports(file, doc)
 	if err != nil {
-		return fail(CheckContainerd, "correct the imported file (containerd will not start with it)", "%v", err)
+		return fail(CheckContainerd, "correct it, or run `nvidia-ctk runtime configure --runtime=containerd` again to regenerate Gantry's drop-in (containerd will not start with it)", "%v", err)
 	}
 	for _, im := range imported {
 		docs = append(docs, im.doc)
