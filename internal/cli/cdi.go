@@ -45,7 +45,8 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 			hookPath := fs.String("hook-path", "", "absolute path of the CDI hook binary the spec runs (default: cdi.hook-path, else gantry-cdi-hook beside gantry)")
 			noAll := fs.Bool("no-all-device", false, "leave the \"all\" device out of the spec")
 			imex := fs.Bool("imex", false, "the IMEX channels' spec instead (kind nvidia.com/imex-channel, one device per /dev/nvidia-caps-imex-channels/channelN; nvidia-ctk's --mode=imex)")
-			var ids repeated
+			var ids, libPaths repeated
+			fs.Var(&libPaths, "library-search-path", "a further directory (inside the driver root) searched for the driver's libraries, after the ld.so.cache and the standard ones (repeatable, or a comma list; adds to library-search-paths of the configuration)")
 			fs.Var(&ids, "device-id", "only this device: a GPU by index or UUID, a MIG device by GPU:INSTANCE or MIG UUID (repeatable, or a comma list; default all)")
 			return func(e *env, args []string) error {
 				if len(args) > 0 {
@@ -83,6 +84,12 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 						return err
 					}
 				}
+				for _, p := range libPaths {
+					if !filepath.IsAbs(p) {
+						return usagef("--library-search-path %q: want an absolute path (inside the driver root)", p)
+					}
+				}
+				e.cfg.LibrarySearchPaths = append(e.cfg.LibrarySearchPaths, libPaths...)
 				sys, inv, err := e.host(true)
 				if err != nil {
 					return err

@@ -70,7 +70,7 @@ Its hooks run gantry-cdi-hook (--nvidia-cdi-hook-path names another, e.g.
 				{names: []string{"class", "cdi-class"}, help: "the spec's class (default gpu)"},
 				{names: []string{"no-all-device"}, bool: true, help: "leave out the \"all\" device"},
 				{names: []string{"device-id", "device-ids", "device", "devices"}, multi: true, help: "only these devices: GPUs by index or UUID, MIG devices by GPU:INSTANCE or MIG UUID (default all)"},
-				{names: []string{"library-search-path"}, unsupported: "set library-search-paths in Gantry's configuration (/etc/gantry/config.toml) instead"},
+				{names: []string{"library-search-path"}, multi: true, help: "a further directory searched for the driver's libraries (repeatable; inside --driver-root)"},
 				{names: []string{"config-search-path"}, unsupported: "Gantry finds the driver's configuration files under --driver-root itself"},
 				{names: []string{"ldconfig-path"}, unsupported: "Gantry's update-ldcache hook runs no ldconfig (it writes the container's cache itself): leave it out"},
 				{names: []string{"csv.file"}, unsupported: "CSV mode (Jetson/Tegra) is not supported"},
@@ -239,6 +239,9 @@ func runNVCDIGenerate(c *nvCtx, f nvValues) error {
 	}
 	if f.on("no-all-device") {
 		args = append(args, "--no-all-device")
+	}
+	for _, p := range f["library-search-path"] {
+		args = append(args, "--library-search-path", p)
 	}
 	if ids, ok := f["device-id"]; ok {
 		args = append(args, "--device-id", strings.Join(ids, ","))

@@ -269,7 +269,7 @@ func TestNVCTKCDIGenerate(t *testing.T) {
 		{[]string{"--mode=csv"}, "--mode=nvml"},
 		{[]string{"--device-name-strategy=type-index"}, "index or uuid"},
 		{[]string{"--device-id=99"}, `"99" is not the index or UUID`},
-		{[]string{"--library-search-path=/opt/lib"}, "library-search-paths"},
+		{[]string{"--library-search-path=opt/lib"}, "absolute"},
 		{[]string{"--csv.file=/etc/x.csv"}, "CSV mode"},
 		{[]string{"--feature-flags=x"}, "--feature-flags is not supported"},
 		{[]string{"--nvidia-cdi-hook-path=nvidia-cdi-hook"}, "absolute"},
@@ -279,6 +279,28 @@ func TestNVCTKCDIGenerate(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %.80q, stderr %q; want one line with %q", tc.args, code, out, errOut, tc.want)
 		}
 	}
+	// --library-search-path: a driver whose libraries are in a directory
+	// neither the ld.so.cache nor the standard ones name.
+	libRoot := filepath.Join(t.TempDir(), "driver")
+	res, err := fakedriver.Build(libRoot, fakedriver.Options{Version: "580.159.04", GPUs: 8, DeviceNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(libRoot, "etc/ld.so.cache"))
+	if err := os.MkdirAll(filepath.Join(libRoot, "opt/nvidia"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(libRoot, res.LibDir), filepath.Join(libRoot, "opt/nvidia/lib")); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := ctk("cdi", "generate", "--driver-root="+libRoot); code == 0 || !strings.Contains(errOut, "libcuda") {
+		t.Errorf("without --library-search-path: exit %d: %s", code, errOut)
+	}
+	out, errOut, code = ctk("cdi", "generate", "--driver-root="+libRoot, "--library-search-path=/opt/nvidia/lib")
+	if code != 0 || !strings.Contains(out, filepath.Join(libRoot, "opt/nvidia/lib/libcuda.so.580.159.04")) {
+		t.Errorf("--library-search-path: exit %d: %s\n%.2000s", code, errOut, out)
+	}
+
 	// MIG devices by GPU:INSTANCE and by MIG UUID (the simulated
 	// a100x2-mig host: 1:4 is MIG-7df544de-...): only those, each under both
 	// names, their GI and CI capability nodes in them, and "all" of the two.
