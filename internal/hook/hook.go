@@ -86,7 +86,8 @@ runtime.log-file, when set, gets one line per container handled.
 
 Flags:
   --config FILE   configuration file (default $GANTRY_CONFIG or /etc/gantry/config.toml)
-  --no-cgroups    do not change the device cgroup (access is granted another way)
+  --no-cgroups    do not change the device cgroup (access is granted another way;
+                  runtime.no-cgroups = true in the configuration does the same)
   --version       print the version
   --help          this text
 `
