@@ -84,6 +84,12 @@ type Runtime struct {
 	// KubeletDir is the kubelet's root directory; its device checkpoint is
 	// device-plugins/kubelet_internal_checkpoint under it.
 	KubeletDir string `toml:"kubelet-dir"`
+	// NoCgroups leaves the containers' device cgroups alone, for rootless
+	// Docker and Podman (NVIDIA's nvidia-container-cli.no-cgroups):
+	// gantry-hook does not open the device cgroup for the nodes (as
+	// --no-cgroups) and gantry-runtime adds no linux.resources.devices
+	// rules; the nodes are still added to the container.
+	NoCgroups bool `toml:"no-cgroups"`
 }
 
 // KubernetesEnv values.
@@ -341,5 +347,6 @@ const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in 
 # runtime.swarm-resource   env variables read instead of NVIDIA_VISIBLE_DEVICES (Docker Swarm)
 # runtime.kubernetes-env   allocated (a kubelet's containers get only the GPUs it allocated) | any (NVIDIA's behaviour)
 # runtime.kubelet-dir      the kubelet's root directory (its device checkpoint)
+# runtime.no-cgroups       true for rootless Docker/Podman: no device cgroup rules (NVIDIA's nvidia-container-cli.no-cgroups)
 
 `

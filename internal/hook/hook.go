@@ -86,7 +86,8 @@ runtime.log-file, when set, gets one line per container handled.
 
 Flags:
   --config FILE   configuration file (default $GANTRY_CONFIG or /etc/gantry/config.toml)
-  --no-cgroups    do not change the device cgroup (access is granted another way)
+  --no-cgroups    do not change the device cgroup (access is granted another way;
+                  runtime.no-cgroups = true in the configuration does the same)
   --version       print the version
   --help          this text
 `
@@ -228,7 +229,7 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) 
 		return res, err
 	}
 	defer proc.close()
-	if err := nsmount.Apply(st.Pid, root, e, nsmount.Options{NoCgroups: noCgroups}); err != nil {
+	if err := nsmount.Apply(st.Pid, root, e, nsmount.Options{NoCgroups: noCgroups || cfg.Runtime.NoCgroups}); err != nil {
 		return res, err
 	}
 	if err := finishRootfs(st.Pid, root, e, inv); err != nil {

@@ -234,7 +234,7 @@ func runConfigure(c *ctx, sets []setting, operands []string) error {
 	if standalone {
 		err = applyStandalone(r.pid, r.rootfs, e)
 	} else {
-		err = nsmount.Apply(r.pid, r.rootfs, e, nsmount.Options{NoCgroups: r.noCgroups})
+		err = nsmount.Apply(r.pid, r.rootfs, e, nsmount.Options{NoCgroups: r.noCgroups || cfg.Runtime.NoCgroups})
 	}
 	if err != nil {
 		return err

@@ -147,7 +147,7 @@ func Modify(bundle string, cfg config.Config) (*Result, error) {
 		return nil, err
 	}
 	res.phase("rootfs", &clock)
-	if err := e.ApplyToSpec(&spec); err != nil {
+	if err := e.ApplyToSpecWith(&spec, edits.SpecOptions{NoCgroups: cfg.Runtime.NoCgroups}); err != nil {
 		return nil, err
 	}
 	if e != nil || len(others) > 0 {
