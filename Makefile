@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci gpu-cluster all build build-device-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e install clean
+.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci gpu-cluster all build build-device-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install clean
 
 all: build
 
@@ -79,11 +79,9 @@ gpu-check: build
 # it links, in bin/lib for hosts without one. Then, as root on the GPU host:
 #   scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh      (--sim: without a GPU)
 RUNC_BIN ?= $(shell command -v runc 2>/dev/null || ls /usr/sbin/runc 2>/dev/null)
-gpu-e2e: build
+gpu-e2e: build bundlesplit
 	gcc -O2 -Wall -o $(BIN)/cuda-check scripts/cuda-check.c -ldl
 	gcc -O2 -Wall -shared -fPIC -o $(BIN)/e2e-preload.so scripts/e2e-preload.c
-	@# bench/runtime-lifecycle.sh --split's helper (where a checkout has the Go sources)
-	@if [ -f go.mod ]; then echo "$(GO) build -o $(BIN)/bundlesplit ./bench/bundlesplit"; $(GO) build -o $(BIN)/bundlesplit ./bench/bundlesplit; fi
 	@[ -n "$(RUNC_BIN)" ] || { echo "runc not found: apt-get install runc (or make gpu-e2e RUNC_BIN=/path/to/runc)"; exit 1; }
 	cp -L --remove-destination $(RUNC_BIN) $(BIN)/runc
 	@mkdir -p $(BIN)/lib
@@ -93,6 +91,10 @@ gpu-e2e: build
 	@if s=$$(command -v strace); then cp -L $$s $(BIN)/strace; \
 	  ldd $$s | awk '$$3 ~ /^\// && $$1 !~ /^lib(c|m|dl|pthread)\.so/ {print $$3}' | xargs -r cp -L -t $(BIN)/lib/; fi
 	@du -sh $(BIN); echo "on the GPU host, as root: scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh"
+
+# bin/bundlesplit: bench/runtime-lifecycle.sh --split's bundle variants.
+bundlesplit:
+	$(GO) build -o $(BIN)/bundlesplit ./bench/bundlesplit
 
 # Installs four binaries and the names engines and scripts look for:
 # gantry (the CLI; also nvidia-ctk for NVIDIA's provisioning command lines and the

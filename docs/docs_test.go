@@ -13,6 +13,10 @@
 //     ports and /tmp paths: they run as root in a private mount and network
 //     namespace whose /etc, /usr/bin, /var, /run and /tmp are scratch, so the
 //     docs' exact lines run and nothing reaches the host;
+//   - blocks preceded by "<!-- doctest: root, driver -->" run the same way
+//     with a loaded NVIDIA driver simulated for them alone (its majors in
+//     /proc/devices, MIG capabilities in /proc/driver, GPUs on the PCI bus,
+//     modprobe, and a scratch /dev; sandbox.withDriverHost);
 //   - a line that needs a daemon, a cluster or a GPU (docker run, ctr,
 //     podman, kubectl, helm install, systemctl) is listed in notRun
 //     (notrun_test.go) with the Go tests of this repository that run its
@@ -44,8 +48,9 @@ import (
 	"github.com/gantry-gpu/gantry/internal/doctor"
 )
 
-// binDir holds gantry, gantry-runtime and gantry-device-plugin, built from
-// this tree by TestMain, and the names make install links to them.
+// binDir holds gantry, gantry-runtime, gantry-device-plugin, gantry-cdi-hook
+// and bundlesplit (make bundlesplit), built from this tree by TestMain, and
+// the names make install links to them.
 var binDir string
 
 const repoRoot = ".."
@@ -68,15 +73,16 @@ func TestMain(m *testing.M) {
 	binDir = filepath.Join(dir, "bin")
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, pkg := range []string{"gantry", "gantry-runtime", "gantry-device-plugin", "gantry-cdi-hook"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "./cmd/"+pkg)
+		for _, pkg := range []string{"cmd/gantry", "cmd/gantry-runtime", "cmd/gantry-device-plugin", "cmd/gantry-cdi-hook", "bench/bundlesplit"} {
+			pkg, dir := filepath.Base(pkg), filepath.Dir(pkg)
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "./"+dir+"/"+pkg)
 			cmd.Dir = repoRoot
 			cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 			if pkg == "gantry-cdi-hook" {
 				cmd.Env = append(cmd.Env, "CGO_ENABLED=0") // as make build builds it
 			}
 			if out, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "go build ./cmd/%s: %v\n%s", pkg, err, out)
+				fmt.Fprintf(os.Stderr, "go build ./%s/%s: %v\n%s", dir, pkg, err, out)
 				return 1
 			}
 		}
@@ -122,6 +128,9 @@ type block struct {
 	text    string
 	doctest bool // preceded by <!-- doctest --> or <!-- doctest: root -->
 	root    bool // <!-- doctest: root -->: runs in the private namespace
+	// driver: <!-- doctest: root, driver -->: runs in the private namespace
+	// with a loaded NVIDIA driver simulated (sandbox.withDriverHost).
+	driver bool
 }
 
 func (b block) where() string { return fmt.Sprintf("%s:%d", b.file, b.line) }
@@ -143,8 +152,9 @@ func docFiles(t *testing.T) []string {
 var fenceRe = regexp.MustCompile("^```\\s*([A-Za-z0-9_+-]*)\\s*$")
 
 const (
-	doctestMarker     = "<!-- doctest -->"
-	rootDoctestMarker = "<!-- doctest: root -->"
+	doctestMarker       = "<!-- doctest -->"
+	rootDoctestMarker   = "<!-- doctest: root -->"
+	driverDoctestMarker = "<!-- doctest: root, driver -->"
 )
 
 // readBlocks returns the fenced blocks of a markdown file. A block is a
@@ -173,8 +183,9 @@ func readBlocks(t *testing.T, file string) []block {
 		}
 		if m := fenceRe.FindStringSubmatch(line); m != nil {
 			cur = &block{file: file, line: i + 1, lang: m[1],
-				doctest: lastNonBlank == doctestMarker || lastNonBlank == rootDoctestMarker,
-				root:    lastNonBlank == rootDoctestMarker}
+				doctest: lastNonBlank == doctestMarker || lastNonBlank == rootDoctestMarker || lastNonBlank == driverDoctestMarker,
+				root:    lastNonBlank == rootDoctestMarker || lastNonBlank == driverDoctestMarker,
+				driver:  lastNonBlank == driverDoctestMarker}
 			continue
 		}
 		if strings.TrimSpace(line) != "" {
@@ -734,6 +745,12 @@ func TestDoctests(t *testing.T) {
 					continue
 				}
 				switch {
+				case isShell(b.lang) && b.driver:
+					script := doctestScript(b)
+					out, err := s.withDriverHost(t, func() (string, error) { return s.run(t, script) })
+					if err != nil {
+						t.Errorf("%s: doctest failed: %v\n--- block as run\n%s--- output\n%s", b.where(), err, script, out)
+					}
 				case isShell(b.lang):
 					script := doctestScript(b)
 					if out, err := s.run(t, script); err != nil {

@@ -121,14 +121,6 @@ var notRun = []notRunEntry{
 		tests: []string{"internal/cli.TestDoctor"},
 		why:   "on the host its exit code depends on the host's engines; the test runs gantry doctor --json on a fake driver root with a daemon.json with and without the runtime"},
 
-	// nvidia-ctk system: device nodes and /dev/char links of a loaded driver.
-	{line: `sudo nvidia-ctk system create-device-nodes --control-devices --load-kernel-modules`,
-		tests: []string{"internal/cli.TestNVCTKSystem"},
-		why:   "loads the NVIDIA kernel modules and makes nodes in the host's /dev, which needs the driver; the test makes the same nodes with mknod in a temporary dev root from a /proc/devices of its own"},
-	{line: `sudo nvidia-ctk system create-dev-char-symlinks --create-all`,
-		tests: []string{"internal/cli.TestNVCTKSystem"},
-		why:   "needs the driver's majors in /proc/devices and NVIDIA GPUs on the PCI bus; the test links every node of a fake PCI bus and /proc/devices into a temporary /dev/char"},
-
 	// The nvidia-docker generation.
 	{line: `NV_GPU=0,1 nvidia-docker run --rm ubuntu nvidia-smi -L`,
 		tests: []string{"internal/nvdocker.TestMainExecsDocker/run", "test/engines.TestDocker/RuntimeNvidiaEnv"},

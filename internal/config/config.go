@@ -98,6 +98,12 @@ type Runtime struct {
 	DriverTreeDir string `toml:"driver-tree-dir"`
 	// DriverTreePath is where a container sees the tree.
 	DriverTreePath string `toml:"driver-tree-path"`
+	// NoCgroups leaves the containers' device cgroups alone, for rootless
+	// Docker and Podman (NVIDIA's nvidia-container-cli.no-cgroups):
+	// gantry-hook does not open the device cgroup for the nodes (as
+	// --no-cgroups) and gantry-runtime adds no linux.resources.devices
+	// rules; the nodes are still added to the container.
+	NoCgroups bool `toml:"no-cgroups"`
 }
 
 // DriverLayout values.
@@ -379,5 +385,6 @@ const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in 
 #                          tree, built once per driver version, and a link at each file's usual path)
 # runtime.driver-tree-dir  where the trees are kept (shared with nvidia-docker-plugin's volume)
 # runtime.driver-tree-path where a container sees the tree
+# runtime.no-cgroups       true for rootless Docker/Podman: no device cgroup rules (NVIDIA's nvidia-container-cli.no-cgroups)
 
 `

@@ -141,9 +141,16 @@ func checkContainerd(opts Options, live []registered, socket string, liveErr err
 		return c
 	}
 	file := opts.ContainerdConfig
-	reg, err := engineconfig.Read(engineconfig.Containerd, file)
-	if errors.Is(err, fs.ErrNotExist) {
+	// The file and the files it imports (NVIDIA's toolkit and nvidia-ctk
+	// runtime configure put the runtime in a drop-in,
+	// /etc/containerd/conf.d/99-nvidia.toml).
+	reg, files, err := engineconfig.ReadContainerd(file)
+	if errors.Is(err, fs.ErrNotExist) && len(files) == 0 {
 		return skip(CheckContainerd, "%s does not exist (containerd not installed, or running on defaults without GPU support)", file)
+	}
+	var imported *engineconfig.ImportError
+	if errors.As(err, &imported) {
+		return fail(CheckContainerd, fix(fixContainerdImport), "%v", err)
 	}
 	if errors.Is(err, engineconfig.ErrMalformed) || errors.Is(err, engineconfig.ErrUnsupportedVersion) {
 		return fail(CheckContainerd, fix(fixContainerdTOML), "%v", err)
@@ -151,7 +158,7 @@ func checkContainerd(opts Options, live []registered, socket string, liveErr err
 	if err != nil {
 		return fail(CheckContainerd, fix(fixReadable), "%v", err)
 	}
-	c := judgeRuntimes(CheckContainerd, file, fix(fixContainerdConfigure), fix(fixContainerdReinstall), reg.Runtimes)
+	c := judgeRuntimes(CheckContainerd, strings.Join(files, ", "), fix(fixContainerdConfigure), fix(fixContainerdReinstall), reg.Runtimes)
 	if c.Status != Fail || !noGPURuntime(reg.Runtimes) {
 		return c
 	}

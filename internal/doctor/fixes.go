@@ -29,6 +29,7 @@ const (
 	fixContainerdLive      = fixContainerdConfigure + " (the containerd serving SOCKET, with the file it was started with)"
 	fixContainerdReinstall = "install `gantry-runtime` there, or re-register it: " + fixContainerdConfigure
 	fixContainerdTOML      = "correct the TOML (containerd will not start with it)"
+	fixContainerdImport    = "correct it, or run `nvidia-ctk runtime configure --runtime=containerd` again to regenerate Gantry's drop-in (containerd will not start with it)"
 	fixCRIOConfigure       = "`gantry runtime configure --runtime crio`, then `systemctl restart crio`"
 	fixCRIOReinstall       = "install `gantry-runtime` there, or re-register it: " + fixCRIOConfigure
 	fixCRIOTOML            = "correct the TOML (CRI-O will not start with it)"

@@ -8,7 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 )
 
 // CRIOMainConfig is CRI-O's own configuration file, which configure never
@@ -68,6 +70,10 @@ func Read(e Engine, path string) (Registered, error) {
 	if e == CRIO {
 		return Registered{}, fmt.Errorf("%w: CRI-O's configuration is a main file and drop-ins: use ReadCRIO", ErrInvalidOptions)
 	}
+	if e == Containerd {
+		r, _, err := ReadContainerd(path)
+		return r, err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Registered{}, err
@@ -77,6 +83,117 @@ func Read(e Engine, path string) (Registered, error) {
 		return Registered{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return r, nil
+}
+
+// ImportError is a file that a containerd configuration's `imports` names
+// and that cannot be read or does not parse (containerd will not start
+// with it), or an import pattern that does not expand.
+type ImportError struct {
+	// File is the imported file (or the pattern).
+	File string
+	// ImportedBy is the configuration whose imports name it.
+	ImportedBy string
+	Err        error
+}
+
+func (e *ImportError) Error() string {
+	return fmt.Sprintf("%s (imported by %s): %v", e.File, e.ImportedBy, e.Err)
+}
+
+func (e *ImportError) Unwrap() error { return e.Err }
+
+// ReadContainerd reads containerd's config.toml at path and the files its
+// `imports` name, as containerd resolves them: a relative path against
+// path's directory, a pattern expanded by filepath.Glob (in name order),
+// a missing file skipped. NVIDIA's toolkit (1.17 and later) and
+// ApplyContainerdDropIn put the runtime in such a drop-in. An imported
+// file's runtime of the same name wins, as does a default runtime it
+// sets; CDI is on when any file turns it on. Imports of imported files
+// are not followed. It returns the files read, path first. A missing path
+// is an error wrapping fs.ErrNotExist; a path that does not parse wraps
+// ErrMalformed (or ErrUnsupportedVersion); an import that cannot be read
+// or does not parse is an *ImportError.
+func ReadContainerd(path string) (Registered, []string, error) {
+	return readContainerd(path, nil)
+}
+
+// readContainerd is ReadContainerd with planned contents: a file in
+// planned is read from there (and found by an import pattern even when it
+// does not exist yet) instead of from disk.
+func readContainerd(path string, planned map[string][]byte) (Registered, []string, error) {
+	read := func(p string) ([]byte, error) {
+		if b, ok := planned[p]; ok {
+			return b, nil
+		}
+		return os.ReadFile(p)
+	}
+	b, err := read(path)
+	if err != nil {
+		return Registered{}, nil, err
+	}
+	out, err := parseContainerd(b)
+	if err != nil {
+		return Registered{}, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	files := []string{path}
+	doc, _ := decodeTOML(b) // parsed above
+	list, _ := doc["imports"].([]any)
+	if len(list) == 0 {
+		return out, files, nil
+	}
+	byName := map[string]string{}
+	for _, rt := range out.Runtimes {
+		byName[rt.Name] = rt.Program
+	}
+	for _, v := range list {
+		p, _ := v.(string)
+		if p == "" {
+			continue
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(filepath.Dir(path), p)
+		}
+		paths := []string{p}
+		if strings.ContainsAny(p, "*?[") {
+			m, err := filepath.Glob(p)
+			if err != nil {
+				return Registered{}, files, &ImportError{File: p, ImportedBy: path, Err: fmt.Errorf("%w: not a valid pattern: %v", ErrMalformed, err)}
+			}
+			for f := range planned {
+				if ok, _ := filepath.Match(p, f); ok && !slices.Contains(m, f) {
+					m = append(m, f)
+				}
+			}
+			sort.Strings(m)
+			paths = m
+		}
+		for _, ip := range paths {
+			b, err := read(ip)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return Registered{}, files, &ImportError{File: ip, ImportedBy: path, Err: err}
+			}
+			im, err := parseContainerd(b)
+			if err != nil {
+				return Registered{}, files, &ImportError{File: ip, ImportedBy: path, Err: err}
+			}
+			files = append(files, ip)
+			for _, rt := range im.Runtimes {
+				byName[rt.Name] = rt.Program
+			}
+			if im.DefaultRuntime != "" {
+				out.DefaultRuntime = im.DefaultRuntime
+			}
+			out.CDI = out.CDI || im.CDI
+			if out.CRIDisabled == "" {
+				out.CRIDisabled = im.CRIDisabled
+			}
+		}
+	}
+	out.Runtimes = sortedRuntimes(byName)
+	return out, files, nil
 }
 
 // ReadCRIO reads CRI-O's main file and every file in its drop-in
@@ -277,6 +394,13 @@ func verifyPlan(e Engine, updated []byte, opts Options, names []string) error {
 	if err != nil {
 		return fmt.Errorf("the planned %s configuration does not read back: %w", e, err)
 	}
+	return verifyRegistered(e, got, opts, names)
+}
+
+// verifyRegistered checks that got, a configuration read back, registers
+// what was asked: every name runs opts.RuntimePath, the default when
+// SetAsDefault, CDI when EnableCDI.
+func verifyRegistered(e Engine, got Registered, opts Options, names []string) error {
 	for _, n := range names {
 		if rt, ok := got.Runtime(n); !ok || rt.Program != opts.RuntimePath {
 			return fmt.Errorf("the planned %s configuration does not register runtime %q as %s (read back: %+v)", e, n, opts.RuntimePath, got.Runtimes)

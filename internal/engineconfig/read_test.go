@@ -136,3 +136,63 @@ func TestDefaultPaths(t *testing.T) {
 		t.Errorf("CRI-O paths %s, %s", CRIODropinDir(), CRIOMainConfig)
 	}
 }
+
+// TestReadContainerdImports: the files config.toml imports are read as
+// containerd resolves them (relative to its directory, patterns expanded in
+// name order, a missing file skipped), an imported runtime of the same name
+// wins, and an import that does not parse is an *ImportError naming it.
+func TestReadContainerdImports(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	main := write("config.toml", "version = 2\nimports = [\"conf.d/*.toml\", \"/nonexistent/x.toml\", \"site.toml\"]\n"+
+		"[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"runc\"\n"+
+		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"+
+		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/old/nvidia-container-runtime\"\n")
+	a := write("conf.d/10-a.toml", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\n")
+	b := write("conf.d/99-nvidia.toml", "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = true\n[plugins.\"io.containerd.cri.v1.runtime\".containerd]\ndefault_runtime_name = \"nvidia\"\n"+
+		"[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/gantry-runtime\"\n")
+	write("conf.d/notes.txt", "not toml {")
+	got, files, err := ReadContainerd(main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Registered{Runtimes: []Runtime{{"nvidia", "/usr/bin/gantry-runtime"}, {"runc", "runc"}}, DefaultRuntime: "nvidia", CDI: true}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+	if !reflect.DeepEqual(files, []string{main, a, b}) {
+		t.Errorf("files %v", files)
+	}
+	if r, err := Read(Containerd, main); err != nil || !reflect.DeepEqual(r, want) {
+		t.Errorf("Read: %+v %v", r, err)
+	}
+	// Parse reads one file: no imports.
+	if r, _ := Parse(Containerd, []byte(readT(t, main))); len(r.Runtimes) != 2 || r.Runtimes[0].Program != "/old/nvidia-container-runtime" {
+		t.Errorf("Parse: %+v", r)
+	}
+
+	broken := write("site.toml", "version = \n")
+	_, _, err = ReadContainerd(main)
+	var ie *ImportError
+	if !errors.As(err, &ie) || ie.File != broken || ie.ImportedBy != main || !errors.Is(err, ErrMalformed) {
+		t.Fatalf("broken import: %v", err)
+	}
+	// The main file's own error is no ImportError.
+	write("config.toml", "version = \n")
+	if _, _, err := ReadContainerd(main); !errors.Is(err, ErrMalformed) || errors.As(err, &ie) {
+		t.Errorf("broken main file: %v", err)
+	}
+	if _, files, err := ReadContainerd(filepath.Join(dir, "absent.toml")); !errors.Is(err, fs.ErrNotExist) || len(files) != 0 {
+		t.Errorf("absent: %v %v", err, files)
+	}
+}

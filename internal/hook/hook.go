@@ -83,7 +83,8 @@ runtime.log-file, when set, gets one line per container handled.
 
 Flags:
   --config FILE   configuration file (default $GANTRY_CONFIG or /etc/gantry/config.toml)
-  --no-cgroups    do not change the device cgroup (access is granted another way)
+  --no-cgroups    do not change the device cgroup (access is granted another way;
+                  runtime.no-cgroups = true in the configuration does the same)
   --version       print the version
   --help          this text
 `
@@ -192,7 +193,7 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*inject.Record, 
 		return rec, cfg, err
 	}
 	defer proc.close()
-	if err := nsmount.Apply(st.Pid, root, plan.Edits, nsmount.Options{NoCgroups: noCgroups}); err != nil {
+	if err := nsmount.Apply(st.Pid, root, plan.Edits, nsmount.Options{NoCgroups: noCgroups || cfg.Runtime.NoCgroups}); err != nil {
 		return rec, cfg, err
 	}
 	rec.Phase("namespace")

@@ -388,6 +388,34 @@ func TestHookLogRecord(t *testing.T) {
 	}
 }
 
+// runtime.no-cgroups = true (nvidia-ctk config --set
+// nvidia-container-cli.no-cgroups, for rootless engines): the hook adds the
+// node but leaves the device cgroup alone, so under a rootful runc, whose
+// cgroup denies what the spec does not allow, the node exists and opening
+// it is refused; without the key it opens (TestHookDockerGPUs).
+func TestHookNoCgroupsConfig(t *testing.T) {
+	needSetup(t)
+	base, err := os.ReadFile(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCg := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(noCg, []byte(strings.Replace(string(base), "[runtime]\n", "[runtime]\nno-cgroups = true\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := bundleWith(t, gpuScript, func(s *specs.Spec) {
+		s.Hooks.Prestart[0].Env = []string{"GANTRY_CONFIG=" + noCg} //nolint:staticcheck // what Docker adds
+	}, "NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")
+	out, err := runContainer(t, dir, "hook-no-cgroups", cgroupModes()[0])
+	if err != nil {
+		t.Fatalf("runc run: %v\n%s", err, out)
+	}
+	got := lines(out)
+	if !strings.Contains(got["nvidia1"], "character special file c3:1") || !strings.Contains(got["open1"], "Operation not permitted") {
+		t.Errorf("nvidia1 %q, open1 %q: want the node, and the device cgroup refusing it\n%s", got["nvidia1"], got["open1"], out)
+	}
+}
+
 // The hook as NVIDIA's hooks.d file (oci-nvidia-hook.json, used by Podman and
 // CRI-O without CDI) runs it: under the name nvidia-container-toolkit with
 // PHASE prestart. The same binary answers to that name.

@@ -63,6 +63,9 @@ type Plan struct {
 	// inTree are the container paths of the driver files the driver tree's
 	// mount provides (runtime.driver-layout = "tree").
 	inTree []string
+	// noCgroups leaves the device cgroup rules out of the spec
+	// (runtime.no-cgroups, rootless engines).
+	noCgroups bool
 }
 
 // Already returns the devices named in spec's InjectedAnnotation, if
@@ -97,7 +100,7 @@ func ReadRequest(spec *ocispecs.Spec, cfg config.Config, rec *Record) (*request.
 // plan without edits. req may be changed (CDI names of our kind move into
 // its devices).
 func Prepare(cfg config.Config, req *request.Request, opts Options, rec *Record) (*Plan, error) {
-	p := &Plan{Request: req, Record: rec, cdiDirs: cfg.CDI.SpecDirs, opts: opts}
+	p := &Plan{Request: req, Record: rec, cdiDirs: cfg.CDI.SpecDirs, opts: opts, noCgroups: cfg.Runtime.NoCgroups}
 	rec.Changed, rec.Source = true, req.Source
 	if opts.CDI {
 		// Names of our own kind are device IDs; other kinds go to the CDI registry.
@@ -158,7 +161,7 @@ func (p *Plan) Injected() string {
 // cgroup rules, mounts, env), the InjectedAnnotation, and the CDI devices
 // of other kinds from the spec directories.
 func (p *Plan) ApplyToSpec(spec *ocispecs.Spec) error {
-	if err := p.Edits.ApplyToSpec(spec); err != nil {
+	if err := p.Edits.ApplyToSpecWith(spec, edits.SpecOptions{NoCgroups: p.noCgroups}); err != nil {
 		return err
 	}
 	if p.Edits != nil || len(p.CDI) > 0 {

@@ -247,7 +247,7 @@ func configure(c *ctx, cfg config.Config, r configureRequest, standalone bool, r
 	if standalone {
 		err = applyStandalone(r.pid, r.rootfs, e)
 	} else {
-		err = nsmount.Apply(r.pid, r.rootfs, e, nsmount.Options{NoCgroups: r.noCgroups})
+		err = nsmount.Apply(r.pid, r.rootfs, e, nsmount.Options{NoCgroups: r.noCgroups || cfg.Runtime.NoCgroups})
 	}
 	if err != nil {
 		return err
