@@ -31,7 +31,8 @@
 # In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
-# Environment: DRIVER_ROOT (default /), GANTRY, RUNC, CUDA_CHECK (default bin/...).
+# Environment: DRIVER_ROOT (default /), GANTRY, RUNC, CUDA_CHECK (default bin/...),
+# DRIVER_LAYOUT=tree (every check with runtime.driver-layout = "tree": the driver as one mount).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 mode=gpu keep=0
