@@ -201,6 +201,9 @@ func TestFastCreatePath(t *testing.T) {
 		{"no request, run, -b=", []string{"PATH=/bin"}, "", []string{"--root", "/r", "run", "-d", "-b=" + bundle, "c1"}, true},
 		{"void request", []string{"NVIDIA_VISIBLE_DEVICES=void"}, "", []string{"create", "--bundle", bundle, "c1"}, false},
 		{"custom annotation prefixes", []string{"PATH=/bin"}, "[cdi]\nannotation-prefixes = [\"x/\"]\n", []string{"create", "--bundle", bundle, "c1"}, false},
+		{"swarm resource", []string{"PATH=/bin"}, "swarm-resource = [\"DOCKER_RESOURCE_GPU\"]\n", []string{"create", "--bundle", bundle, "c1"}, false},
+		{"TOML the fast path does not read (quoted key)", []string{"PATH=/bin"}, "\"cache-dir\" = \"\"\n", []string{"create", "--bundle", bundle, "c1"}, false},
+		{"neutral keys only", []string{"PATH=/bin"}, "accept-volume-mounts = true\nkubernetes-env = \"any\"\n[cdi]\nspec-dirs = [\"/etc/cdi\"]\n", []string{"create", "--bundle", bundle, "c1"}, true},
 		{"unknown flag", []string{"PATH=/bin"}, "", []string{"create", "--future-flag", "--bundle", bundle, "c1"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
