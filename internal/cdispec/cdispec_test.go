@@ -2,6 +2,7 @@ package cdispec
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -552,13 +553,32 @@ func TestMarshalYAMLMatchesLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	oddStrings := []string{"0", "1.5", "yes", "no", "on", "null", "~", "true", "", " lead", "trail ", "a: b", "#c", "x #y", "line\nbreak", "tab\t", "quote\"", "'", "é ü", "\u2028", "-", "- x", "0x1F", "1e3", "2001-12-14", "*a", "&a", "!t", "%p", "@", "`", "{", "[", "|", ">", "?", "yEs", "Off", "a:", "a::b", "/x/y.so.1", "_", "x=y", "a#b", "é", "\x01", strings.Repeat("ab ", 40)}
 	odd := map[string]any{
 		"strings": []string{"0", "1.5", "yes", "no", "on", "null", "~", "true", "", " lead", "trail ", "a: b", "#c", "x #y", "line\nbreak", "tab\t", "quote\"", "'", "é ü", "\u2028", "-", "- x", "0x1F", "1e3", "2001-12-14", "*a", "&a", "!t", "%p", "@", "`", "{", "[", "|", ">", "?"},
 		"numbers": []any{0, -1, 1 << 40, uint64(1) << 63, 1.5, 1e300, -0.0, uint32(4294967295)},
 		"bools":   []bool{true, false},
 		"empty":   map[string]any{"m": map[string]any{}, "s": []any{}, "n": nil},
 	}
-	for name, v := range map[string]any{"2-GPU spec": spec, "8-GPU spec": big, "odd values": odd} {
+	// The generated specs take the direct writer, not yaml.v2.
+	for _, sp := range []*specs.Spec{spec, big} {
+		j, _ := json.Marshal(sp)
+		dec := json.NewDecoder(bytes.NewReader(j))
+		dec.UseNumber()
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		if err := (&yamlWriter{}).mapping(m, 0, false); err != nil {
+			t.Errorf("spec %s: the direct YAML writer gives up: %v", sp.Kind, err)
+		}
+	}
+	var deep []any
+	for _, s := range oddStrings {
+		deep = append(deep, map[string]any{"name": s, "list": []string{s, "x"}, "map": map[string]any{"key": s}})
+	}
+	for name, v := range map[string]any{"2-GPU spec": spec, "8-GPU spec": big, "odd values": odd,
+		"odd strings": map[string]any{"strings": oddStrings, "deep": deep, "empty": map[string]any{}, "none": []string{}}} {
 		got, err := marshalYAML(v)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -571,6 +591,30 @@ func TestMarshalYAMLMatchesLibrary(t *testing.T) {
 			t.Errorf("%s: marshalYAML differs from sigs.k8s.io/yaml:\n%s\nwant\n%s", name, got, want)
 		}
 	}
+}
+
+// FuzzMarshalYAML: any string, as a value, in a list and in a nested
+// mapping, comes out as sigs.k8s.io/yaml writes it.
+func FuzzMarshalYAML(f *testing.F) {
+	for _, s := range []string{"0", "nvidia.com/gpu", "a: b", "yes", "/dev/nvidia0", "libcuda.so.1::/usr/lib/x"} {
+		f.Add(s, int64(1))
+	}
+	f.Fuzz(func(t *testing.T, s string, n int64) {
+		v := map[string]any{"value": s, "list": []any{s, n, map[string]any{"name": s, "n": n}}, "nested": map[string]any{"key": s}}
+		got, err := marshalYAML(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := sigsyaml.Marshal(v)
+		if err != nil {
+			// The library's YAML parser refuses control characters in the
+			// JSON it re-reads; marshalYAML writes them escaped.
+			return
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("marshalYAML differs from sigs.k8s.io/yaml for %q:\n%s\nwant\n%s", s, got, want)
+		}
+	})
 }
 
 func BenchmarkMarshalYAML(b *testing.B) {

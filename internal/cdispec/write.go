@@ -1,15 +1,12 @@
 package cdispec
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
-	"go.yaml.in/yaml/v2"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
@@ -43,58 +40,6 @@ func Marshal(spec *specs.Spec, format string) ([]byte, error) {
 		return append(b, '\n'), nil
 	}
 	return nil, fmt.Errorf("CDI spec format %q: use yaml or json", format)
-}
-
-// marshalYAML writes v as sigs.k8s.io/yaml.Marshal does (what the CDI
-// library writes and reads), byte for byte, at a third of the cost: that
-// function encodes v as JSON, parses the JSON with the YAML parser to get
-// typed values, and encodes those as YAML; here the JSON is decoded by
-// encoding/json, numbers typed the way the YAML parser types them (int,
-// then int64, uint64, float64), so the YAML parser never runs.
-// TestMarshalYAMLMatchesLibrary holds the two against each other.
-func marshalYAML(v any) ([]byte, error) {
-	j, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(j))
-	dec.UseNumber()
-	var obj any
-	if err := dec.Decode(&obj); err != nil {
-		return nil, err
-	}
-	return yaml.Marshal(yamlTyped(obj))
-}
-
-// yamlTyped replaces the json.Numbers in v by the Go values yaml.v2's
-// resolver gives the same plain scalars.
-func yamlTyped(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = yamlTyped(e)
-		}
-	case []any:
-		for i, e := range x {
-			x[i] = yamlTyped(e)
-		}
-	case json.Number:
-		s := string(x)
-		if i, err := strconv.ParseInt(s, 0, 64); err == nil {
-			if i == int64(int(i)) {
-				return int(i)
-			}
-			return i
-		}
-		if u, err := strconv.ParseUint(s, 0, 64); err == nil {
-			return u
-		}
-		if f, err := strconv.ParseFloat(s, 64); err == nil {
-			return f
-		}
-		return s
-	}
-	return v
 }
 
 // FormatFor returns the format for path's extension (.yaml, .yml, .json);
