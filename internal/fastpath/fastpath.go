@@ -45,8 +45,8 @@ func ParseConfig(text []byte) (lowLevel string, ok, create bool) {
 // list reads a NULL-terminated C string array.
 func list(p **C.char) []string {
 	var out []string
-	for s := unsafe.Slice(p, 1<<10); s[len(out)] != nil; {
-		out = append(out, C.GoString(s[len(out)]))
+	for ; *p != nil; p = (**C.char)(unsafe.Add(unsafe.Pointer(p), unsafe.Sizeof(p))) {
+		out = append(out, C.GoString(*p))
 	}
 	return out
 }
