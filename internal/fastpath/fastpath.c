@@ -43,7 +43,8 @@ const char *const gantry_neutral_keys[] = {
 	"gpus", "driver-root", "dev-root", "library-search-paths", "log-level",
 	"runtime.low-level", "runtime.cache-dir", "runtime.accept-env-unprivileged",
 	"runtime.accept-volume-mounts", "runtime.log-file", "runtime.disable-require",
-	"runtime.kubernetes-env", "runtime.kubelet-dir",
+	"runtime.kubernetes-env", "runtime.kubelet-dir", "runtime.no-cgroups",
+	"runtime.driver-layout", "runtime.driver-tree-dir", "runtime.driver-tree-path",
 	"cdi.kind", "cdi.spec-dirs", "cdi.hook-path", NULL};
 
 // runc's flags that take a value (shim's args.go has the same lists).
