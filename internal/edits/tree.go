@@ -23,6 +23,9 @@ type Tree struct {
 	// Files maps the host path of each driver file the tree holds to its
 	// path relative to the tree ("lib64/libcuda.so.580.65.06").
 	Files map[string]string
+	// Links are the symbolic links the tree holds, relative to it
+	// ("lib64/libcuda.so.1", "lib64/libcuda.so").
+	Links map[string]bool
 }
 
 // UseTree hands the container t as one read-only mount: each read-only mount
@@ -36,8 +39,8 @@ type Tree struct {
 // file: the mounts are most of what runc spends on a GPU container.
 //
 // A file whose container path is already its place in the tree (a driver
-// installed under /usr/local/nvidia) needs no link, nor do the SONAME links
-// beside it (the tree has its own). Anything else at or below the tree's
+// installed under /usr/local/nvidia) needs no link, nor does a link beside
+// it that the tree holds too (its SONAME links). Anything else at or below the tree's
 // container path would be hidden by the mount or need a mount point inside
 // it; then UseTree reports false and leaves e as it was (the per-file layout).
 // Otherwise it returns the container paths of the files the tree now
@@ -80,11 +83,7 @@ func (e *Edits) UseTree(t Tree) ([]string, bool) {
 			links = append(links, s)
 			continue
 		}
-		target := s.Target
-		if !path.IsAbs(target) {
-			target = path.Join(path.Dir(s.Link), target)
-		}
-		if !inTree[target] {
+		if rel := strings.TrimPrefix(s.Link, at+"/"); !t.Links[rel] {
 			return nil, false
 		}
 	}

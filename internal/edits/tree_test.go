@@ -80,13 +80,17 @@ func TestUseTreeDriverAtTreePath(t *testing.T) {
 			{HostPath: "/home/kubernetes/nvidia/lib64/libcuda.so.580.1", ContainerPath: "/usr/local/nvidia/lib64/libcuda.so.580.1", Options: ReadOnlyOptions},
 			{HostPath: "/home/kubernetes/nvidia/bin/nvidia-smi", ContainerPath: "/usr/local/nvidia/bin/nvidia-smi", Options: ReadOnlyOptions},
 		},
-		Symlinks:    []Symlink{{Target: "libcuda.so.580.1", Link: "/usr/local/nvidia/lib64/libcuda.so.1"}},
+		Symlinks: []Symlink{
+			{Target: "libcuda.so.580.1", Link: "/usr/local/nvidia/lib64/libcuda.so.1"},
+			// A link to a link, as the per-file layout makes for libcuda.so.
+			{Target: "libcuda.so.1", Link: "/usr/local/nvidia/lib64/libcuda.so"},
+		},
 		LibraryDirs: []string{"/usr/local/nvidia/lib64"},
 	}
 	tr := Tree{HostPath: "/t", ContainerPath: "/usr/local/nvidia/", Files: map[string]string{
 		"/home/kubernetes/nvidia/lib64/libcuda.so.580.1": "lib64/libcuda.so.580.1",
 		"/home/kubernetes/nvidia/bin/nvidia-smi":         "bin/nvidia-smi",
-	}}
+	}, Links: map[string]bool{"lib64/libcuda.so.1": true, "lib64/libcuda.so": true}}
 	provided, ok := e.UseTree(tr)
 	if !ok {
 		t.Fatal("UseTree refused a driver at the tree's path")
@@ -109,7 +113,7 @@ func TestUseTreeRefusesConflicts(t *testing.T) {
 		"moved file below the tree path elsewhere": func(e *Edits) {
 			e.Mounts[2].ContainerPath = "/usr/local/nvidia/lib64/other"
 		},
-		"link below the tree path to a file the tree lacks": func(e *Edits) {
+		"link below the tree path the tree lacks": func(e *Edits) {
 			e.Symlinks = append(e.Symlinks, Symlink{Target: "libfoo.so.1", Link: "/usr/local/nvidia/lib64/libfoo.so"})
 		},
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 // treeFormat changes whenever treeCache's meaning changes.
-const treeFormat = 1
+const treeFormat = 2
 
 // treeCache is what the runtime keeps of a driver tree between containers,
 // so that a create in the tree layout costs one small file read and one
@@ -33,6 +33,7 @@ type treeCache struct {
 	Version string            `json:"version"`
 	Path    string            `json:"path"`
 	Files   map[string]string `json:"files"`
+	Links   []string          `json:"links,omitempty"`
 }
 
 // useTree switches the plan's edits to the driver tree layout
@@ -51,7 +52,11 @@ func (p *Plan) useTree(cfg config.Config) {
 		p.Record.Notes = append(p.Record.Notes, "driver tree layout not used (a mount per file instead): "+err.Error())
 		return
 	}
-	provided, ok := p.Edits.UseTree(edits.Tree{HostPath: t.Path, ContainerPath: cfg.Runtime.DriverTreePath, Files: t.Files})
+	links := make(map[string]bool, len(t.Links))
+	for _, l := range t.Links {
+		links[l] = true
+	}
+	provided, ok := p.Edits.UseTree(edits.Tree{HostPath: t.Path, ContainerPath: cfg.Runtime.DriverTreePath, Files: t.Files, Links: links})
 	if !ok {
 		p.Record.Notes = append(p.Record.Notes, "driver tree layout not used (a mount per file instead): other injected files are at or below "+cfg.Runtime.DriverTreePath)
 		return
@@ -79,7 +84,7 @@ func loadTree(cfg config.Config, inv *driver.Inventory) (*treeCache, error) {
 		return nil, err
 	}
 	c := want
-	c.Path, c.Files = t.Path, treeFiles(t, inv)
+	c.Path, c.Files, c.Links = t.Path, treeFiles(t, inv), treeLinks(t.Path)
 	if len(c.Files) == 0 {
 		return nil, fmt.Errorf("the driver tree %s holds none of the driver's files", t.Path)
 	}
@@ -150,6 +155,21 @@ func treeFiles(t *drivervol.Tree, inv *driver.Inventory) map[string]string {
 		add(f, path.Join(dir, path.Base(f.HostPath)))
 	}
 	return files
+}
+
+// treeLinks lists the symbolic links in the tree's directories (SONAME
+// links and the like), relative to the tree.
+func treeLinks(dir string) []string {
+	var links []string
+	for _, d := range []string{drivervol.BinDir, drivervol.Lib64Dir, drivervol.LibDir} {
+		ents, _ := os.ReadDir(filepath.Join(dir, d))
+		for _, e := range ents {
+			if e.Type()&os.ModeSymlink != 0 {
+				links = append(links, path.Join(d, e.Name()))
+			}
+		}
+	}
+	return links
 }
 
 // sameFile reports whether a and b are one file, or two of equal bytes.
