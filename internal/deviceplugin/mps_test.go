@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gantry-gpu/gantry/internal/labels"
 )
 
 // NVIDIA's MPS file loads as is; failRequestsGreaterThanOne defaults to
@@ -448,5 +450,24 @@ func TestMPSControlDaemonMode(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("exit %d", code)
+	}
+}
+
+// GPU Feature Discovery's labels say MPS: mps.capable and the shared
+// resource's sharing-strategy and replicas.
+func TestMPSLabels(t *testing.T) {
+	c := DefaultConfig()
+	c.Sharing.MPS = &ReplicatedResources{Resources: []ReplicatedResource{{Name: "gpu", Replicas: 4}}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	set, err := labels.Generate(loadSim(t, "h100x8"), labelConfig(c), labels.Catalog{Simulated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"nvidia.com/mps.capable": "true", "nvidia.com/gpu.sharing-strategy": "mps", "nvidia.com/gpu.replicas": "4"} {
+		if set[k] != v {
+			t.Errorf("label %s = %q, want %q", k, set[k], v)
+		}
 	}
 }
