@@ -258,6 +258,9 @@ func TestMPSManagerLifecycle(t *testing.T) {
 		"-i " + sys.Devices[2].UUID + " -c EXCLUSIVE_PROCESS", "-i " + sys.Devices[5].UUID + " -c EXCLUSIVE_PROCESS"}) {
 		t.Errorf("nvidia-smi calls %q", calls)
 	}
+	if st, err := os.Stat(paths.shm); err != nil || st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky == 0 {
+		t.Errorf("the clients' /dev/shm (%s): %v %v, want drwxrwxrwt", paths.shm, st.Mode(), err)
+	}
 	// The ready file is touched on every health check.
 	st0, _ := os.Stat(paths.ready)
 	eventually(t, "heartbeat", func() bool {

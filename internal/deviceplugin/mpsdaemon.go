@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
 )
 
@@ -72,8 +74,14 @@ func (m *MPSManager) Run(ctx context.Context) error {
 	if !filepath.IsAbs(m.Root) {
 		return fmt.Errorf("MPS root %q is not an absolute path (flags.mpsRoot, MPS_ROOT, --mps-root)", m.Root)
 	}
-	if err := os.MkdirAll(filepath.Join(m.Root, "shm"), 0o755); err != nil {
+	// The clients' /dev/shm: world-writable and sticky as /dev/shm is, so
+	// that clients running as any user can make their segments there.
+	shm := filepath.Join(m.Root, "shm")
+	if err := os.MkdirAll(shm, 0o755); err != nil {
 		return fmt.Errorf("creating the MPS shm directory: %w (is %s mounted writable?)", err, m.Root)
+	}
+	if err := os.Chmod(shm, 0o777|os.ModeSticky); err != nil {
+		return fmt.Errorf("making %s world-writable and sticky: %w", shm, err)
 	}
 	var wg sync.WaitGroup
 	for _, s := range m.Specs {
@@ -202,6 +210,11 @@ func (m *MPSManager) start(ctx context.Context, s MPSDaemonSpec) error {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
+	for _, d := range []string{paths.pipe, paths.shm} {
+		if err := labelForContainers(d); err != nil {
+			m.Log.Warn("cannot label the directory for containers; SELinux may keep clients out", "dir", d, "err", err)
+		}
+	}
 	if m.check(ctx, s) == nil {
 		m.Log.Info("an MPS control daemon already answers on the pipe directory; adopting it", "resource", s.Resource, "pipe", paths.pipe)
 	} else {
@@ -267,6 +280,19 @@ func (m *MPSManager) stop(s MPSDaemonSpec, log *slog.Logger) {
 			log.Warn("restoring compute mode DEFAULT", "err", err)
 		}
 	}
+}
+
+// containerFileLabel is the SELinux label of files that unprivileged
+// containers may use (what NVIDIA's daemon gives its pipe directory).
+const containerFileLabel = "system_u:object_r:container_file_t:s0"
+
+// labelForContainers gives dir the SELinux label containers may use, when
+// SELinux is on (selinuxfs mounted); files made in it later inherit it.
+func labelForContainers(dir string) error {
+	if _, err := os.Stat("/sys/fs/selinux/enforce"); err != nil {
+		return nil
+	}
+	return unix.Lsetxattr(dir, "security.selinux", []byte(containerFileLabel), 0)
 }
 
 func gpuUUIDs(s MPSDaemonSpec) []string {
