@@ -15,13 +15,13 @@
  *   cuda-check               run the kernel on every visible device
  *   cuda-check --load-only   only dlopen libcuda.so.1, cuInit, cuDriverGetVersion
  *                            (for the fake driver of `gantry sim driver-root`)
- *   cuda-check --mem MIB [--hold SECONDS]
+ *   cuda-check --mem MIB[,MIB...] [--hold SECONDS]
  *                            also, on each device after the kernel, print the
  *                            memory cuMemGetInfo reports and try to allocate
- *                            MIB MiB ("alloc MIB MiB: ok" or the error; not a
- *                            failure: an MPS client's memory limit shows this
- *                            way), then keep the context SECONDS seconds (two
- *                            clients of one MPS server at the same time)
+ *                            each MIB MiB in turn ("alloc MIB MiB: ok" or the
+ *                            error; not a failure: an MPS client's memory limit
+ *                            shows this way), then keep the context SECONDS
+ *                            seconds (two clients of one MPS server at once)
  *
  * Output: one "cuda-check: device ..." line per device (index, name, UUID, PCI
  * bus id), then "cuda-check: OK ...". Exit status 0 on success, 1 on any
@@ -141,7 +141,8 @@ static void format_uuid(const CUuuid *u, char *out, size_t len)
 int main(int argc, char **argv)
 {
 	int load_only = 0, ndev = 0, version = 0, i;
-	long probe_mib = -1, hold = 0;
+	long probe_mib[4], hold = 0;
+	int nprobe = 0;
 	Dl_info info;
 	CUresult (*cuInit)(unsigned);
 	CUresult (*cuDriverGetVersion)(int *);
@@ -150,7 +151,14 @@ int main(int argc, char **argv)
 		if (strcmp(argv[i], "--load-only") == 0) {
 			load_only = 1;
 		} else if (strcmp(argv[i], "--mem") == 0 && i + 1 < argc) {
-			probe_mib = strtol(argv[++i], NULL, 10);
+			char *p = argv[++i];
+			while (nprobe < 4 && *p) {
+				probe_mib[nprobe++] = strtol(p, &p, 10);
+				if (*p == ',')
+					p++;
+				else
+					break;
+			}
 		} else if (strcmp(argv[i], "--hold") == 0 && i + 1 < argc) {
 			hold = strtol(argv[++i], NULL, 10);
 		} else {
@@ -254,20 +262,22 @@ int main(int argc, char **argv)
 				     i, name, k, host[k], want);
 		}
 		check(cuMemFree(out), "cuMemFree_v2");
-		if (probe_mib >= 0) {
+		if (nprobe > 0) {
 			size_t mfree = 0, mtotal = 0;
-			CUdeviceptr big;
-			const char *en = "?";
 			check(cuMemGetInfo(&mfree, &mtotal), "cuMemGetInfo_v2");
 			printf("cuda-check: device %d: memory total=%zu MiB free=%zu MiB\n", i, mtotal >> 20, mfree >> 20);
-			r = cuMemAlloc(&big, (size_t)probe_mib << 20);
-			if (r == 0) {
-				printf("cuda-check: device %d: alloc %ld MiB: ok\n", i, probe_mib);
-				check(cuMemFree(big), "cuMemFree_v2");
-			} else {
-				if (pGetErrorName)
-					pGetErrorName(r, &en);
-				printf("cuda-check: device %d: alloc %ld MiB: %s\n", i, probe_mib, en);
+			for (int k = 0; k < nprobe; k++) {
+				CUdeviceptr big;
+				const char *en = "?";
+				r = cuMemAlloc(&big, (size_t)probe_mib[k] << 20);
+				if (r == 0) {
+					printf("cuda-check: device %d: alloc %ld MiB: ok\n", i, probe_mib[k]);
+					check(cuMemFree(big), "cuMemFree_v2");
+				} else {
+					if (pGetErrorName)
+						pGetErrorName(r, &en);
+					printf("cuda-check: device %d: alloc %ld MiB: %s\n", i, probe_mib[k], en);
+				}
 			}
 			fflush(stdout);
 			if (hold > 0)

@@ -31,9 +31,10 @@
 #   j  MPS (skipped without nvidia-cuda-mps-control): `gantry-device-plugin
 #      mps-control-daemon` runs the real control daemon for GPU 0 with 2 replicas;
 #      two containers given what Allocate gives a replica (pipe directory, the
-#      daemon's /dev/shm, CUDA_MPS_* limits) run cuda-check at the same time: one
-#      allocates 3/4 of its limit (must work), one 5/4 (must fail); the MPS server
-#      log must exist; SIGTERM must quit the daemon
+#      daemon's /dev/shm; one with the CUDA_MPS_* limits, one relying on the
+#      daemon's defaults) run cuda-check at the same time: each allocates 3/4 of
+#      the limit (must work), then 5/4 (must fail); the MPS server log must exist;
+#      SIGTERM must quit the daemon
 # In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
@@ -335,21 +336,25 @@ else
     limit=$((mem0 / 2))
     echo "     | daemon ready: $(tr '\n' ' ' <"$mps_root/$res/.ready"); GPU 0 memory ${mem0} MiB, limit ${limit} MiB per replica"
     pipe=/mps/$res/pipe
-    # mps_bundle NAME MIB: a container with one replica that probes MIB MiB and
-    # holds its context 5 s, so that both clients are connected at once.
+    lo=$((limit * 3 / 4)) hi=$((limit * 5 / 4))
+    # mps_bundle NAME [VAR=VALUE...]: a container with one replica that allocates
+    # 3/4 of the limit, then 5/4, and holds its context 5 s, so that both
+    # clients are connected at once.
     mps_bundle() {
       local b=$WORK/b-$1
-      make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 "CUDA_MPS_PIPE_DIRECTORY=$pipe" \
-        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=${limit}M" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 \
-        -- /bin/sh -c "cuda-check --mem $2 --hold 5; echo \"cuda-exit=\$?\""
+      shift
+      make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 "CUDA_MPS_PIPE_DIRECTORY=$pipe" "$@" \
+        -- /bin/sh -c "cuda-check --mem $lo,$hi --hold 5; echo \"cuda-exit=\$?\""
       MNT1=$(printf '{"destination": "%s", "type": "bind", "source": "%s", "options": ["rbind", "rw"]}' "$pipe" "$mps_root/$res/pipe") \
         MNT2=$(printf '{"destination": "/dev/shm", "type": "bind", "source": "%s", "options": ["rbind", "rw"]}' "$mps_root/shm") \
         awk '/"mounts": *\[/ { m = 1 } m && /^\t\]/ { print "\t\t," ENVIRON["MNT1"] ", " ENVIRON["MNT2"]; m = 0 } { print }' \
         "$b/config.json" >"$b/config.json.new" && mv "$b/config.json.new" "$b/config.json"
       grep -q "$mps_root/shm" "$b/config.json" || FAIL "j: could not add the MPS mounts to $b/config.json"
     }
-    mps_bundle j1 $((limit * 3 / 4))
-    mps_bundle j2 $((limit * 5 / 4))
+    # j1 has Allocate's limits in its environment; j2 only the daemon's defaults
+    # (set_default_device_pinned_mem_limit), what replicas of several GPUs get.
+    mps_bundle j1 "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=${limit}M" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+    mps_bundle j2
     run_container "$GANTRY_RUNTIME" e2e-j1 "$WORK/b-j1" "$WORK/j1.out" & p1=$!
     run_container "$GANTRY_RUNTIME" e2e-j2 "$WORK/b-j2" "$WORK/j2.out" & p2=$!
     wait $p1; r1=$?
@@ -360,10 +365,12 @@ else
       FAIL "j: gantry-runtime could not run the MPS client containers"
     elif ! grep -qx 'cuda-exit=0' "$WORK/j1.out" || ! grep -qx 'cuda-exit=0' "$WORK/j2.out"; then
       FAIL "j: cuda-check failed in an MPS client container"
-    elif ! grep -q "alloc $((limit * 3 / 4)) MiB: ok" "$WORK/j1.out"; then
-      FAIL "j: an allocation under the replica's limit failed"
-    elif grep -q "alloc $((limit * 5 / 4)) MiB: ok" "$WORK/j2.out"; then
-      FAIL "j: an allocation over the replica's limit (${limit} MiB) succeeded: the limit does not hold"
+    elif ! grep -q "alloc $lo MiB: ok" "$WORK/j1.out" || ! grep -q "alloc $lo MiB: ok" "$WORK/j2.out"; then
+      FAIL "j: an allocation under the replica's limit (${lo} of ${limit} MiB) failed"
+    elif grep -q "alloc $hi MiB: ok" "$WORK/j1.out"; then
+      FAIL "j: with Allocate's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, ${hi} MiB (over the ${limit} MiB limit) was allocated"
+    elif grep -q "alloc $hi MiB: ok" "$WORK/j2.out"; then
+      FAIL "j: with the daemon's default limit only, ${hi} MiB (over the ${limit} MiB limit) was allocated"
     elif [ ! -s "$mps_root/$res/log/server.log" ]; then
       FAIL "j: no MPS server log: the containers did not go through the daemon"
     else

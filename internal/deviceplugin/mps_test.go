@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,7 +154,11 @@ func TestMPSConfigErrors(t *testing.T) {
 func buildFakeMPS(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), MPSControlBinary)
-	out, err := exec.Command("go", "build", "-o", bin, "./testdata/fakemps").CombinedOutput()
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goTool); err != nil {
+		goTool = "go"
+	}
+	out, err := exec.Command(goTool, "build", "-o", bin, "./testdata/fakemps").CombinedOutput()
 	if err != nil {
 		t.Fatalf("building the fake MPS control program: %v\n%s", err, out)
 	}
