@@ -232,14 +232,15 @@ func (p *Plugin) hasMPS() bool {
 	return slices.ContainsFunc(p.servers, func(s *server) bool { return s.res.MPS })
 }
 
-// mpsAvailable is false for an MPS resource whose daemon is not ready.
-func (s *server) mpsAvailable() bool { return !s.res.MPS || s.mpsUp.Load() }
+// mpsAvailable is false for a replica of an MPS resource whose daemon is
+// not ready (a whole GPU beside the replicas does not need the daemon).
+func (s *server) mpsAvailable(d *Device) bool { return !s.res.MPS || d.Replica < 0 || s.mpsUp.Load() }
 
 // mpsCheck refuses an allocation while the daemon is not ready: the
 // kubelet does not allocate unhealthy devices, but one that allocated just
 // before the daemon went away must not start a container that cannot reach it.
-func (s *server) mpsCheck() error {
-	if s.mpsAvailable() {
+func (s *server) mpsCheck(devs []*Device) error {
+	if !s.res.MPS || !slices.ContainsFunc(devs, func(d *Device) bool { return !s.mpsAvailable(d) }) {
 		return nil
 	}
 	return status.Errorf(codes.Unavailable, "%s: the MPS control daemon is not ready (%s missing or stale); check the gantry-mps-control-daemon pod of this node",

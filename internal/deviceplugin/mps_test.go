@@ -479,3 +479,48 @@ func TestMPSLabels(t *testing.T) {
 		}
 	}
 }
+
+// devices: [0] without a rename: GPU 0's replicas and the other GPUs whole
+// are one resource; only the replicas wait for the daemon, and only they
+// get the MPS answer.
+func TestMPSSomeDevicesNoRename(t *testing.T) {
+	root := shortTempDir(t)
+	cfg := DefaultConfig()
+	cfg.Flags.MpsRoot = root
+	cfg.Sharing.MPS = &ReplicatedResources{Resources: []ReplicatedResource{{Name: "gpu", Replicas: 2, Devices: ReplicatedDevices{List: []string{"0"}}}}}
+	oldPoll := mpsPoll
+	mpsPoll = 20 * time.Millisecond
+	t.Cleanup(func() { mpsPoll = oldPoll })
+	h := startHarness(t, "h100x8", cfg)
+	const res = "nvidia.com/gpu"
+	h.kubelet.registration()
+	u0, u3 := h.sys.Devices[0].UUID, h.sys.Devices[3].UUID
+	l := h.kubelet.list(res)
+	if len(l) != 9 {
+		t.Fatalf("%d devices, want 2 replicas + 7 GPUs", len(l))
+	}
+	for _, d := range l {
+		want := pluginapi.Healthy
+		if strings.HasPrefix(d.ID, u0) {
+			want = pluginapi.Unhealthy
+		}
+		if d.Health != want {
+			t.Errorf("%s is %s without a daemon, want %s", d.ID, d.Health, want)
+		}
+	}
+	c := h.kubelet.client("nvidia-gpu.sock")
+	resp, err := allocate(t, c, []string{u3})
+	if err != nil {
+		t.Fatalf("a whole GPU without a daemon: %v", err)
+	}
+	if _, ok := resp.ContainerResponses[0].Envs[envMPSPipeDir]; ok || len(resp.ContainerResponses[0].Mounts) != 0 {
+		t.Errorf("a whole GPU got the MPS answer: %v", resp.ContainerResponses[0])
+	}
+	if _, err := allocate(t, c, []string{u0 + "::1"}); status.Code(err) != codes.Unavailable {
+		t.Errorf("a replica without a daemon: %v", err)
+	}
+	specs := MPSDaemonSpecs(h.plugin.Resources(), h.sys)
+	if len(specs) != 1 || len(specs[0].GPUs) != 1 || specs[0].GPUs[0].UUID != u0 {
+		t.Errorf("daemon specs %+v, want GPU 0 only", specs)
+	}
+}

@@ -63,7 +63,7 @@ func (s *server) apiDevices() []*pluginapi.Device {
 	for i := range s.res.Devices {
 		d := &s.res.Devices[i]
 		h := pluginapi.Healthy
-		if !s.p.healthy(d) || !s.mpsAvailable() {
+		if !s.p.healthy(d) || !s.mpsAvailable(d) {
 			h = pluginapi.Unhealthy
 		}
 		ad := &pluginapi.Device{ID: d.ID, Health: h}
@@ -97,9 +97,6 @@ func (s *server) lookup(ids []string) ([]*Device, error) {
 
 // Allocate answers, for each container, how the runtime is told the devices.
 func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
-	if err := s.mpsCheck(); err != nil {
-		return nil, err
-	}
 	resp := &pluginapi.AllocateResponse{ContainerResponses: make([]*pluginapi.ContainerAllocateResponse, 0, len(req.ContainerRequests))}
 	for _, cr := range req.ContainerRequests {
 		devs, err := s.lookup(cr.DevicesIds)
@@ -108,6 +105,9 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		}
 		if len(devs) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "%s: a container request with no device IDs", s.res.Name)
+		}
+		if err := s.mpsCheck(devs); err != nil {
+			return nil, err
 		}
 		if len(devs) > 1 && s.p.cfg.failRequestsGreaterThanOne() && slices.ContainsFunc(devs, func(d *Device) bool { return d.Replica >= 0 }) {
 			_, section := s.p.cfg.replicated()
