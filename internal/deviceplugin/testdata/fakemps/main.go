@@ -11,7 +11,7 @@
 // gets to $CUDA_MPS_LOG_DIRECTORY/control.log, writes its pid to
 // $CUDA_MPS_PIPE_DIRECTORY/fake.pid, answers get_default_active_thread_percentage
 // with the value set last (100.0 at first), and on quit removes its socket
-// and exits.
+// and exits (as it does when its socket is removed).
 package main
 
 import (
@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -117,6 +118,15 @@ func daemon(sock string) {
 		}
 		return ""
 	}
+	// A test that failed before its quit leaves no daemon behind: one whose
+	// socket is gone (the test's directory removed) exits.
+	go func() {
+		for range time.Tick(time.Second) {
+			if _, err := os.Stat(sock); err != nil {
+				os.Exit(0)
+			}
+		}
+	}()
 	for {
 		c, err := ln.Accept()
 		if err != nil {
