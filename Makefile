@@ -79,7 +79,7 @@ gpu-check: build
 # it links, in bin/lib for hosts without one. Then, as root on the GPU host:
 #   scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh      (--sim: without a GPU)
 RUNC_BIN ?= $(shell command -v runc 2>/dev/null || ls /usr/sbin/runc 2>/dev/null)
-gpu-e2e: build bundlesplit
+gpu-e2e: build bundlesplit build-device-plugin
 	gcc -O2 -Wall -o $(BIN)/cuda-check scripts/cuda-check.c -ldl
 	gcc -O2 -Wall -shared -fPIC -o $(BIN)/e2e-preload.so scripts/e2e-preload.c
 	@[ -n "$(RUNC_BIN)" ] || { echo "runc not found: apt-get install runc (or make gpu-e2e RUNC_BIN=/path/to/runc)"; exit 1; }

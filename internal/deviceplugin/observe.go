@@ -82,8 +82,11 @@ func observabilityFromEnv(getenv func(string) string) (observability, error) {
 // labelConfig is the part of the plugin configuration the labels show.
 func labelConfig(cfg Config) labels.Config {
 	lc := labels.Config{MIGStrategy: cfg.Flags.MigStrategy, Machine: labels.MachineType("")}
-	if ts := cfg.Sharing.TimeSlicing; ts != nil && len(ts.Resources) > 0 {
+	if ts, _ := cfg.replicated(); ts != nil {
 		lc.SharingStrategy = labels.SharingTimeSlicing
+		if ts == cfg.Sharing.MPS {
+			lc.SharingStrategy = labels.SharingMPS
+		}
 		for _, r := range ts.Resources {
 			lc.Replicas = max(lc.Replicas, r.Replicas)
 			lc.SharedResources = append(lc.SharedResources, r.Name)

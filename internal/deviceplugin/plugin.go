@@ -199,6 +199,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 		})
 		wg.Go(func() { p.consumeHealth(ctx, events) })
 	}
+	if p.hasMPS() {
+		wg.Go(func() { p.watchMPS(ctx) })
+	}
 	defer func() {
 		for _, s := range p.servers {
 			s.stop()
@@ -503,6 +506,8 @@ type server struct {
 	sockID     identity
 	registered identity // kubelet socket registered with; zero when not
 	watchers   map[chan struct{}]struct{}
+
+	mpsUp atomic.Bool // an MPS resource's daemon is ready (mps.go)
 }
 
 func newServer(p *Plugin, r Resource) *server {

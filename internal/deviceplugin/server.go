@@ -63,7 +63,7 @@ func (s *server) apiDevices() []*pluginapi.Device {
 	for i := range s.res.Devices {
 		d := &s.res.Devices[i]
 		h := pluginapi.Healthy
-		if !s.p.healthy(d) {
+		if !s.p.healthy(d) || !s.mpsAvailable(d) {
 			h = pluginapi.Unhealthy
 		}
 		ad := &pluginapi.Device{ID: d.ID, Health: h}
@@ -106,10 +106,14 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		if len(devs) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "%s: a container request with no device IDs", s.res.Name)
 		}
+		if err := s.mpsCheck(devs); err != nil {
+			return nil, err
+		}
 		if len(devs) > 1 && s.p.cfg.failRequestsGreaterThanOne() && slices.ContainsFunc(devs, func(d *Device) bool { return d.Replica >= 0 }) {
+			_, section := s.p.cfg.replicated()
 			return nil, status.Errorf(codes.InvalidArgument,
-				"%s: %d shared devices requested, but sharing.timeSlicing.failRequestsGreaterThanOne allows 1 per container (replicas are time slices of a GPU, not more of it)",
-				s.res.Name, len(devs))
+				"%s: %d shared devices requested, but %s.failRequestsGreaterThanOne allows 1 per container (replicas are shares of a GPU, not more of it)",
+				s.res.Name, len(devs), section)
 		}
 		cresp, err := s.containerResponse(devs)
 		if err != nil {
@@ -159,6 +163,9 @@ func (s *server) containerResponse(devs []*Device) (*pluginapi.ContainerAllocate
 	}
 	if cfg.Flags.MOFEDEnabled {
 		r.Envs["NVIDIA_MOFED"] = "enabled"
+	}
+	if s.res.MPS {
+		s.addMPS(r, devs)
 	}
 	if strategies.allCDI() {
 		return r, nil

@@ -32,3 +32,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{- define "gantry.mpsSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gantry.name" . }}-mps-control-daemon
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
