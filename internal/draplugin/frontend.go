@@ -38,7 +38,7 @@ const (
 // DaemonSet can set instead.
 type flags struct {
 	driverName, nodeName, gpus, driverRoot, devRoot, cdiRoot, hookPath, pluginDir, registryDir string
-	dryRun                                                                                  bool
+	dryRun                                                                                     bool
 }
 
 func (f *flags) register(fs *flag.FlagSet, getenv func(string) string) {
