@@ -514,3 +514,5 @@ func TestRegistration(t *testing.T) {
 		t.Errorf("v1 DRA service not offered: %v", info.SupportedVersions)
 	}
 }
+
+func itoa(i int) string { return strconv.Itoa(i) }
