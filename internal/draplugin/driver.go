@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -53,8 +54,13 @@ type Options struct {
 	// Checkpoint is the checkpoint file's path.
 	Checkpoint string
 	// HookPath, DevRoot and Capabilities are as in cdispec.Options.
-	HookPath     string
-	DevRoot      string
+	HookPath string
+	DevRoot  string
+	// HostRoot is where the host's / is mounted in the plugin's container
+	// ("" or "/" when the plugin sees the host's own files): the driver
+	// root and DevRoot then lie under it, and it is taken off the host
+	// paths in the specs, which the runtime reads on the host.
+	HostRoot     string
 	Capabilities []driver.Capability
 	Log          *slog.Logger
 }
@@ -62,6 +68,7 @@ type Options struct {
 // Driver is the DRA plugin: it implements kubeletplugin.DRAPlugin.
 type Driver struct {
 	name, pool, cdiRoot, cpPath, vendor string
+	hostRoot                            string
 	sys                                 *gpu.System
 	specOpts                            cdispec.Options
 	common                              specs.ContainerEdits
@@ -106,11 +113,13 @@ func New(o Options) (*Driver, error) {
 	}
 	d := &Driver{
 		name: o.DriverName, pool: o.NodeName, cdiRoot: o.CDIRoot, cpPath: o.Checkpoint, vendor: vendor,
+		hostRoot: filepath.Clean("/" + o.HostRoot),
 		sys:      o.System,
 		specOpts: cdispec.Options{HookPath: o.HookPath, DevRoot: o.DevRoot, Capabilities: o.Capabilities},
 		devices:  devs, byName: map[string]Device{}, log: o.Log, cp: cp,
 	}
 	d.common = cdispec.CommonEdits(o.Inventory, d.specOpts)
+	d.unroot(&d.common)
 	for _, dev := range devs {
 		d.byName[dev.Slice.Name] = dev
 	}
@@ -203,6 +212,7 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (preparedClaim, bool, err
 			if err != nil {
 				return preparedClaim{}, false, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 			}
+			d.unroot(&ce)
 			spec.Devices = append(spec.Devices, specs.Device{Name: cdiName, ContainerEdits: ce})
 		}
 		pc.Devices = append(pc.Devices, preparedDevice{
@@ -227,6 +237,30 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (preparedClaim, bool, err
 		return preparedClaim{}, false, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	return pc, true, nil
+}
+
+// unroot turns paths in the plugin's view into the host's: it takes the
+// host root off the host paths of mounts and device nodes.
+func (d *Driver) unroot(ce *specs.ContainerEdits) {
+	if d.hostRoot == "/" {
+		return
+	}
+	strip := func(p string) string {
+		if rest, ok := strings.CutPrefix(p, d.hostRoot); ok && (rest == "" || rest[0] == '/') {
+			return "/" + strings.TrimPrefix(rest, "/")
+		}
+		return p
+	}
+	for _, m := range ce.Mounts {
+		m.HostPath = strip(m.HostPath)
+	}
+	for _, n := range ce.DeviceNodes {
+		if n.HostPath != "" {
+			if n.HostPath = strip(n.HostPath); n.HostPath == n.Path {
+				n.HostPath = ""
+			}
+		}
+	}
 }
 
 // holder names another claim that holds device, unless both that claim's

@@ -37,8 +37,8 @@ const (
 // flags are the command line, each with an environment variable the
 // DaemonSet can set instead.
 type flags struct {
-	driverName, nodeName, gpus, driverRoot, devRoot, cdiRoot, hookPath, pluginDir, registryDir string
-	dryRun                                                                                     bool
+	driverName, nodeName, gpus, driverRoot, devRoot, hostRoot, cdiRoot, hookPath, pluginDir, registryDir string
+	dryRun                                                                                               bool
 }
 
 func (f *flags) register(fs *flag.FlagSet, getenv func(string) string) {
@@ -53,6 +53,7 @@ func (f *flags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.gpus, "gpus", env("GANTRY_GPUS", ""), "GPU backend: nvml, sim:PROFILE (e.g. sim:h100x8) or sim:FILE (env GANTRY_GPUS; default: Gantry's gpus, nvml)")
 	fs.StringVar(&f.driverRoot, "driver-root", env("NVIDIA_DRIVER_ROOT", ""), "where the driver is installed on the host (env NVIDIA_DRIVER_ROOT; default: Gantry's driver-root, /)")
 	fs.StringVar(&f.devRoot, "dev-root", env("NVIDIA_DEV_ROOT", ""), "where the device nodes are on the host (env NVIDIA_DEV_ROOT; default: the driver root)")
+	fs.StringVar(&f.hostRoot, "host-root", env("HOST_ROOT", "/"), "where the host's / is mounted in the plugin's container; --driver-root and --dev-root are host paths under it (env HOST_ROOT)")
 	fs.StringVar(&f.cdiRoot, "cdi-root", env("CDI_ROOT", DefaultCDIRoot), "directory of the per-claim CDI specs, one the container runtime reads (env CDI_ROOT)")
 	fs.StringVar(&f.hookPath, "hook-path", env("GANTRY_CDI_HOOK_PATH", ""), "host path of gantry-cdi-hook that the specs' hooks run (env GANTRY_CDI_HOOK_PATH; default: Gantry's cdi.hook-path, else "+DefaultHookPath+")")
 	fs.StringVar(&f.pluginDir, "plugin-dir", env("PLUGIN_DIR", ""), "directory of the DRA socket and the checkpoint (env PLUGIN_DIR; default "+DefaultPluginsDir+"/DRIVER-NAME)")
@@ -120,6 +121,12 @@ func serve(ctx context.Context, f flags, stdout io.Writer, log *slog.Logger) err
 	if f.devRoot != "" {
 		gcfg.DevRoot = f.devRoot
 	}
+	if !filepath.IsAbs(f.hostRoot) {
+		return fmt.Errorf("--host-root %q: want an absolute path", f.hostRoot)
+	}
+	hostDriverRoot, hostDevRoot := gcfg.DriverRoot, gcfg.EffectiveDevRoot()
+	gcfg.DriverRoot = filepath.Join(f.hostRoot, hostDriverRoot)
+	gcfg.DevRoot = filepath.Join(f.hostRoot, hostDevRoot)
 	if err := gconfig.ValidateGPUs(gcfg.GPUs); err != nil {
 		return fmt.Errorf("--gpus %q: %w", gcfg.GPUs, err)
 	}
@@ -174,7 +181,7 @@ func serve(ctx context.Context, f flags, stdout io.Writer, log *slog.Logger) err
 	d, err := New(Options{
 		DriverName: f.driverName, NodeName: f.nodeName, System: sys, Inventory: inv,
 		CDIRoot: f.cdiRoot, Checkpoint: filepath.Join(f.pluginDir, CheckpointFile),
-		HookPath: hook, DevRoot: gcfg.EffectiveDevRoot(), Log: log,
+		HookPath: hook, DevRoot: gcfg.DevRoot, HostRoot: f.hostRoot, Log: log,
 	})
 	if err != nil {
 		return err

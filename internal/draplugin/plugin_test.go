@@ -516,3 +516,45 @@ func TestRegistration(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestHostRoot: with the host's / mounted at HostRoot, the spec names host
+// paths, which the runtime reads on the host.
+func TestHostRoot(t *testing.T) {
+	e := newEnv(t, "h100x1")
+	e.stop()
+	o := e.options()
+	o.HostRoot = e.devRoot // the dev root is the "host" here
+	drv, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.claim("hr", "gpu-0")
+	res, err := drv.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	if err != nil || res[c.UID].Err != nil {
+		t.Fatal(err, res[c.UID].Err)
+	}
+	spec := readSpec(t, drv.SpecPath(c.UID))
+	n := spec.Devices[0].ContainerEdits.DeviceNodes[0]
+	if n.Path != "/dev/nvidia0" || n.HostPath != "" {
+		t.Errorf("device node %s host path %q, want /dev/nvidia0 with no host path", n.Path, n.HostPath)
+	}
+
+	d := &Driver{hostRoot: "/host"}
+	ce := specs.ContainerEdits{
+		Mounts: []*specs.Mount{{HostPath: "/host/usr/lib/libcuda.so.1"}, {HostPath: "/hostile/lib.so"}, {HostPath: "/run/x"}},
+		DeviceNodes: []*specs.DeviceNode{{Path: "/dev/nvidia0", HostPath: "/host/dev/nvidia0"},
+			{Path: "/dev/nvidiactl", HostPath: "/host/run/nvidia/driver/dev/nvidiactl"}},
+	}
+	d.unroot(&ce)
+	var got []string
+	for _, m := range ce.Mounts {
+		got = append(got, m.HostPath)
+	}
+	for _, n := range ce.DeviceNodes {
+		got = append(got, n.HostPath)
+	}
+	want := []string{"/usr/lib/libcuda.so.1", "/hostile/lib.so", "/run/x", "", "/run/nvidia/driver/dev/nvidiactl"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("host paths %q, want %q", got, want)
+	}
+}
