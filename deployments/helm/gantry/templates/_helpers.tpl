@@ -32,3 +32,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The DRA plugin's pods: not matched by the device plugin's selector. */}}
+{{- define "gantry.draSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gantry.name" . }}-dra
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
