@@ -45,7 +45,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite troubleshooting.md from internal/doctor's Catalog")
 
-// binDir holds gantry, gantry-runtime and gantry-device-plugin, built from
+// binDir holds gantry, gantry-runtime, gantry-device-plugin and gantry-dra-plugin, built from
 // this tree by TestMain, and the names make install links to them.
 var binDir string
 
@@ -69,7 +69,7 @@ func TestMain(m *testing.M) {
 	binDir = filepath.Join(dir, "bin")
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, pkg := range []string{"gantry", "gantry-runtime", "gantry-device-plugin", "gantry-cdi-hook"} {
+		for _, pkg := range []string{"gantry", "gantry-runtime", "gantry-device-plugin", "gantry-dra-plugin", "gantry-cdi-hook"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "./cmd/"+pkg)
 			cmd.Dir = repoRoot
 			cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
@@ -625,8 +625,8 @@ func checkCommand(t *testing.T, words []string, targets map[string]bool) (ours b
 	switch {
 	case base == "gantry" && (prog == "gantry" || strings.HasSuffix(prog, "bin/gantry")):
 		return true, checkGantry(t, args)
-	case base == "gantry-device-plugin":
-		return true, checkFlagsAgainst(t, "gantry-device-plugin", args)
+	case base == "gantry-device-plugin" || base == "gantry-dra-plugin":
+		return true, checkFlagsAgainst(t, base, args)
 	case base == "gantry-hook" || base == "nvidia-container-runtime-hook":
 		return true, checkFlagsAgainst(t, base, args)
 	case base == "gantry-runtime" || base == "nvidia-container-runtime":
