@@ -24,4 +24,7 @@
 //     kubelet restart neither prepares a claim twice nor forgets one, and a
 //     device held by one claim is refused to another (unless both ask for
 //     admin access).
+//   - With a health.Source (the device plugin's XID tracker over NVML
+//     events, or the simulator's fault socket), WatchHealthStatus feeds the
+//     kubelet's DRA health service.
 package draplugin

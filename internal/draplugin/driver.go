@@ -22,6 +22,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/cdispec"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/health"
 )
 
 // CDIClass is the class of the per-claim CDI specs; the vendor is
@@ -62,7 +63,10 @@ type Options struct {
 	// paths in the specs, which the runtime reads on the host.
 	HostRoot     string
 	Capabilities []driver.Capability
-	Log          *slog.Logger
+	// Health watches the devices (health.NewNVML, health.NewSim); nil
+	// turns the kubelet's DRA health service off.
+	Health health.Source
+	Log    *slog.Logger
 }
 
 // Driver is the DRA plugin: it implements kubeletplugin.DRAPlugin.
@@ -78,6 +82,12 @@ type Driver struct {
 
 	mu sync.Mutex
 	cp *checkpoint
+
+	healthSrc  health.Source
+	hmu        sync.Mutex
+	healthBy   map[string]kubeletplugin.DeviceHealth // by device name; absent: healthy
+	healthOK   bool                                  // false once the source has failed
+	healthWake chan struct{}
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -117,6 +127,7 @@ func New(o Options) (*Driver, error) {
 		sys:      o.System,
 		specOpts: cdispec.Options{HookPath: o.HookPath, DevRoot: o.DevRoot, Capabilities: o.Capabilities},
 		devices:  devs, byName: map[string]Device{}, log: o.Log, cp: cp,
+		healthSrc: o.Health, healthBy: map[string]kubeletplugin.DeviceHealth{}, healthOK: true, healthWake: make(chan struct{}),
 	}
 	d.common = cdispec.CommonEdits(o.Inventory, d.specOpts)
 	d.unroot(&d.common)
@@ -327,10 +338,4 @@ func (d *Driver) Prepared() []string {
 // helper, so none ends the plugin.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	d.log.Error(msg, "err", err, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
-}
-
-// WatchHealthStatus: device health through DRA is not wired yet (the
-// plugin turns the health service off), so the kubelet is told so.
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
 }

@@ -21,12 +21,17 @@ import (
 	gconfig "github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/health"
 )
 
 // DefaultHookPath is where the node installer (`make install`) puts the
 // CDI hook binary on the host; the runtime runs it from there, outside the
 // plugin's container.
 const DefaultHookPath = "/usr/bin/gantry-cdi-hook"
+
+// DefaultSimHealthSocket is where the simulated health source listens for
+// injected faults; not the device plugin's, so both can run on one host.
+const DefaultSimHealthSocket = "/run/gantry/dra-sim-health.sock"
 
 // Default kubelet directories for DRA plugins.
 const (
@@ -38,6 +43,7 @@ const (
 // DaemonSet can set instead.
 type flags struct {
 	driverName, nodeName, gpus, driverRoot, devRoot, hostRoot, cdiRoot, hookPath, pluginDir, registryDir string
+	healthDisable, healthEnable, simHealthSocket                                                         string
 	dryRun                                                                                               bool
 }
 
@@ -58,6 +64,9 @@ func (f *flags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.hookPath, "hook-path", env("GANTRY_CDI_HOOK_PATH", ""), "host path of gantry-cdi-hook that the specs' hooks run (env GANTRY_CDI_HOOK_PATH; default: Gantry's cdi.hook-path, else "+DefaultHookPath+")")
 	fs.StringVar(&f.pluginDir, "plugin-dir", env("PLUGIN_DIR", ""), "directory of the DRA socket and the checkpoint (env PLUGIN_DIR; default "+DefaultPluginsDir+"/DRIVER-NAME)")
 	fs.StringVar(&f.registryDir, "registry-dir", env("REGISTRY_DIR", DefaultRegistryDir), "the kubelet's plugin registration directory (env REGISTRY_DIR)")
+	fs.StringVar(&f.healthDisable, "disable-healthchecks", env(health.EnvDisableHealthChecks, ""), "all (or xids) turns device health reports off; a comma list of XIDs ignores them too (env "+health.EnvDisableHealthChecks+")")
+	fs.StringVar(&f.healthEnable, "enable-healthchecks", env(health.EnvEnableHealthChecks, ""), "comma list of XIDs to treat as critical even though ignored by default (env "+health.EnvEnableHealthChecks+")")
+	fs.StringVar(&f.simHealthSocket, "sim-health-socket", env("GANTRY_SIM_HEALTH_SOCKET", DefaultSimHealthSocket), "with simulated GPUs: the socket that accepts injected faults (`gantry sim` docs; env GANTRY_SIM_HEALTH_SOCKET)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print the ResourceSlice devices this node would publish, as YAML, and exit")
 }
 
@@ -178,10 +187,28 @@ func serve(ctx context.Context, f flags, stdout io.Writer, log *slog.Logger) err
 	if err := os.MkdirAll(f.pluginDir, 0o750); err != nil {
 		return fmt.Errorf("plugin directory: %w", err)
 	}
+	policy, disabled, err := health.PolicyFromEnv(f.healthDisable, f.healthEnable)
+	if err != nil {
+		return err
+	}
+	var src health.Source
+	switch {
+	case disabled:
+		log.Warn("device health checks disabled: the kubelet gets no health reports")
+	case strings.HasPrefix(gcfg.GPUs, "sim:"):
+		policy.Log = log
+		if err := os.MkdirAll(filepath.Dir(f.simHealthSocket), 0o755); err != nil {
+			return fmt.Errorf("simulated health socket: %w", err)
+		}
+		src = health.NewSim(f.simHealthSocket, policy)
+	default:
+		policy.Log = log
+		src = health.NewNVML(gcfg.DriverRoot, policy)
+	}
 	d, err := New(Options{
 		DriverName: f.driverName, NodeName: f.nodeName, System: sys, Inventory: inv,
 		CDIRoot: f.cdiRoot, Checkpoint: filepath.Join(f.pluginDir, CheckpointFile),
-		HookPath: hook, DevRoot: gcfg.DevRoot, HostRoot: f.hostRoot, Log: log,
+		HookPath: hook, DevRoot: gcfg.DevRoot, HostRoot: f.hostRoot, Health: src, Log: log,
 	})
 	if err != nil {
 		return err
@@ -194,11 +221,11 @@ func serve(ctx context.Context, f flags, stdout io.Writer, log *slog.Logger) err
 	if err != nil {
 		return fmt.Errorf("API server client: %w", err)
 	}
-	helper, err := Start(ctx, d, client, f.pluginDir, f.registryDir)
+	srv, err := Start(ctx, d, client, f.pluginDir, f.registryDir)
 	if err != nil {
 		return err
 	}
-	defer helper.Stop()
+	defer srv.Stop()
 	log.Info("serving", "driver", f.driverName, "node", f.nodeName, "gpus", gcfg.GPUs, "devices", len(d.Devices()),
 		"prepared", len(d.Prepared()), "cdiRoot", f.cdiRoot, "pluginDir", f.pluginDir)
 	<-ctx.Done()
@@ -206,26 +233,55 @@ func serve(ctx context.Context, f flags, stdout io.Writer, log *slog.Logger) err
 	return nil
 }
 
+// Server is a running plugin: the kubelet plugin helper and the health
+// watch.
+type Server struct {
+	Helper *kubeletplugin.Helper
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Stop stops the helper (sockets, ResourceSlice controller) and the health
+// watch, and waits for them.
+func (s *Server) Stop() {
+	s.cancel()
+	s.Helper.Stop()
+	<-s.done
+}
+
 // Start starts the kubelet plugin helper for d (registration socket in
-// registryDir, DRA socket in pluginDir) and publishes d's devices.
-// Extra options come last (tests point the sockets elsewhere).
-func Start(ctx context.Context, d *Driver, client kubernetes.Interface, pluginDir, registryDir string, extra ...kubeletplugin.Option) (*kubeletplugin.Helper, error) {
+// registryDir, DRA socket in pluginDir), publishes d's devices and, with a
+// health source, watches their health for the kubelet. Extra options come
+// last.
+func Start(ctx context.Context, d *Driver, client kubernetes.Interface, pluginDir, registryDir string, extra ...kubeletplugin.Option) (*Server, error) {
 	opts := []kubeletplugin.Option{
 		kubeletplugin.DriverName(d.name),
 		kubeletplugin.NodeName(d.pool),
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.PluginDataDirectoryPath(pluginDir),
 		kubeletplugin.RegistrarDirectoryPath(registryDir),
-		// Health through DRA is not wired to the XID tracker yet.
-		kubeletplugin.HealthService(false),
+		kubeletplugin.HealthService(d.healthSrc != nil),
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Server{cancel: cancel, done: make(chan struct{})}
+	if d.healthSrc != nil {
+		go func() {
+			defer close(s.done)
+			d.runHealth(ctx)
+		}()
+	} else {
+		close(s.done)
 	}
 	helper, err := kubeletplugin.Start(ctx, d, append(opts, extra...)...)
 	if err != nil {
+		cancel()
+		<-s.done
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
+	s.Helper = helper
 	if err := helper.PublishResources(ctx, Resources(d.pool, d.devices)); err != nil {
-		helper.Stop()
+		s.Stop()
 		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
-	return helper, nil
+	return s, nil
 }

@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -33,6 +32,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/edits/editstest"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
+	"github.com/gantry-gpu/gantry/internal/health"
 )
 
 const (
@@ -48,14 +48,21 @@ type testEnv struct {
 	sys                              *gpu.System
 	devRoot, cdiRoot, pluginDir, reg string
 	client                           *fake.Clientset
+	health                           health.Source
 
-	drv    *Driver
-	helper *kubeletplugin.Helper
-	conn   *grpc.ClientConn
-	dra    drapb.DRAPluginClient
+	drv  *Driver
+	srv  *Server
+	conn *grpc.ClientConn
+	dra  drapb.DRAPluginClient
 }
 
 func newEnv(t testing.TB, profile string) *testEnv {
+	t.Helper()
+	return newEnvWith(t, profile, nil)
+}
+
+// newEnvWith is newEnv with a health source made for the env's directory.
+func newEnvWith(t testing.TB, profile string, src func(dir string) health.Source) *testEnv {
 	t.Helper()
 	sys, err := sim.Load(profile)
 	if err != nil {
@@ -77,6 +84,9 @@ func newEnv(t testing.TB, profile string) *testEnv {
 			t.Fatal(err)
 		}
 	}
+	if src != nil {
+		e.health = src(base)
+	}
 	e.start()
 	t.Cleanup(e.stop)
 	return e
@@ -86,7 +96,7 @@ func (e *testEnv) options() Options {
 	return Options{
 		NodeName: testNode, System: e.sys, Inventory: editstest.Inventory(),
 		CDIRoot: e.cdiRoot, Checkpoint: filepath.Join(e.pluginDir, CheckpointFile),
-		HookPath: testHook, DevRoot: e.devRoot,
+		HookPath: testHook, DevRoot: e.devRoot, Health: e.health,
 	}
 }
 
@@ -97,7 +107,7 @@ func (e *testEnv) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	helper, err := Start(context.Background(), drv, e.client, e.pluginDir, e.reg)
+	srv, err := Start(context.Background(), drv, e.client, e.pluginDir, e.reg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -105,17 +115,17 @@ func (e *testEnv) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.drv, e.helper, e.conn, e.dra = drv, helper, conn, drapb.NewDRAPluginClient(conn)
+	e.drv, e.srv, e.conn, e.dra = drv, srv, conn, drapb.NewDRAPluginClient(conn)
 }
 
 // stop is a plugin exit (or crash: nothing is flushed at stop).
 func (e *testEnv) stop() {
-	if e.helper == nil {
+	if e.srv == nil {
 		return
 	}
 	e.conn.Close()
-	e.helper.Stop()
-	e.helper = nil
+	e.srv.Stop()
+	e.srv = nil
 }
 
 // claim stores an allocated ResourceClaim in the fake API server, one
