@@ -301,6 +301,11 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		out[c.UID] = nil
 		pc, ok := d.cp.Claims[string(c.UID)]
 		if !ok {
+			// Not recorded; but a crash between writing a claim's spec and
+			// the checkpoint leaves the spec at its fixed path.
+			if err := os.Remove(d.SpecPath(c.UID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				out[c.UID] = fmt.Errorf("removing the CDI spec of claim %s/%s: %w", c.Namespace, c.Name, err)
+			}
 			continue
 		}
 		if pc.Spec != "" {

@@ -377,6 +377,24 @@ func TestPrepareUnprepareIdempotent(t *testing.T) {
 	if r := e.unprepare(never).Claims[string(never.UID)]; r == nil || r.Error != "" {
 		t.Errorf("unprepare of an unprepared claim: %+v", r)
 	}
+	// Nor one whose spec a crash left behind before the checkpoint was
+	// written: its spec goes.
+	orphan := e.claim("orphan", "gpu-1")
+	cdiIDs(t, e.prepare(orphan), orphan)
+	b, err := os.ReadFile(e.drv.SpecPath(orphan.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.unprepare(orphan)
+	if err := os.WriteFile(e.drv.SpecPath(orphan.UID), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.unprepare(orphan).Claims[string(orphan.UID)]; r == nil || r.Error != "" {
+		t.Errorf("unprepare of an orphaned spec: %+v", r)
+	}
+	if _, err := os.Stat(e.drv.SpecPath(orphan.UID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("orphaned spec left behind: %v", err)
+	}
 	// The device is free again.
 	other := e.claim("next", "gpu-0")
 	cdiIDs(t, e.prepare(other), other)
