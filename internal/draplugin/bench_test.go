@@ -1,12 +1,17 @@
 package draplugin
 
 import (
+	"context"
+	"os"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // BenchmarkPrepare is the kubelet's NodePrepareResources for a one-GPU
@@ -34,4 +39,40 @@ func BenchmarkPrepare(b *testing.B) {
 	slices.Sort(took)
 	b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkFootprint serves h100x8 with 64 claims prepared (eight per GPU
+// through admin access, so the checkpoint holds them all) and reports the
+// Go heap in use and the test process's resident set (VmRSS: the plugin
+// plus the test's fake API server) after a GC.
+func BenchmarkFootprint(b *testing.B) {
+	e := newEnv(b, "h100x8")
+	for i := range 64 {
+		c := e.claim("fp-"+strconv.Itoa(i), "gpu-"+strconv.Itoa(i%8))
+		c.Status.Allocation.Devices.Results[0].AdminAccess = new(true)
+		c, err := e.client.ResourceV1().ResourceClaims("default").UpdateStatus(context.Background(), c, metav1.UpdateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cdiIDs(b, e.prepare(c), c)
+	}
+	for b.Loop() {
+		runtime.GC()
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(kb)/1024, "rss-MiB")
+		}
+	}
 }
