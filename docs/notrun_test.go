@@ -105,7 +105,7 @@ var notRun = []notRunEntry{
 		why:   "pulls golang:1.26-bookworm and distroless (network); the test checks that the Dockerfile and scripts/build-image.sh define the same image, which test/engines.TestImageOffline builds and runs"},
 	{line: `make image|scripts/build-image.sh -o /tmp/gantry.tar -t registry.example.com/gantry:dev`,
 		tests: []string{"test/engines.TestImageOffline"},
-		why:   "builds the image (three go builds, ~1 min on CI's 2 cores); the test runs scripts/build-image.sh, loads the archive into Docker and containerd and runs it as the DaemonSet does"},
+		why:   "builds the image (four go builds, a few minutes on CI's 2 cores); the test runs scripts/build-image.sh, loads the archive into Docker and containerd and runs it as the DaemonSet does"},
 	{line: `docker load -i bin/gantry-image.tar`,
 		tests: []string{"test/engines.TestImageOffline/Docker", "test/engines.TestImageOffline/Containerd"},
 		why:   "needs a Docker daemon (or containerd for ctr images import)"},
