@@ -24,6 +24,9 @@
 //     kubelet restart neither prepares a claim twice nor forgets one, and a
 //     device held by one claim is refused to another (unless both ask for
 //     admin access).
+//   - NVIDIA's opaque per-claim configuration (resource.nvidia.com/v1beta1
+//     GpuConfig, MigDeviceConfig) is read: time-slicing at the default
+//     interval passes, what Gantry cannot apply yet fails the claim.
 //   - With a health.Source (the device plugin's XID tracker over NVML
 //     events, or the simulator's fault socket), WatchHealthStatus feeds the
 //     kubelet's DRA health service.

@@ -198,6 +198,9 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (preparedClaim, bool, err
 	if c.Status.Allocation == nil {
 		return preparedClaim{}, false, fmt.Errorf("claim %s/%s is not allocated", c.Namespace, c.Name)
 	}
+	if err := d.checkConfig(c); err != nil {
+		return preparedClaim{}, false, err
+	}
 	pc := preparedClaim{Namespace: c.Namespace, Name: c.Name, Spec: d.SpecPath(c.UID)}
 	spec := &specs.Spec{Kind: d.vendor + "/" + CDIClass, ContainerEdits: d.common}
 	seen := map[string]bool{}
