@@ -250,7 +250,7 @@ func TestHelmTemplate(t *testing.T) {
 		"feature-file":    {"labels.output=file"},
 		"time-slicing":    {"config.sharing.strategy=time-slicing", "config.sharing.replicas=4", "config.migStrategy=mixed"},
 		"dra":             {"dra.enabled=true"},
-		"dra-sim":         {"dra.enabled=true", "dra.gpus=sim:h100x8", "dra.deviceClasses=false"},
+		"dra-sim":         {"dra.enabled=true", "dra.gpus=sim:h100x8", "dra.deviceClasses=false", "dra.devices=4\\,5"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := render(t, sets...)
@@ -278,6 +278,9 @@ func TestHelmTemplate(t *testing.T) {
 					}
 					if v := envValue(ds.Spec.Template.Spec.Containers[0], "GANTRY_GPUS"); v != "sim:h100x8" {
 						t.Errorf("GANTRY_GPUS=%q, want sim:h100x8", v)
+					}
+					if v := envValue(ds.Spec.Template.Spec.Containers[0], "GANTRY_DRA_DEVICES"); v != "4,5" {
+						t.Errorf("GANTRY_DRA_DEVICES=%q, want 4,5", v)
 					}
 				}
 			} else if len(dra) != 0 {

@@ -12,7 +12,9 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/request"
 )
 
 // DefaultDriverName is the DRA driver name of NVIDIA's GPU driver, which
@@ -237,4 +239,31 @@ func memory(mib uint64) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
 	return map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 		"memory": {Value: *resource.NewQuantity(int64(mib)*1024*1024, resource.BinarySI)},
 	}
+}
+
+// Only keeps the devices that ids name (comma list: GPU indexes, GPU or MIG
+// UUIDs, PCI bus IDs, "GPU:MIG" names, as NVIDIA_VISIBLE_DEVICES takes
+// them); a GPU named whole keeps its MIG devices. An empty list keeps all.
+// It lets the DRA plugin and the device plugin share a node, each with
+// its own GPUs. An ID the host does not have is an error listing what it has.
+func Only(sys *gpu.System, devs []Device, ids string) ([]Device, error) {
+	if strings.TrimSpace(ids) == "" {
+		return devs, nil
+	}
+	sel, err := edits.Resolve(sys, request.Selection{Mode: request.List, IDs: strings.Split(ids, ",")})
+	if err != nil {
+		return nil, fmt.Errorf("--devices %q: %w", ids, err)
+	}
+	keep := map[string]bool{}
+	for _, s := range sel {
+		keep[s.Name()] = true
+	}
+	var out []Device
+	for _, d := range devs {
+		parent, _, _ := strings.Cut(d.ID, ":")
+		if keep[d.ID] || keep[parent] {
+			out = append(out, d)
+		}
+	}
+	return out, nil
 }

@@ -266,3 +266,64 @@ func TestDryRun(t *testing.T) {
 		}
 	}
 }
+
+// TestOnly: --devices keeps the named GPUs (a GPU in MIG mode with its MIG
+// devices), refuses IDs the host lacks, and a claim for a device left out
+// is not prepared.
+func TestOnly(t *testing.T) {
+	mig, err := sim.Load("a100x2-mig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h100, err := sim.Load("h100x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(sys *gpu.System, ids string) ([]string, error) {
+		devs, err := Devices(sys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs, err = Only(sys, devs, ids)
+		var out []string
+		for _, d := range devs {
+			out = append(out, d.Slice.Name)
+		}
+		return out, err
+	}
+	for _, tc := range []struct {
+		sys  *gpu.System
+		ids  string
+		want []string
+	}{
+		{h100, "4,5", []string{"gpu-4", "gpu-5"}},
+		{h100, h100.Devices[7].UUID + ", 00000000:" + strings.TrimPrefix(h100.Devices[0].PCIBusID, "00000000:"), []string{"gpu-0", "gpu-7"}},
+		{mig, "0", []string{"gpu-0-mig-3g20gb-2-0", "gpu-0-mig-2g10gb-3-0", "gpu-0-mig-1g5gb-9-0"}},
+		{mig, "1:0," + mig.Devices[0].MIGDevices[2].UUID, []string{"gpu-0-mig-1g5gb-9-0", "gpu-1-mig-1g5gb-7-0"}},
+	} {
+		got, err := names(tc.sys, tc.ids)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("--devices %q: %v, %v; want %v", tc.ids, got, err, tc.want)
+		}
+	}
+	if all, _ := names(h100, ""); len(all) != 8 {
+		t.Errorf("no --devices: %d devices, want all 8", len(all))
+	}
+	if _, err := names(h100, "8"); err == nil || !strings.Contains(err.Error(), `--devices "8"`) {
+		t.Errorf("--devices 8 on 8 GPUs: %v, want an error naming the flag", err)
+	}
+
+	e := newEnv(t, "h100x8")
+	e.stop()
+	o := e.options()
+	o.Devices = "4,5"
+	drv, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.claim("elsewhere", "gpu-1")
+	res, err := drv.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
+	if err != nil || res[c.UID].Err == nil || !strings.Contains(res[c.UID].Err.Error(), `"gpu-1" is not a device this plugin publishes`) {
+		t.Errorf("claim for a GPU outside --devices: %v %v", err, res[c.UID].Err)
+	}
+}

@@ -63,6 +63,8 @@ type Options struct {
 	// paths in the specs, which the runtime reads on the host.
 	HostRoot     string
 	Capabilities []driver.Capability
+	// Devices narrows the published devices (see Only); "" is all.
+	Devices string
 	// Health watches the devices (health.NewNVML, health.NewSim); nil
 	// turns the kubelet's DRA health service off.
 	Health health.Source
@@ -115,6 +117,9 @@ func New(o Options) (*Driver, error) {
 	}
 	devs, err := Devices(o.System)
 	if err != nil {
+		return nil, err
+	}
+	if devs, err = Only(o.System, devs, o.Devices); err != nil {
 		return nil, err
 	}
 	cp, err := readCheckpoint(o.Checkpoint, o.DriverName)
@@ -213,7 +218,7 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (preparedClaim, bool, err
 		}
 		dev, ok := d.byName[r.Device]
 		if !ok {
-			return preparedClaim{}, false, fmt.Errorf("claim %s/%s: device %q is not a device of this node (it has %d; was the GPU or MIG layout changed since the claim was allocated?)", c.Namespace, c.Name, r.Device, len(d.devices))
+			return preparedClaim{}, false, fmt.Errorf("claim %s/%s: device %q is not a device this plugin publishes on this node (it has %d; were the GPUs, their MIG layout or --devices changed since the claim was allocated?)", c.Namespace, c.Name, r.Device, len(d.devices))
 		}
 		admin := r.AdminAccess != nil && *r.AdminAccess
 		if other, ok := d.holder(r.Device, string(c.UID), admin); ok {

@@ -43,7 +43,7 @@ const (
 // DaemonSet can set instead.
 type flags struct {
 	driverName, nodeName, gpus, driverRoot, devRoot, hostRoot, cdiRoot, hookPath, pluginDir, registryDir string
-	healthDisable, healthEnable, simHealthSocket                                                         string
+	healthDisable, healthEnable, simHealthSocket, devices                                                string
 	dryRun                                                                                               bool
 }
 
@@ -67,6 +67,7 @@ func (f *flags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.healthDisable, "disable-healthchecks", env(health.EnvDisableHealthChecks, ""), "all (or xids) turns device health reports off; a comma list of XIDs ignores them too (env "+health.EnvDisableHealthChecks+")")
 	fs.StringVar(&f.healthEnable, "enable-healthchecks", env(health.EnvEnableHealthChecks, ""), "comma list of XIDs to treat as critical even though ignored by default (env "+health.EnvEnableHealthChecks+")")
 	fs.StringVar(&f.simHealthSocket, "sim-health-socket", env("GANTRY_SIM_HEALTH_SOCKET", DefaultSimHealthSocket), "with simulated GPUs: the socket that accepts injected faults (`gantry sim` docs; env GANTRY_SIM_HEALTH_SOCKET)")
+	fs.StringVar(&f.devices, "devices", env("GANTRY_DRA_DEVICES", ""), "comma list of GPUs (index, UUID, bus ID) or MIG devices (GPU:MIG, UUID) to publish, for a node shared with the device plugin (env GANTRY_DRA_DEVICES; default all)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print the ResourceSlice devices this node would publish, as YAML, and exit")
 }
 
@@ -148,6 +149,9 @@ func serve(ctx context.Context, f flags, stdout io.Writer, log *slog.Logger) err
 		if err != nil {
 			return err
 		}
+		if devs, err = Only(sys, devs, f.devices); err != nil {
+			return err
+		}
 		node := f.nodeName
 		if node == "" {
 			node = "NODE"
@@ -208,7 +212,7 @@ func serve(ctx context.Context, f flags, stdout io.Writer, log *slog.Logger) err
 	d, err := New(Options{
 		DriverName: f.driverName, NodeName: f.nodeName, System: sys, Inventory: inv,
 		CDIRoot: f.cdiRoot, Checkpoint: filepath.Join(f.pluginDir, CheckpointFile),
-		HookPath: hook, DevRoot: gcfg.DevRoot, HostRoot: f.hostRoot, Health: src, Log: log,
+		HookPath: hook, DevRoot: gcfg.DevRoot, HostRoot: f.hostRoot, Devices: f.devices, Health: src, Log: log,
 	})
 	if err != nil {
 		return err

@@ -466,7 +466,7 @@ func TestPrepareRefuses(t *testing.T) {
 	}
 	resp := e.prepare(unknown, twice, elsewhere)
 	for c, want := range map[*resourceapi.ResourceClaim]string{
-		unknown:   `device "gpu-9" is not a device of this node`,
+		unknown:   `device "gpu-9" is not a device this plugin publishes`,
 		twice:     "gpu-7: " + ErrDeviceInUse.Error(),
 		elsewhere: `pool "node-b"`,
 	} {
