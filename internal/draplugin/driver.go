@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -158,7 +159,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	changed := false
+	var added []string
 	for _, c := range claims {
 		pc, fresh, err := d.prepare(c)
 		if err != nil {
@@ -168,13 +169,18 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		}
 		if fresh {
 			d.cp.Claims[string(c.UID)] = pc
-			changed = true
+			added = append(added, string(c.UID))
 			d.log.Info("prepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "devices", len(pc.Devices), "spec", pc.Spec)
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: result(pc)}
 	}
-	if changed {
+	if len(added) > 0 {
 		if err := d.cp.write(d.cpPath); err != nil {
+			// Not recorded, not prepared: the kubelet's retry prepares
+			// them again (their specs are rewritten in place).
+			for _, uid := range added {
+				delete(d.cp.Claims, uid)
+			}
 			return nil, err
 		}
 	}
@@ -195,6 +201,9 @@ func result(pc preparedClaim) []kubeletplugin.Device {
 // prepare prepares one claim; fresh says whether the checkpoint must record it.
 func (d *Driver) prepare(c *resourceapi.ResourceClaim) (preparedClaim, bool, error) {
 	if pc, ok := d.cp.Claims[string(c.UID)]; ok {
+		if pc.Spec == "" {
+			return pc, false, nil // none of our devices: no spec
+		}
 		if _, err := os.Stat(pc.Spec); err == nil {
 			return pc, false, nil
 		}
@@ -304,7 +313,7 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[types.UID]error, len(claims))
-	changed := false
+	removed := map[string]preparedClaim{}
 	for _, c := range claims {
 		out[c.UID] = nil
 		pc, ok := d.cp.Claims[string(c.UID)]
@@ -323,11 +332,14 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			}
 		}
 		delete(d.cp.Claims, string(c.UID))
-		changed = true
+		removed[string(c.UID)] = pc
 		d.log.Info("unprepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID)
 	}
-	if changed {
+	if len(removed) > 0 {
 		if err := d.cp.write(d.cpPath); err != nil {
+			// Still recorded on disk: keep holding them, so that the
+			// kubelet's retry and a restart agree.
+			maps.Copy(d.cp.Claims, removed)
 			return nil, err
 		}
 	}

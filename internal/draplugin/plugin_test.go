@@ -586,3 +586,56 @@ func TestHostRoot(t *testing.T) {
 		t.Errorf("host paths %q, want %q", got, want)
 	}
 }
+
+// TestCheckpointWriteFails: a prepare or unprepare whose checkpoint cannot
+// be written fails as a whole and leaves the plugin's view as the disk's,
+// so that the kubelet's retry and a restart agree.
+func TestCheckpointWriteFails(t *testing.T) {
+	e := newEnv(t, "h100x1")
+	c := e.claim("cpfail", "gpu-0")
+	cp := filepath.Join(e.pluginDir, CheckpointFile)
+	block := func() { // a directory in its place: the rename over it fails
+		t.Helper()
+		os.Remove(cp)
+		if err := os.Mkdir(cp, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unblock := func() {
+		t.Helper()
+		if err := os.Remove(cp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	block()
+	if _, err := e.dra.NodePrepareResources(context.Background(), &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{pbClaim(c)}}); err == nil || !strings.Contains(err.Error(), cp) {
+		t.Errorf("prepare with an unwritable checkpoint: %v, want an error naming %s", err, cp)
+	}
+	if got := e.drv.Prepared(); len(got) != 0 {
+		t.Errorf("a claim not in the checkpoint counts as prepared: %v", got)
+	}
+	unblock()
+	cdiIDs(t, e.prepare(c), c)
+
+	b, err := os.ReadFile(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block()
+	if _, err := e.dra.NodeUnprepareResources(context.Background(), &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{pbClaim(c)}}); err == nil {
+		t.Error("unprepare with an unwritable checkpoint succeeded")
+	}
+	if got := e.drv.Prepared(); !slices.Equal(got, []string{string(c.UID)}) {
+		t.Errorf("after a failed unprepare, prepared %v; the checkpoint on disk still holds %s", got, c.UID)
+	}
+	unblock()
+	if err := os.WriteFile(cp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.unprepare(c).Claims[string(c.UID)]; r == nil || r.Error != "" {
+		t.Fatalf("unprepare retry: %+v", r)
+	}
+	if got := e.drv.Prepared(); len(got) != 0 {
+		t.Errorf("prepared after unprepare: %v", got)
+	}
+}
