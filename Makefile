@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e install clean
+.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install clean
 
 all: build
 
@@ -84,10 +84,9 @@ gpu-check: build
 # it links, in bin/lib for hosts without one. Then, as root on the GPU host:
 #   scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh      (--sim: without a GPU)
 RUNC_BIN ?= $(shell command -v runc 2>/dev/null || ls /usr/sbin/runc 2>/dev/null)
-gpu-e2e: build
+gpu-e2e: build bundlesplit build-device-plugin
 	gcc -O2 -Wall -o $(BIN)/cuda-check scripts/cuda-check.c -ldl
 	gcc -O2 -Wall -shared -fPIC -o $(BIN)/e2e-preload.so scripts/e2e-preload.c
-	$(GO) build -o $(BIN)/bundlesplit ./bench/bundlesplit
 	@[ -n "$(RUNC_BIN)" ] || { echo "runc not found: apt-get install runc (or make gpu-e2e RUNC_BIN=/path/to/runc)"; exit 1; }
 	cp -L --remove-destination $(RUNC_BIN) $(BIN)/runc
 	@mkdir -p $(BIN)/lib
@@ -98,9 +97,13 @@ gpu-e2e: build
 	  ldd $$s | awk '$$3 ~ /^\// && $$1 !~ /^lib(c|m|dl|pthread)\.so/ {print $$3}' | xargs -r cp -L -t $(BIN)/lib/; fi
 	@du -sh $(BIN); echo "on the GPU host, as root: scripts/gpu-e2e.sh && bench/runtime-lifecycle.sh"
 
+# bin/bundlesplit: bench/runtime-lifecycle.sh --split's bundle variants.
+bundlesplit:
+	$(GO) build -o $(BIN)/bundlesplit ./bench/bundlesplit
+
 # Installs four binaries and the names engines and scripts look for:
 # gantry (the CLI; also nvidia-ctk for NVIDIA's provisioning command lines and the
-# nvidia-docker wrapper), gantry-runtime (the runc shim, also nvidia-container-runtime,
+# nvidia-docker wrapper and nvidia-docker-plugin), gantry-runtime (the runc shim, also nvidia-container-runtime,
 # the prestart hook gantry-hook / nvidia-container-runtime-hook for Docker's --gpus, and
 # nvidia-container-cli for LXC's hook: the per-container paths, kept lean), gantry-cdi-hook (the static hook binary the CDI
 # specs of gantry cdi generate run; also nvidia-cdi-hook, for the specs nvidia-ctk
@@ -117,7 +120,7 @@ install: build build-device-plugin
 	@nv=$$([ "$(NVIDIA_NAMES)" = 1 ] && echo yes); \
 	for n in gantry-hook $${nv:+nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-toolkit nvidia-container-cli}; do \
 	  ln -sfn gantry-runtime $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-runtime"; done; \
-	for n in $${nv:+nvidia-ctk nvidia-docker}; do \
+	for n in $${nv:+nvidia-ctk nvidia-docker nvidia-docker-plugin}; do \
 	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done; \
 	for n in $${nv:+nvidia-cdi-hook}; do \
 	  ln -sfn gantry-cdi-hook $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-cdi-hook"; done

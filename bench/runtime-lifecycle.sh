@@ -3,7 +3,7 @@
 # wait for exit, delete of a trivial container (/bin/true), the sequence an
 # engine drives, timed end to end from this script.
 #
-#   bench/runtime-lifecycle.sh [--sim] [--runs N] [--cpus LIST] [--split] [--trace]
+#   bench/runtime-lifecycle.sh [--sim] [--runs N] [--cpus LIST] [--split] [--trace] [--tree]
 #   (root; bin/ from `make gpu-e2e`)
 #
 # Variants, interleaved round by round (order rotated each round, after 3 untimed
@@ -11,6 +11,9 @@
 #   runc          plain runc
 #   gantry-none   gantry-runtime, no GPU requested (config.json left alone)
 #   gantry-all    gantry-runtime, NVIDIA_VISIBLE_DEVICES=all
+#   gantry-tree   gantry-runtime, NVIDIA_VISIBLE_DEVICES=all, runtime.driver-layout = "tree"
+#                 (the driver as one mount of its tree), with --tree
+#   runc-tree     plain runc on the bundle gantry-tree produced (with --tree)
 #   runc-gpu      plain runc on the bundle gantry-all produced (the GPU container's
 #                 mounts and nodes without Gantry): gantry-all - runc-gpu is Gantry's own cost
 #   nvidia-all    NVIDIA's runtime, NVIDIA_VISIBLE_DEVICES=all, when NVIDIA_RUNTIME=PATH
@@ -36,22 +39,23 @@
 # Environment: RUNS (default 30), DRIVER_ROOT, NVIDIA_RUNTIME, NVIDIA_CTK, GANTRY, RUNC.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-runs=${RUNS:-30} sim= cpus= split= trace=
+runs=${RUNS:-30} sim= cpus= split= trace= tree=
 while [ $# -gt 0 ]; do
   case $1 in
     --sim) sim=--sim ;;
     --split) split=--split ;;
     --trace) trace=--trace ;;
+    --tree) tree=--tree ;;
     --cpus) cpus=${2:?--cpus needs a CPU list, e.g. 2-3}; shift ;;
     --runs) runs=${2:?--runs needs a number}; shift ;;
     -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) echo "unknown argument $1 (use --sim, --runs N, --cpus LIST, --split, --trace)" >&2; exit 2 ;;
+    *) echo "unknown argument $1 (use --sim, --runs N, --cpus LIST, --split, --trace, --tree)" >&2; exit 2 ;;
   esac
   shift
 done
 if [ -n "$cpus" ] && [ -z "${GANTRY_BENCH_PINNED:-}" ]; then
   command -v taskset >/dev/null || { echo "--cpus needs taskset (util-linux)" >&2; exit 2; }
-  GANTRY_BENCH_PINNED=$cpus exec taskset -c "$cpus" "$0" $sim $split $trace --runs "$runs" --cpus "$cpus"
+  GANTRY_BENCH_PINNED=$cpus exec taskset -c "$cpus" "$0" $sim $split $trace $tree --runs "$runs" --cpus "$cpus"
 fi
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs $runs: need a positive number" >&2; exit 2; }
 [[ ${EPOCHREALTIME:-} =~ ^[0-9]+[.,][0-9]{6}$ ]] || { echo "bash 5 or newer needed (EPOCHREALTIME)" >&2; exit 2; }
@@ -66,6 +70,17 @@ declare -A RT=([runc]=$RUNC [gantry-none]=$GANTRY_RUNTIME [gantry-all]=$GANTRY_R
 make_bundle "$WORK/tpl-runc" -- /bin/true
 make_bundle "$WORK/tpl-gantry-none" -- /bin/true
 make_bundle "$WORK/tpl-gantry-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+# CFG[variant]: a Gantry configuration of its own (set by a bash prefix
+# assignment: no process in the timed window).
+declare -A CFG=()
+if [ -n "$tree" ]; then
+  variants+=(gantry-tree)
+  RT[gantry-tree]=$GANTRY_RUNTIME
+  CFG[gantry-tree]=$WORK/gantry-tree.toml
+  sed 's/^\[runtime\]$/[runtime]\ndriver-layout = "tree"\ndriver-tree-dir = "'"${WORK//\//\\/}"'\/trees"/' "$GANTRY_CONFIG" >"${CFG[gantry-tree]}"
+  grep -q 'driver-layout = "tree"' "${CFG[gantry-tree]}" || die "could not write ${CFG[gantry-tree]}"
+  make_bundle "$WORK/tpl-gantry-tree" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+fi
 if [ -n "${NVIDIA_RUNTIME:-}" ]; then
   [ -x "$NVIDIA_RUNTIME" ] || die "NVIDIA_RUNTIME=$NVIDIA_RUNTIME is not an executable"
   # NVIDIA's runtime finds runc in PATH (every variant but it names its runtime by path).
@@ -104,7 +119,7 @@ lifecycle() {
   # Clock readings are EPOCHREALTIME without its point: microseconds, read by
   # bash itself (a $(...) would fork a subshell inside the timed window).
   t0=${EPOCHREALTIME/[.,]/}
-  "$rt" --root "$STATE" create --bundle "$b" --pid-file "$b/pid" "$id" </dev/null >"$WORK/$v.err" 2>&1 ||
+  GANTRY_CONFIG=${CFG[$v]:-$GANTRY_CONFIG} "$rt" --root "$STATE" create --bundle "$b" --pid-file "$b/pid" "$id" </dev/null >"$WORK/$v.err" 2>&1 ||
     { echo "$v: create failed: $(cat "$WORK/$v.err")" >&2; return 1; }
   t1=${EPOCHREALTIME/[.,]/}
   "$rt" --root "$STATE" start "$id" 2>>"$WORK/$v.err" || { echo "$v: start failed" >&2; return 1; }
@@ -146,6 +161,15 @@ rm -f "$WORK/tpl-runc-gpu/pid"
 RT[runc-gpu]=$RUNC
 first_derived=${#variants[@]}
 variants+=(runc-gpu)
+if [ -n "$tree" ]; then
+  grep -q '"/usr/local/nvidia"' "$WORK/b-gantry-tree/config.json" ||
+    die "gantry-tree: config.json has no mount at /usr/local/nvidia: the tree layout was not used (see $WORK/gantry.log)"
+  echo "== bundles: GPU (gantry-tree) $(count "$WORK/b-gantry-tree/config.json" destination) mounts"
+  cp -a "$WORK/b-gantry-tree" "$WORK/tpl-runc-tree"
+  rm -f "$WORK/tpl-runc-tree/pid"
+  RT[runc-tree]=$RUNC
+  variants+=(runc-tree)
+fi
 if [ -n "$split" ]; then
   split_tool=${BUNDLESPLIT:-$REPO/bin/bundlesplit}
   [ -x "$split_tool" ] || die "--split needs $split_tool (make gpu-e2e builds it)"
@@ -210,6 +234,10 @@ if [ -n "$trace" ]; then
       tail -n 1 "$WORK/$v.strace"
     done
   fi
+fi
+if [ -n "$tree" ]; then
+  awk -v a="$(median "$WORK/gantry-tree.total")" -v r="$(median "$WORK/runc.total")" -v c="$(median "$WORK/gantry-tree.create")" -v rc="$(median "$WORK/runc.create")" \
+    'BEGIN { printf "gantry-tree - runc: %+.1f ms median lifecycle (%+.1f ms of it in create)\n", a - r, c - rc }'
 fi
 # Where gantry-runtime's own time goes on create, from its log (gantry-all runs):
 # startup = exec to Main (loader, Go runtime, package init), modify = all of its work.

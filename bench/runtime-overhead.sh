@@ -6,9 +6,12 @@
 #
 #   bench/runtime-overhead.sh [--sim] [--runs N]   (root; bin/ from `make gpu-e2e`)
 #
-# Prints the median and minimum in microseconds for a container asking for all
-# GPUs, one asking for none, and /bin/true by itself, then gantry-runtime's log
-# line for the last GPU create (startup and per-phase times).
+# Prints the median, minimum and trimmed mean in microseconds for a container
+# asking for all GPUs, one asking for none, the low-level runtime run the same
+# way without gantry-runtime ("plain runc"), the per-round difference between
+# the no-request create and plain (issue 12's goal: at most 500 us), and
+# /bin/true by itself; then gantry-runtime's log line for the last GPU create
+# (startup and per-phase times). The variants are interleaved round by round.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 runs=60 sim=
@@ -31,26 +34,44 @@ sed -i 's|^low-level = .*|low-level = "/bin/true"|' "$GANTRY_CONFIG"
 make_bundle "$WORK/tpl-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
 make_bundle "$WORK/tpl-none" -- /bin/true
 
-# stat FILE: median and minimum of the microsecond values in FILE.
-stat() { sort -n "$1" | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "median %6d us, min %6d us", m, v[1] }'; }
+# stat FILE: median, minimum and 20%-trimmed mean of the microsecond values in FILE.
+stat() {
+  sort -n "$1" | awk '{ v[NR] = $1 } END {
+    m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    lo = int(NR * 0.2) + 1; hi = NR - int(NR * 0.2); s = 0
+    for (i = lo; i <= hi; i++) s += v[i]
+    printf "median %6d us, min %6d us, trimmed mean %6d us", m, v[1], s / (hi - lo + 1) }'
+}
 
-for v in all none; do
-  for ((i = 0; i < runs + 3; i++)); do
-    rm -rf "$WORK/b" && cp -a "$WORK/tpl-$v" "$WORK/b"
+# One round times each variant once, interleaved, so that the load of a
+# shared machine falls on all of them alike: gantry-runtime with all GPUs,
+# gantry-runtime without a request, and the low-level runtime itself run
+# the same way (same command line, same fresh bundle): "plain runc".
+# The first 3 rounds warm the caches.
+for ((i = 0; i < runs + 3; i++)); do
+  for v in all none plain; do
+    b=$WORK/b-$v
+    rm -rf "$b" && cp -a "$WORK/tpl-${v/plain/none}" "$b"
+    rt=$GANTRY_RUNTIME
+    [ $v = plain ] && rt=/bin/true
     s=${EPOCHREALTIME/[.,]/}
-    "$GANTRY_RUNTIME" --root "$STATE" create --bundle "$WORK/b" "c$i" </dev/null >/dev/null 2>&1 ||
+    "$rt" --root "$STATE" create --bundle "$b" "c$v$i" </dev/null >/dev/null 2>&1 ||
       die "gantry-runtime create failed ($v)"
     e=${EPOCHREALTIME/[.,]/}
-    [ $i -ge 3 ] && echo $((e - s)) >>"$WORK/$v.us" # the first 3 warm the caches
+    [ $i -ge 3 ] && echo $((e - s)) >>"$WORK/$v.us"
   done
 done
 for ((i = 0; i < runs; i++)); do
   s=${EPOCHREALTIME/[.,]/}; /bin/true; e=${EPOCHREALTIME/[.,]/}
   echo $((e - s)) >>"$WORK/true.us"
 done
-echo "== gantry-runtime create with low-level /bin/true, $runs runs each"
-printf '%-34s %s\n' "all GPUs (NVIDIA_VISIBLE_DEVICES=all)" "$(stat "$WORK/all.us")"
-printf '%-34s %s\n' "no GPU request" "$(stat "$WORK/none.us")"
-printf '%-34s %s\n' "/bin/true alone" "$(stat "$WORK/true.us")"
+# Per round, no request minus plain: the fast path's own cost.
+paste "$WORK/none.us" "$WORK/plain.us" | awk '{ print $1 - $2 }' >"$WORK/gap.us"
+echo "== gantry-runtime create with low-level /bin/true, $runs interleaved rounds"
+printf '%-38s %s\n' "all GPUs (NVIDIA_VISIBLE_DEVICES=all)" "$(stat "$WORK/all.us")"
+printf '%-38s %s\n' "no GPU request" "$(stat "$WORK/none.us")"
+printf '%-38s %s\n' "plain: /bin/true, same command line" "$(stat "$WORK/plain.us")"
+printf '%-38s %s\n' "no GPU request - plain, per round" "$(stat "$WORK/gap.us")"
+printf '%-38s %s\n' "/bin/true alone" "$(stat "$WORK/true.us")"
 echo "last GPU create, as logged:"
 grep '"changed":true' "$WORK/gantry.log" | tail -1

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,7 +104,13 @@ func check(t *testing.T, objs []runtime.Object) map[string][]runtime.Object {
 				t.Errorf("%s without a name", kind)
 			}
 		}
+		if ds, ok := o.(*appsv1.DaemonSet); ok && strings.HasSuffix(ds.Name, "-mps-control-daemon") {
+			kind = mpsKind
+		}
 		byKind[kind] = append(byKind[kind], o)
+	}
+	for _, o := range byKind[mpsKind] {
+		checkMPSDaemon(t, o.(*appsv1.DaemonSet), byKind)
 	}
 	for _, want := range []string{"*v1.DaemonSet", "*v1.ServiceAccount", "*v1.ClusterRole", "*v1.ClusterRoleBinding", "*v1.ConfigMap", "*v1.RuntimeClass"} {
 		if len(byKind[want]) != 1 {
@@ -210,6 +217,103 @@ func TestStaticManifests(t *testing.T) {
 	}
 }
 
+// mpsKind is the byKind key of the MPS control daemon's DaemonSet.
+const mpsKind = "mps-daemonset"
+
+// checkMPSDaemon: the MPS control daemon's DaemonSet runs the image's
+// gantry-device-plugin mps-control-daemon with the plugin's config, on the
+// host's PID namespace, with the MPS root at its host path and <root>/shm
+// as /dev/shm, and its pods are not the plugin DaemonSet's.
+func checkMPSDaemon(t *testing.T, ds *appsv1.DaemonSet, byKind map[string][]runtime.Object) {
+	t.Helper()
+	pod := ds.Spec.Template.Spec
+	for k, v := range ds.Spec.Selector.MatchLabels {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("MPS DaemonSet selector %s=%s does not match its pods' labels", k, v)
+		}
+	}
+	for _, o := range byKind["*v1.DaemonSet"] {
+		sel := o.(*appsv1.DaemonSet).Spec.Selector.MatchLabels
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(sel)), func(k string) bool { return ds.Spec.Template.Labels[k] != sel[k] }) {
+			t.Errorf("the plugin DaemonSet's selector %v also matches the MPS daemon's pods", sel)
+		}
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("MPS DaemonSet: %d containers", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if !slices.Equal(c.Command, []string{"gantry-device-plugin", "mps-control-daemon"}) || !slices.Contains(c.Args, "--config=/etc/gantry/config.yaml") {
+		t.Errorf("MPS daemon command %v args %v", c.Command, c.Args)
+	}
+	for _, p := range imageProblems(readImage(t), corev1.PodSpec{InitContainers: pod.Containers}, false) {
+		t.Error(p)
+	}
+	if !pod.HostPID || c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Error("MPS daemon: want hostPID and privileged")
+	}
+	if !slices.ContainsFunc(pod.Tolerations, func(tl corev1.Toleration) bool { return tl.Key == "nvidia.com/gpu" }) {
+		t.Error("MPS daemon does not tolerate the nvidia.com/gpu taint")
+	}
+	host := map[string]string{}
+	for _, v := range pod.Volumes {
+		if v.HostPath != nil {
+			host[v.Name] = v.HostPath.Path
+		} else if v.ConfigMap != nil {
+			host[v.Name] = "configmap:" + v.ConfigMap.Name
+		}
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = host[m.Name]
+	}
+	var root string
+	for mp, hp := range mounts {
+		if mp == hp {
+			root = mp
+		}
+	}
+	if root == "" || mounts["/dev/shm"] != root+"/shm" {
+		t.Errorf("MPS daemon mounts %v: want the MPS root at its host path and <root>/shm at /dev/shm", mounts)
+	}
+	cfg := mounts["/etc/gantry"]
+	if cms := byKind["*v1.ConfigMap"]; len(cms) == 1 {
+		if want := "configmap:" + cms[0].(*corev1.ConfigMap).Name; cfg != want {
+			t.Errorf("MPS daemon config from %q, want %q (the plugin's)", cfg, want)
+		}
+		var conf struct {
+			Flags struct {
+				MpsRoot string `json:"mpsRoot"`
+			} `json:"flags"`
+		}
+		_ = sigsyaml.Unmarshal([]byte(cms[0].(*corev1.ConfigMap).Data["config.yaml"]), &conf)
+		if r := conf.Flags.MpsRoot; r != "" && r != root {
+			t.Errorf("flags.mpsRoot %s, but the MPS daemon mounts %s", r, root)
+		}
+	} else if cfg == "" {
+		t.Error("MPS daemon has no config")
+	}
+}
+
+// TestStaticMPSManifest: the MPS control daemon for the static install,
+// with the static plugin manifest's ConfigMap.
+func TestStaticMPSManifest(t *testing.T) {
+	var objs []runtime.Object
+	for _, f := range []string{"static/gantry-device-plugin.yaml", "static/mps/gantry-mps-control-daemon.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := decodeAll(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		objs = append(objs, o...)
+	}
+	if byKind := check(t, objs); len(byKind[mpsKind]) != 1 {
+		t.Errorf("%d MPS DaemonSets", len(byKind[mpsKind]))
+	}
+}
+
 // TestStrictDecoderRejects makes sure the decoder is strict, so that the
 // other tests mean something.
 func TestStrictDecoderRejects(t *testing.T) {
@@ -251,6 +355,8 @@ func TestHelmTemplate(t *testing.T) {
 		"time-slicing":    {"config.sharing.strategy=time-slicing", "config.sharing.replicas=4", "config.migStrategy=mixed"},
 		"dra":             {"dra.enabled=true"},
 		"dra-sim":         {"dra.enabled=true", "dra.gpus=sim:h100x8", "dra.deviceClasses=false", "dra.devices=4\\,5"},
+		"mps":             {"config.sharing.strategy=mps", "config.sharing.replicas=4"},
+		"mps-own-root":    {"config.sharing.strategy=mps", "config.sharing.replicas=2", "mps.root=/var/lib/mps"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := render(t, sets...)
@@ -286,6 +392,17 @@ func TestHelmTemplate(t *testing.T) {
 			} else if len(dra) != 0 {
 				t.Errorf("DRA plugin objects rendered with dra.enabled=false: %d", len(dra))
 			}
+			if mps := byKind[mpsKind]; (len(mps) == 1) != strings.HasPrefix(name, "mps") {
+				t.Errorf("%d MPS control daemon DaemonSets", len(mps))
+			}
+			if name == "mps-own-root" {
+				ds := byKind["*v1.DaemonSet"][0].(*appsv1.DaemonSet)
+				if !slices.ContainsFunc(ds.Spec.Template.Spec.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.MountPath == "/var/lib/mps" && m.ReadOnly
+				}) {
+					t.Error("the plugin does not see an MPS root outside the driver root")
+				}
+			}
 			if name == "time-slicing" {
 				cm := byKind["*v1.ConfigMap"][0].(*corev1.ConfigMap)
 				if !strings.Contains(cm.Data["config.yaml"], "replicas: 4") || !strings.Contains(cm.Data["config.yaml"], "timeSlicing:") {
@@ -295,13 +412,15 @@ func TestHelmTemplate(t *testing.T) {
 		})
 	}
 	for set, want := range map[string]string{
-		"config.migStrategy=split":                                       `config.migStrategy "split": use none, single or mixed`,
-		"config.sharing.strategy=share":                                  `config.sharing.strategy "share"`,
-		"config.sharing.strategy=time-slicing,config.sharing.replicas=1": "config.sharing.replicas 1",
-		"config.sharing.strategy=mps":                                    "gantry-device-plugin has no MPS",
-		"labels.output=configmap":                                        `labels.output "configmap"`,
-		"dra.enabled=true,dra.hookPath=gantry-cdi-hook":                  `dra.hookPath "gantry-cdi-hook"`,
-		"dra.enabled=true,dra.gpus=h100x8":                               `dra.gpus "h100x8"`,
+		"config.migStrategy=split":                                               `config.migStrategy "split": use none, single or mixed`,
+		"config.sharing.strategy=share":                                          `config.sharing.strategy "share"`,
+		"config.sharing.strategy=time-slicing,config.sharing.replicas=1":         "config.sharing.replicas 1",
+		"config.sharing.strategy=mps":                                            "config.sharing.replicas 1: mps needs at least 2",
+		"config.sharing.strategy=mps,config.sharing.replicas=49":                 "at most 48 clients",
+		"config.sharing.strategy=mps,config.sharing.replicas=2,mps.root=run/mps": `mps.root "run/mps"`,
+		"labels.output=configmap":                                                `labels.output "configmap"`,
+		"dra.enabled=true,dra.hookPath=gantry-cdi-hook":                          `dra.hookPath "gantry-cdi-hook"`,
+		"dra.enabled=true,dra.gpus=h100x8":                                       `dra.gpus "h100x8"`,
 	} {
 		if _, err := render(t, set); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--set %s: error %v, want one containing %q", set, err, want)

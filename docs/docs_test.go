@@ -13,6 +13,10 @@
 //     ports and /tmp paths: they run as root in a private mount and network
 //     namespace whose /etc, /usr/bin, /var, /run and /tmp are scratch, so the
 //     docs' exact lines run and nothing reaches the host;
+//   - blocks preceded by "<!-- doctest: root, driver -->" run the same way
+//     with a loaded NVIDIA driver simulated for them alone (its majors in
+//     /proc/devices, MIG capabilities in /proc/driver, GPUs on the PCI bus,
+//     modprobe, and a scratch /dev; sandbox.withDriverHost);
 //   - a line that needs a daemon, a cluster or a GPU (docker run, ctr,
 //     podman, kubectl, helm install, systemctl) is listed in notRun
 //     (notrun_test.go) with the Go tests of this repository that run its
@@ -24,8 +28,9 @@
 //     against the program built from this tree: the subcommand exists and
 //     every flag on the line is in that command's --help; make targets exist
 //     in the Makefile; scripts/*.sh and bench/*.sh exist and are executable;
-//   - troubleshooting.md is generated from internal/doctor's Catalog:
-//     go test ./docs -update rewrites it, and the test fails when it is stale.
+//   - troubleshooting.md is generated from internal/doctor's Checks:
+//     go generate ./internal/doctor rewrites it, and the test fails when it
+//     is stale.
 package docs
 
 import (
@@ -43,10 +48,9 @@ import (
 	"github.com/gantry-gpu/gantry/internal/doctor"
 )
 
-var update = flag.Bool("update", false, "rewrite troubleshooting.md from internal/doctor's Catalog")
-
-// binDir holds gantry, gantry-runtime, gantry-device-plugin and gantry-dra-plugin, built from
-// this tree by TestMain, and the names make install links to them.
+// binDir holds gantry, gantry-runtime, gantry-device-plugin, gantry-dra-plugin,
+// gantry-cdi-hook and bundlesplit (make bundlesplit), built from this tree by TestMain, and
+// the names make install links to them.
 var binDir string
 
 const repoRoot = ".."
@@ -55,7 +59,7 @@ const repoRoot = ".."
 // dispatch on argv0).
 var installedNames = map[string][]string{
 	"gantry-runtime":  {"gantry-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvidia-container-cli"},
-	"gantry":          {"nvidia-ctk", "nvidia-docker"},
+	"gantry":          {"nvidia-ctk", "nvidia-docker", "nvidia-docker-plugin"},
 	"gantry-cdi-hook": {"nvidia-cdi-hook"},
 }
 
@@ -69,15 +73,16 @@ func TestMain(m *testing.M) {
 	binDir = filepath.Join(dir, "bin")
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, pkg := range []string{"gantry", "gantry-runtime", "gantry-device-plugin", "gantry-dra-plugin", "gantry-cdi-hook"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "./cmd/"+pkg)
+		for _, pkg := range []string{"cmd/gantry", "cmd/gantry-runtime", "cmd/gantry-device-plugin", "cmd/gantry-dra-plugin", "cmd/gantry-cdi-hook", "bench/bundlesplit"} {
+			pkg, dir := filepath.Base(pkg), filepath.Dir(pkg)
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "./"+dir+"/"+pkg)
 			cmd.Dir = repoRoot
 			cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 			if pkg == "gantry-cdi-hook" {
 				cmd.Env = append(cmd.Env, "CGO_ENABLED=0") // as make build builds it
 			}
 			if out, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "go build ./cmd/%s: %v\n%s", pkg, err, out)
+				fmt.Fprintf(os.Stderr, "go build ./%s/%s: %v\n%s", dir, pkg, err, out)
 				return 1
 			}
 		}
@@ -123,6 +128,9 @@ type block struct {
 	text    string
 	doctest bool // preceded by <!-- doctest --> or <!-- doctest: root -->
 	root    bool // <!-- doctest: root -->: runs in the private namespace
+	// driver: <!-- doctest: root, driver -->: runs in the private namespace
+	// with a loaded NVIDIA driver simulated (sandbox.withDriverHost).
+	driver bool
 }
 
 func (b block) where() string { return fmt.Sprintf("%s:%d", b.file, b.line) }
@@ -144,8 +152,9 @@ func docFiles(t *testing.T) []string {
 var fenceRe = regexp.MustCompile("^```\\s*([A-Za-z0-9_+-]*)\\s*$")
 
 const (
-	doctestMarker     = "<!-- doctest -->"
-	rootDoctestMarker = "<!-- doctest: root -->"
+	doctestMarker       = "<!-- doctest -->"
+	rootDoctestMarker   = "<!-- doctest: root -->"
+	driverDoctestMarker = "<!-- doctest: root, driver -->"
 )
 
 // readBlocks returns the fenced blocks of a markdown file. A block is a
@@ -174,8 +183,9 @@ func readBlocks(t *testing.T, file string) []block {
 		}
 		if m := fenceRe.FindStringSubmatch(line); m != nil {
 			cur = &block{file: file, line: i + 1, lang: m[1],
-				doctest: lastNonBlank == doctestMarker || lastNonBlank == rootDoctestMarker,
-				root:    lastNonBlank == rootDoctestMarker}
+				doctest: lastNonBlank == doctestMarker || lastNonBlank == rootDoctestMarker || lastNonBlank == driverDoctestMarker,
+				root:    lastNonBlank == rootDoctestMarker || lastNonBlank == driverDoctestMarker,
+				driver:  lastNonBlank == driverDoctestMarker}
 			continue
 		}
 		if strings.TrimSpace(line) != "" {
@@ -735,6 +745,12 @@ func TestDoctests(t *testing.T) {
 					continue
 				}
 				switch {
+				case isShell(b.lang) && b.driver:
+					script := doctestScript(b)
+					out, err := s.withDriverHost(t, func() (string, error) { return s.run(t, script) })
+					if err != nil {
+						t.Errorf("%s: doctest failed: %v\n--- block as run\n%s--- output\n%s", b.where(), err, script, out)
+					}
 				case isShell(b.lang):
 					script := doctestScript(b)
 					if out, err := s.run(t, script); err != nil {
@@ -841,76 +857,11 @@ func matchLines(want, got []string) bool {
 	return len(got) > 0 && norm(want[0]) == norm(got[0]) && matchLines(want[1:], got[1:])
 }
 
-// TestTroubleshootingGenerated: troubleshooting.md is what Catalog renders.
+// TestTroubleshootingGenerated: troubleshooting.md is what internal/doctor's
+// Checks render (go generate ./internal/doctor rewrites it).
 func TestTroubleshootingGenerated(t *testing.T) {
-	want := renderTroubleshooting()
-	const file = "troubleshooting.md"
-	if *update {
-		if err := os.WriteFile(file, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	got, err := os.ReadFile(file)
-	if err != nil || string(got) != want {
-		t.Fatalf("docs/%s is stale or missing (%v): run go test ./docs -update", file, err)
+	got, err := os.ReadFile("troubleshooting.md")
+	if err != nil || string(got) != doctor.Troubleshooting() {
+		t.Fatalf("docs/troubleshooting.md is stale or missing (%v): run go generate ./internal/doctor", err)
 	}
 }
-
-func renderTroubleshooting() string {
-	var b strings.Builder
-	b.WriteString(`# Troubleshooting: what ` + "`gantry doctor`" + ` checks
-
-<!-- Generated from internal/doctor's Catalog by ` + "`go test ./docs -update`" + `; edit the Catalog, not this file. -->
-
-"Why can't my container see the GPU?" ` + "`gantry doctor`" + ` walks the chain a GPU container
-depends on, from the kernel module to the engine's configuration and, with ` + "`--container`" + `,
-one running container (Docker's, containerd's, or with ` + "`--pod`" + ` a Kubernetes pod's, through
-the CRI socket) and, on a Kubernetes node, the device plugin, its devices' health and the node's
-GPU capacity. It prints one line per check, ` + "`PASS`" + `, ` + "`FAIL`" + `, ` + "`INFO`" + ` or ` + "`SKIP`" + `,
-with its evidence, and a ` + "`fix:`" + ` line under each failure; a check whose prerequisite failed
-is skipped and names it, so the first ` + "`FAIL`" + ` is the one to fix.
-` + doctor.ExitCodes + `
-
-` + "```sh" + `
-sudo gantry doctor                        # the host: driver, device nodes, NVML, files, engines
-sudo gantry doctor --container my-app     # and what one container got (Docker, then containerd)
-sudo gantry doctor --pod default/cuda-job # and a pod's containers, through the CRI socket
-gantry doctor --json                      # the same checks as JSON (name, status, ok, evidence, fix)
-` + "```" + `
-
-It reads Docker's, containerd's and CRI-O's configuration at their standard paths;
-` + "`--docker-config`, `--containerd-config` and `--crio-dropins`" + ` point it elsewhere. On
-simulated GPUs and a fake driver root, with the engines' files registered in a scratch
-directory:
-
-<!-- doctest -->
-` + "```sh" + `
-gantry sim driver-root $TMPDIR/driver
-rt=$(command -v gantry-runtime)
-gantry runtime configure --runtime docker --config-file $TMPDIR/daemon.json --runtime-path $rt
-gantry runtime configure --runtime containerd --config-file $TMPDIR/containerd.toml --runtime-path $rt
-gantry runtime configure --runtime crio --config-file $TMPDIR/crio.d/99-nvidia.toml --runtime-path $rt
-gantry --gpus sim:h100x8 --driver-root $TMPDIR/driver doctor \
-    --docker-config $TMPDIR/daemon.json --containerd-config $TMPDIR/containerd.toml --crio-dropins $TMPDIR/crio.d
-` + "```" + `
-
-The checks, in the order doctor runs them:
-
-`)
-	for _, c := range doctor.Catalog {
-		fmt.Fprintf(&b, "## %s\n\n%s\n\n", c.Name, c.Verifies)
-		if len(c.Failures) == 0 {
-			b.WriteString("Never fails.\n\n")
-			continue
-		}
-		b.WriteString("| doctor reports | fix |\n| --- | --- |\n")
-		for _, f := range c.Failures {
-			fmt.Fprintf(&b, "| %s | %s |\n", cell(f.Reports), cell(f.Fix))
-		}
-		b.WriteString("\n")
-	}
-	return strings.TrimRight(b.String(), "\n") + "\n"
-}
-
-func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }

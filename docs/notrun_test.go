@@ -124,14 +124,6 @@ var notRun = []notRunEntry{
 		tests: []string{"internal/cli.TestDoctor"},
 		why:   "on the host its exit code depends on the host's engines; the test runs gantry doctor --json on a fake driver root with a daemon.json with and without the runtime"},
 
-	// nvidia-ctk system: device nodes and /dev/char links of a loaded driver.
-	{line: `sudo nvidia-ctk system create-device-nodes --control-devices --load-kernel-modules`,
-		tests: []string{"internal/cli.TestNVCTKSystem"},
-		why:   "loads the NVIDIA kernel modules and makes nodes in the host's /dev, which needs the driver; the test makes the same nodes with mknod in a temporary dev root from a /proc/devices of its own"},
-	{line: `sudo nvidia-ctk system create-dev-char-symlinks --create-all`,
-		tests: []string{"internal/cli.TestNVCTKSystem"},
-		why:   "needs the driver's majors in /proc/devices and NVIDIA GPUs on the PCI bus; the test links every node of a fake PCI bus and /proc/devices into a temporary /dev/char"},
-
 	// The nvidia-docker generation.
 	{line: `NV_GPU=0,1 nvidia-docker run --rm ubuntu nvidia-smi -L`,
 		tests: []string{"internal/nvdocker.TestMainExecsDocker/run", "test/engines.TestDocker/RuntimeNvidiaEnv"},
@@ -142,6 +134,12 @@ var notRun = []notRunEntry{
 	{line: `docker run --rm \$\(curl -s localhost:3476/docker/cli\?dev=0\) ubuntu nvidia-smi -L`,
 		tests: []string{"internal/cli.TestServe"},
 		why:   "needs a Docker daemon and a GPU; the test checks the docker run arguments gantry serve answers on /docker/cli"},
+	{line: `docker volume ls`,
+		tests: []string{"test/engines.TestDockerVolumePlugin"},
+		why:   "needs a Docker daemon; the test runs docker volume ls on a private dockerd that found the plugin's socket and sees nvidia_driver_<version>"},
+	{line: `docker run --rm \$\(curl -s localhost:3476/docker/cli\?dev=0\) busybox ls /usr/local/nvidia/lib64`,
+		tests: []string{"test/engines.TestDockerVolumePlugin", "internal/cli.TestNVIDIADockerPlugin"},
+		why:   "needs a Docker daemon; the first test runs docker run with /docker/cli's arguments (the nvidia_driver volume and the devices) on a private dockerd and loads libcuda from /usr/local/nvidia/lib64, the second checks those arguments"},
 
 	// Driver containers.
 	{line: `sudo gantry --driver-root /run/nvidia/driver --dev-root / cdi generate --output /var/run/cdi/nvidia.yaml`,

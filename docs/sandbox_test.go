@@ -52,8 +52,8 @@ import (
 // written for a user's shell and the sandbox's binaries come from TestMain:
 //   - sudo runs its command as it is: the sandbox is root already, and a
 //     real sudo would reset the sandbox's environment (GANTRY_CONFIG, PATH);
-//   - make runs the real make with the targets build, build-device-plugin
-//     and deps taken as done (make -o): TestMain built the binaries from
+//   - make runs the real make with the targets build, build-device-plugin,
+//     bundlesplit and deps taken as done (make -o): TestMain built the binaries from
 //     this tree with the same go build, and the test's own prerequisites
 //     are deps. Every other target (install, demo, gpu-e2e) runs its recipe.
 type sandbox struct {
@@ -67,7 +67,7 @@ type sandbox struct {
 // prelude is prepended to every block; see sandbox.
 const prelude = `set -euo pipefail
 sudo() { "$@"; }
-make() { command make -o build -o build-device-plugin -o deps "$@"; }
+make() { command make -o build -o build-device-plugin -o bundlesplit -o deps "$@"; }
 `
 
 func newSandbox(t *testing.T, wantRoot bool) *sandbox {
@@ -400,4 +400,132 @@ sleep 600 & echo $! > `+pidFile+`
 	if out, err := s.run(t, "cat /tmp/"+probe+" /etc/docker/daemon.json"); err != nil {
 		t.Errorf("the next block does not see the first one's files: %v\n%s", err, out)
 	}
+
+	// A driver block sees the simulated driver, and what it makes in /dev
+	// stays in the namespace; the next block sees the host's kernel again.
+	node := "/dev/" + probe
+	out, err = s.withDriverHost(t, func() (string, error) {
+		return s.run(t, "grep -q '^195 nvidia-frontend$' /proc/devices && test -f /proc/driver/nvidia-caps/mig-minors && ls /sys/bus/pci/devices | grep -q 0000:41:00.0 && modprobe nvidia && ! modprobe ext4 && mknod "+node+" c 1 3 && echo x > /dev/null")
+	})
+	if err != nil {
+		t.Errorf("driver block: %v\n%s", err, out)
+	}
+	if _, err := os.Lstat(node); err == nil {
+		os.Remove(node)
+		t.Errorf("%s, made in a driver block, reached the host", node)
+	}
+	hostDevices, _ := os.ReadFile("/proc/devices")
+	if out, err := s.run(t, "test ! -e "+node+" && cat /proc/devices"); err != nil || out != string(hostDevices) {
+		t.Errorf("the simulated driver outlived its block: %v\n%s", err, out)
+	}
+}
+
+// withDriverHost runs f (a root block) with a loaded NVIDIA driver
+// simulated in the private namespace, for the lines that read the kernel's
+// view of the driver (nvidia-ctk system ...), and takes it away after:
+//
+//   - /proc/devices is the host's with the driver's character majors added
+//     (nvidia-frontend 195, nvidia-caps 236, nvidia-uvm 510);
+//   - /proc/driver holds nvidia-caps/mig-minors and the MIG capabilities
+//     directory of a MIG-capable driver (config, monitor, and GPU 0's
+//     instance 0 with its compute instance 0);
+//   - /sys/bus/pci/devices lists two NVIDIA GPUs;
+//   - /dev is an overlay of the host's whose writes go to a tmpfs, so the
+//     nodes and /dev/char links the lines make stay in the namespace;
+//   - modprobe succeeds for the NVIDIA modules (and fails for others).
+func (s *sandbox) withDriverHost(t *testing.T, f func() (string, error)) (string, error) {
+	t.Helper()
+	if s.host == nil {
+		t.Fatal("a driver block needs the private namespace")
+	}
+	dir := filepath.Join(s.root, "driver-host")
+	write := func(p, content string, mode os.FileMode) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hostDevices, err := os.ReadFile("/proc/devices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chr, blk, _ := strings.Cut(string(hostDevices), "\nBlock devices:")
+	write(filepath.Join(dir, "devices"), chr+"195 nvidia-frontend\n236 nvidia-caps\n510 nvidia-uvm\n\nBlock devices:"+blk, 0o444)
+	write(filepath.Join(dir, "driver", "nvidia-caps", "mig-minors"), "config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\ngpu1/gi0/access 120\ngpu1/gi0/ci0/access 121\n", 0o444)
+	caps := filepath.Join(dir, "driver", "nvidia", "capabilities")
+	for p, minor := range map[string]int{"mig/config": 1, "mig/monitor": 2, "gpu0/mig/gi0/access": 3, "gpu0/mig/gi0/ci0/access": 4} {
+		mode := 292
+		if minor <= 2 {
+			mode = 256
+		}
+		write(filepath.Join(caps, p), fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: %d\nDeviceFileModify: 1\n", minor, mode), 0o444)
+	}
+	for i, class := range []string{"0x030200", "0x030000"} {
+		d := filepath.Join(dir, "pci", fmt.Sprintf("0000:%02x:00.0", i+0x41))
+		write(filepath.Join(d, "vendor"), "0x10de\n", 0o444)
+		write(filepath.Join(d, "class"), class+"\n", 0o444)
+	}
+	write(filepath.Join(dir, "modprobe"), "#!/bin/sh\n# the sandbox's: the NVIDIA modules are loaded already\ncase \"$*\" in nvidia|nvidia-uvm|nvidia-modeset) exit 0;; esac\necho \"modprobe: FATAL: Module $* not found\" >&2\nexit 1\n", 0o755)
+	for _, d := range []string{"dev-upper", "dev-work"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var mounted []string
+	err = s.host.do(func() error {
+		bind := func(from, to string) error {
+			if err := unix.Mount(from, to, "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("binding %s on %s: %w", from, to, err)
+			}
+			mounted = append(mounted, to)
+			return nil
+		}
+		if err := bind(filepath.Join(dir, "devices"), "/proc/devices"); err != nil {
+			return err
+		}
+		if err := bind(filepath.Join(dir, "driver"), "/proc/driver"); err != nil {
+			return err
+		}
+		if err := bind(filepath.Join(dir, "pci"), "/sys/bus/pci/devices"); err != nil {
+			return err
+		}
+		modprobe := "/usr/sbin/modprobe"
+		if _, err := os.Stat(modprobe); err != nil {
+			// None on the host: /usr/bin, after /usr/sbin in the path
+			// the command runs modprobe with, is the namespace's overlay.
+			modprobe = "/usr/bin/modprobe"
+			if err := os.WriteFile(modprobe, nil, 0o755); err != nil {
+				return err
+			}
+		}
+		if err := bind(filepath.Join(dir, "modprobe"), modprobe); err != nil {
+			return err
+		}
+		opts := "lowerdir=/dev,upperdir=" + filepath.Join(dir, "dev-upper") + ",workdir=" + filepath.Join(dir, "dev-work")
+		if err := unix.Mount("overlay", "/dev", "overlay", 0, opts); err != nil {
+			return fmt.Errorf("overlay on /dev: %w", err)
+		}
+		mounted = append(mounted, "/dev")
+		return nil
+	})
+	defer func() {
+		if err := s.host.do(func() error {
+			for i := len(mounted) - 1; i >= 0; i-- {
+				if err := unix.Unmount(mounted[i], unix.MNT_DETACH); err != nil {
+					return fmt.Errorf("unmounting %s: %w", mounted[i], err)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err != nil {
+		t.Fatalf("simulating the driver: %v", err)
+	}
+	return f()
 }

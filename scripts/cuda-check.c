@@ -15,6 +15,13 @@
  *   cuda-check               run the kernel on every visible device
  *   cuda-check --load-only   only dlopen libcuda.so.1, cuInit, cuDriverGetVersion
  *                            (for the fake driver of `gantry sim driver-root`)
+ *   cuda-check --mem MIB[,MIB...] [--hold SECONDS]
+ *                            also, on each device after the kernel, print the
+ *                            memory cuMemGetInfo reports and try to allocate
+ *                            each MIB MiB in turn ("alloc MIB MiB: ok" or the
+ *                            error; not a failure: an MPS client's memory limit
+ *                            shows this way), then keep the context SECONDS
+ *                            seconds (two clients of one MPS server at once)
  *
  * Output: one "cuda-check: device ..." line per device (index, name, UUID, PCI
  * bus id), then "cuda-check: OK ...". Exit status 0 on success, 1 on any
@@ -27,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -133,6 +141,8 @@ static void format_uuid(const CUuuid *u, char *out, size_t len)
 int main(int argc, char **argv)
 {
 	int load_only = 0, ndev = 0, version = 0, i;
+	long probe_mib[4], hold = 0;
+	int nprobe = 0;
 	Dl_info info;
 	CUresult (*cuInit)(unsigned);
 	CUresult (*cuDriverGetVersion)(int *);
@@ -140,8 +150,19 @@ int main(int argc, char **argv)
 	for (i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--load-only") == 0) {
 			load_only = 1;
+		} else if (strcmp(argv[i], "--mem") == 0 && i + 1 < argc) {
+			char *p = argv[++i];
+			while (nprobe < 4 && *p) {
+				probe_mib[nprobe++] = strtol(p, &p, 10);
+				if (*p == ',')
+					p++;
+				else
+					break;
+			}
+		} else if (strcmp(argv[i], "--hold") == 0 && i + 1 < argc) {
+			hold = strtol(argv[++i], NULL, 10);
 		} else {
-			fprintf(stderr, "usage: cuda-check [--load-only]\n");
+			fprintf(stderr, "usage: cuda-check [--load-only] [--mem MIB [--hold SECONDS]]\n");
 			return 2;
 		}
 	}
@@ -184,6 +205,7 @@ int main(int argc, char **argv)
 	CUresult (*cuMemFree)(CUdeviceptr) = sym("cuMemFree_v2");
 	CUresult (*cuMemsetD32)(CUdeviceptr, unsigned, size_t) = sym("cuMemsetD32_v2");
 	CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t) = sym("cuMemcpyDtoH_v2");
+	CUresult (*cuMemGetInfo)(size_t *, size_t *) = sym("cuMemGetInfo_v2");
 	CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 				   unsigned, CUstream, void **, void **) = sym("cuLaunchKernel");
 
@@ -240,6 +262,27 @@ int main(int argc, char **argv)
 				     i, name, k, host[k], want);
 		}
 		check(cuMemFree(out), "cuMemFree_v2");
+		if (nprobe > 0) {
+			size_t mfree = 0, mtotal = 0;
+			check(cuMemGetInfo(&mfree, &mtotal), "cuMemGetInfo_v2");
+			printf("cuda-check: device %d: memory total=%zu MiB free=%zu MiB\n", i, mtotal >> 20, mfree >> 20);
+			for (int k = 0; k < nprobe; k++) {
+				CUdeviceptr big;
+				const char *en = "?";
+				r = cuMemAlloc(&big, (size_t)probe_mib[k] << 20);
+				if (r == 0) {
+					printf("cuda-check: device %d: alloc %ld MiB: ok\n", i, probe_mib[k]);
+					check(cuMemFree(big), "cuMemFree_v2");
+				} else {
+					if (pGetErrorName)
+						pGetErrorName(r, &en);
+					printf("cuda-check: device %d: alloc %ld MiB: %s\n", i, probe_mib[k], en);
+				}
+			}
+			fflush(stdout);
+			if (hold > 0)
+				sleep((unsigned)hold);
+		}
 		check(cuModuleUnload(mod), "cuModuleUnload");
 		check(cuCtxDestroy(ctx), "cuCtxDestroy_v2");
 		printf("cuda-check: device %d: kernel out[i] = %u*i + %u over %u ints: all correct\n",

@@ -28,10 +28,18 @@
 #      LD_LIBRARY_PATH, GCONV_PATH, GANTRY_CONFIG=/dev/zero (the CVE-2025-23266
 #      class). GPU 0 as in a, the hooks ran, and the preload library never ran on
 #      the host (bin/e2e-preload.so marks a host file if it does)
+#   j  MPS (skipped without nvidia-cuda-mps-control): `gantry-device-plugin
+#      mps-control-daemon` runs the real control daemon for GPU 0 with 2 replicas;
+#      two containers given what Allocate gives a replica (pipe directory, the
+#      daemon's /dev/shm; one with the CUDA_MPS_* limits, one relying on the
+#      daemon's defaults) run cuda-check at the same time: each allocates 3/4 of
+#      the limit (must work), then 5/4 (must fail); the MPS server log must exist;
+#      SIGTERM must quit the daemon
 # In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
-# Environment: DRIVER_ROOT (default /), GANTRY, RUNC, CUDA_CHECK (default bin/...).
+# Environment: DRIVER_ROOT (default /), GANTRY, RUNC, CUDA_CHECK, DEVICE_PLUGIN (default bin/...),
+# DRIVER_LAYOUT=tree (every check with runtime.driver-layout = "tree": the driver as one mount).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 mode=gpu keep=0
@@ -285,6 +293,99 @@ else
     show "$WORK/i.out"
   fi
   [ -e "$marker" ] && [ -s "$marker" ] && show "$marker"
+fi
+
+echo "== j: MPS: gantry-device-plugin mps-control-daemon runs nvidia-cuda-mps-control, two containers share GPU 0"
+# What Allocate gives an MPS replica (internal/deviceplugin/mps.go; the CI tests
+# check that over gRPC): the daemon's pipe directory and its /dev/shm mounted,
+# CUDA_MPS_PIPE_DIRECTORY, and the replica's memory and thread share. Here the
+# real control daemon runs on this host, in a mount namespace of its own whose
+# /dev/shm is <root>/shm, as the DaemonSet's pod has it.
+DEVICE_PLUGIN=${DEVICE_PLUGIN:-$REPO/bin/gantry-device-plugin}
+mps_ctl=$(command -v nvidia-cuda-mps-control || ls "${DRIVER_ROOT:-/}"/usr/bin/nvidia-cuda-mps-control 2>/dev/null)
+if [ $mode = sim ]; then
+  SKIP "j: MPS needs a real GPU"
+elif [ -z "$mps_ctl" ]; then
+  SKIP "j: nvidia-cuda-mps-control not found on this host"
+elif [ ! -x "$DEVICE_PLUGIN" ]; then
+  SKIP "j: $DEVICE_PLUGIN missing (make gpu-e2e builds it)"
+elif ! command -v unshare >/dev/null; then
+  SKIP "j: unshare (util-linux) not found"
+else
+  mps_root=$WORK/mps res=nvidia.com/gpu
+  mkdir -p "$mps_root/shm"
+  printf 'version: v1\nflags: {mpsRoot: %s}\nsharing:\n  mps:\n    resources:\n    - name: %s\n      devices: [0]\n      replicas: 2\n' \
+    "$mps_root" "$res" >"$WORK/mps.yaml"
+  mode0=$(nvidia-smi -i 0 --query-gpu=compute_mode --format=csv,noheader 2>/dev/null)
+  mem0=$(nvidia-smi -i 0 --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  # shellcheck disable=SC2016
+  unshare -m --propagation private sh -c 'mount --bind "$1/shm" /dev/shm && shift && exec "$@"' sh "$mps_root" \
+    env MPS_CONTROL="$mps_ctl" "$DEVICE_PLUGIN" mps-control-daemon --config "$WORK/mps.yaml" >"$WORK/j.daemon.log" 2>&1 &
+  mps_pid=$!
+  stop_mps() {
+    [ -n "${mps_pid:-}" ] || return 0
+    kill -TERM "$mps_pid" 2>/dev/null && wait "$mps_pid" 2>/dev/null
+    mps_pid=
+    case ${mode0:-} in Default | "") nvidia-smi -i 0 -c DEFAULT >/dev/null 2>&1 ;; esac
+  }
+  trap 'stop_mps; finish' EXIT
+  for _ in $(seq 300); do [ -e "$mps_root/$res/.ready" ] && break; sleep 0.1; done
+  if [ ! -e "$mps_root/$res/.ready" ]; then
+    FAIL "j: the MPS control daemon did not become ready in 30 s"
+    show "$WORK/j.daemon.log"
+  else
+    limit=$((mem0 / 2))
+    echo "     | daemon ready: $(tr '\n' ' ' <"$mps_root/$res/.ready"); GPU 0 memory ${mem0} MiB, limit ${limit} MiB per replica"
+    pipe=/mps/$res/pipe
+    lo=$((limit * 3 / 4)) hi=$((limit * 5 / 4))
+    # mps_bundle NAME [VAR=VALUE...]: a container with one replica that allocates
+    # 3/4 of the limit, then 5/4, and holds its context 5 s, so that both
+    # clients are connected at once.
+    mps_bundle() {
+      local b=$WORK/b-$1
+      shift
+      make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 "CUDA_MPS_PIPE_DIRECTORY=$pipe" "$@" \
+        -- /bin/sh -c "cuda-check --mem $lo,$hi --hold 5; echo \"cuda-exit=\$?\""
+      MNT1=$(printf '{"destination": "%s", "type": "bind", "source": "%s", "options": ["rbind", "rw"]}' "$pipe" "$mps_root/$res/pipe") \
+        MNT2=$(printf '{"destination": "/dev/shm", "type": "bind", "source": "%s", "options": ["rbind", "rw"]}' "$mps_root/shm") \
+        awk '/"mounts": *\[/ { m = 1 } m && /^\t\]/ { print "\t\t," ENVIRON["MNT1"] ", " ENVIRON["MNT2"]; m = 0 } { print }' \
+        "$b/config.json" >"$b/config.json.new" && mv "$b/config.json.new" "$b/config.json"
+      grep -q "$mps_root/shm" "$b/config.json" || FAIL "j: could not add the MPS mounts to $b/config.json"
+    }
+    # j1 has Allocate's limits in its environment; j2 only the daemon's defaults
+    # (set_default_device_pinned_mem_limit), what replicas of several GPUs get.
+    mps_bundle j1 "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=${limit}M" CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50
+    mps_bundle j2
+    run_container "$GANTRY_RUNTIME" e2e-j1 "$WORK/b-j1" "$WORK/j1.out" & p1=$!
+    run_container "$GANTRY_RUNTIME" e2e-j2 "$WORK/b-j2" "$WORK/j2.out" & p2=$!
+    wait $p1; r1=$?
+    wait $p2; r2=$?
+    show "$WORK/j1.out"
+    show "$WORK/j2.out"
+    if [ $r1 != 0 ] || [ $r2 != 0 ]; then
+      FAIL "j: gantry-runtime could not run the MPS client containers"
+    elif ! grep -qx 'cuda-exit=0' "$WORK/j1.out" || ! grep -qx 'cuda-exit=0' "$WORK/j2.out"; then
+      FAIL "j: cuda-check failed in an MPS client container"
+    elif ! grep -q "alloc $lo MiB: ok" "$WORK/j1.out" || ! grep -q "alloc $lo MiB: ok" "$WORK/j2.out"; then
+      FAIL "j: an allocation under the replica's limit (${lo} of ${limit} MiB) failed"
+    elif grep -q "alloc $hi MiB: ok" "$WORK/j1.out"; then
+      FAIL "j: with Allocate's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, ${hi} MiB (over the ${limit} MiB limit) was allocated"
+    elif grep -q "alloc $hi MiB: ok" "$WORK/j2.out"; then
+      FAIL "j: with the daemon's default limit only, ${hi} MiB (over the ${limit} MiB limit) was allocated"
+    elif [ ! -s "$mps_root/$res/log/server.log" ]; then
+      FAIL "j: no MPS server log: the containers did not go through the daemon"
+    else
+      PASS "j: two MPS clients on GPU 0 at once, each held to ${limit} MiB ($(sed -n 's/^cuda-check: device 0: \(memory .*\)/\1/p' "$WORK/j1.out" | head -1))"
+    fi
+    echo "     | control.log:"; tail -8 "$mps_root/$res/log/control.log" 2>/dev/null | sed 's/^/     | /'
+  fi
+  stop_mps
+  if grep -q "MPS control daemon stopped" "$WORK/j.daemon.log"; then
+    PASS "j: SIGTERM quit the MPS control daemon"
+  else
+    FAIL "j: the MPS control daemon was not stopped cleanly"
+    show "$WORK/j.daemon.log"
+  fi
 fi
 
 echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"

@@ -10,6 +10,7 @@
 //	nvidia-container-toolkit        the same hook under the name NVIDIA's hooks.d file uses
 //	nvidia-ctk                      NVIDIA's nvidia-ctk command lines (runtime configure, cdi, system, config)
 //	nvidia-docker                   docker with NV_GPU's GPUs on run/create (nvidia-docker 1.0/2.0)
+//	nvidia-docker-plugin            nvidia-docker 1.0's volume plugin and REST API (gantry serve --volume-plugin)
 //
 // See each front end's --help.
 package main
@@ -37,6 +38,8 @@ func main() {
 		os.Exit(cli.NVIDIACTKMain(os.Args[1:], os.Stdout, os.Stderr))
 	case "nvidia-docker":
 		os.Exit(nvdocker.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	case "nvidia-docker-plugin":
+		os.Exit(cli.NVIDIADockerPluginMain(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

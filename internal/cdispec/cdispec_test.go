@@ -2,6 +2,7 @@ package cdispec
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
+	sigsyaml "sigs.k8s.io/yaml"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -538,5 +540,97 @@ func TestForwardCompatHooks(t *testing.T) {
 	j := slices.IndexFunc(names, func(s string) bool { return strings.HasPrefix(s, "update-ldcache") })
 	if i < 0 || j < 0 || i > j || strings.Contains(names[j], "host-driver-version") {
 		t.Errorf("nvidia-cdi-hook hooks %q: want %q before a plain update-ldcache", names, want)
+	}
+}
+
+// marshalYAML writes what sigs.k8s.io/yaml.Marshal writes, byte for byte,
+// for generated specs and for values with every JSON type and strings the
+// YAML writer must quote.
+func TestMarshalYAMLMatchesLibrary(t *testing.T) {
+	spec, _ := generate(t, Options{})
+	sys := eightGPUs()
+	big, err := Generate(sys, testInventory(), Options{HookPath: hookPath, DevRoot: makeDevRoot(t, sys)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oddStrings := []string{"0", "1.5", "yes", "no", "on", "null", "~", "true", "", " lead", "trail ", "a: b", "#c", "x #y", "line\nbreak", "tab\t", "quote\"", "'", "é ü", "\u2028", "-", "- x", "0x1F", "1e3", "2001-12-14", "*a", "&a", "!t", "%p", "@", "`", "{", "[", "|", ">", "?", "yEs", "Off", "a:", "a::b", "/x/y.so.1", "_", "x=y", "a#b", "é", "\x01", strings.Repeat("ab ", 40)}
+	odd := map[string]any{
+		"strings": []string{"0", "1.5", "yes", "no", "on", "null", "~", "true", "", " lead", "trail ", "a: b", "#c", "x #y", "line\nbreak", "tab\t", "quote\"", "'", "é ü", "\u2028", "-", "- x", "0x1F", "1e3", "2001-12-14", "*a", "&a", "!t", "%p", "@", "`", "{", "[", "|", ">", "?"},
+		"numbers": []any{0, -1, 1 << 40, uint64(1) << 63, 1.5, 1e300, -0.0, uint32(4294967295)},
+		"bools":   []bool{true, false},
+		"empty":   map[string]any{"m": map[string]any{}, "s": []any{}, "n": nil},
+	}
+	// The generated specs take the direct writer, not yaml.v2.
+	for _, sp := range []*specs.Spec{spec, big} {
+		j, _ := json.Marshal(sp)
+		dec := json.NewDecoder(bytes.NewReader(j))
+		dec.UseNumber()
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		if err := (&yamlWriter{}).mapping(m, 0, false); err != nil {
+			t.Errorf("spec %s: the direct YAML writer gives up: %v", sp.Kind, err)
+		}
+	}
+	var deep []any
+	for _, s := range oddStrings {
+		deep = append(deep, map[string]any{"name": s, "list": []string{s, "x"}, "map": map[string]any{"key": s}})
+	}
+	for name, v := range map[string]any{"2-GPU spec": spec, "8-GPU spec": big, "odd values": odd,
+		"odd strings": map[string]any{"strings": oddStrings, "deep": deep, "empty": map[string]any{}, "none": []string{}}} {
+		got, err := marshalYAML(v)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want, err := sigsyaml.Marshal(v)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: marshalYAML differs from sigs.k8s.io/yaml:\n%s\nwant\n%s", name, got, want)
+		}
+	}
+}
+
+// FuzzMarshalYAML: any string, as a value, in a list and in a nested
+// mapping, comes out as sigs.k8s.io/yaml writes it.
+func FuzzMarshalYAML(f *testing.F) {
+	for _, s := range []string{"0", "nvidia.com/gpu", "a: b", "yes", "/dev/nvidia0", "libcuda.so.1::/usr/lib/x"} {
+		f.Add(s, int64(1))
+	}
+	f.Fuzz(func(t *testing.T, s string, n int64) {
+		v := map[string]any{"value": s, "list": []any{s, n, map[string]any{"name": s, "n": n}}, "nested": map[string]any{"key": s}}
+		got, err := marshalYAML(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := sigsyaml.Marshal(v)
+		if err != nil {
+			// The library's YAML parser refuses control characters in the
+			// JSON it re-reads; marshalYAML writes them escaped.
+			return
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("marshalYAML differs from sigs.k8s.io/yaml for %q:\n%s\nwant\n%s", s, got, want)
+		}
+	})
+}
+
+func BenchmarkMarshalYAML(b *testing.B) {
+	sys := eightGPUs()
+	spec, err := Generate(sys, testInventory(), Options{HookPath: hookPath, DevRoot: makeDevRoot(b, sys)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, marshal := range map[string]func(any) ([]byte, error){"marshalYAML": marshalYAML, "sigs.k8s.io-yaml": sigsyaml.Marshal} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := marshal(spec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

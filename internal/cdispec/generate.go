@@ -266,7 +266,7 @@ func addForwardCompat(e *specs.ContainerEdits, hookPath, version string) {
 			continue
 		}
 		if filepath.Base(hookPath) == "nvidia-cdi-hook" {
-			compat := &specs.Hook{HookName: h.HookName, Path: h.Path, Args: []string{h.Args[0], "enable-cuda-compat", "--host-driver-version=" + version}, Env: edits.HookEnv()}
+			compat := &specs.Hook{HookName: h.HookName, Path: h.Path, Args: []string{h.Args[0], edits.HookEnableCUDACompat, "--host-driver-version=" + version}, Env: edits.HookEnv()}
 			e.Hooks = append(e.Hooks[:i], append([]*specs.Hook{compat}, e.Hooks[i:]...)...)
 			return
 		}

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"sigs.k8s.io/yaml"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
@@ -28,7 +27,7 @@ func Marshal(spec *specs.Spec, format string) ([]byte, error) {
 	}
 	switch format {
 	case FormatYAML:
-		b, err := yaml.Marshal(spec)
+		b, err := marshalYAML(spec)
 		if err != nil {
 			return nil, fmt.Errorf("marshalling CDI spec %s as YAML: %w", spec.Kind, err)
 		}

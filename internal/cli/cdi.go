@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,8 +45,9 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 			hookPath := fs.String("hook-path", "", "absolute path of the CDI hook binary the spec runs (default: cdi.hook-path, else gantry-cdi-hook beside gantry)")
 			noAll := fs.Bool("no-all-device", false, "leave the \"all\" device out of the spec")
 			imex := fs.Bool("imex", false, "the IMEX channels' spec instead (kind nvidia.com/imex-channel, one device per /dev/nvidia-caps-imex-channels/channelN; nvidia-ctk's --mode=imex)")
-			var ids repeated
-			fs.Var(&ids, "device-id", "only this GPU, by index or UUID (repeatable, or a comma list; default all)")
+			var ids, libPaths repeated
+			fs.Var(&libPaths, "library-search-path", "a further directory (inside the driver root) searched for the driver's libraries, after the ld.so.cache and the standard ones (repeatable, or a comma list; adds to library-search-paths of the configuration)")
+			fs.Var(&ids, "device-id", "only this device: a GPU by index or UUID, a MIG device by GPU:INSTANCE or MIG UUID (repeatable, or a comma list; default all)")
 			return func(e *env, args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
@@ -84,6 +84,12 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 						return err
 					}
 				}
+				for _, p := range libPaths {
+					if !filepath.IsAbs(p) {
+						return usagef("--library-search-path %q: want an absolute path (inside the driver root)", p)
+					}
+				}
+				e.cfg.LibrarySearchPaths = append(e.cfg.LibrarySearchPaths, libPaths...)
 				sys, inv, err := e.host(true)
 				if err != nil {
 					return err
@@ -169,27 +175,58 @@ func (r *repeated) Set(s string) error {
 	return nil
 }
 
-// selectDevices narrows sys to the GPUs ids name (index or UUID; "all" or
-// none: every GPU), each keeping its MIG devices. An id matching no GPU is
-// an error: a spec silently missing a device fails containers later.
+// selectDevices narrows sys to the devices ids name ("all" or none: every
+// GPU): a GPU by index or UUID keeps all its MIG devices; a MIG device by
+// GPU:INSTANCE (0:1) or MIG UUID keeps its parent with that MIG device
+// only, as nvidia-ctk cdi generate --device-id does. An id matching nothing
+// is an error: a spec silently missing a device fails containers later.
 func selectDevices(sys *gpu.System, ids []string) (*gpu.System, error) {
 	if len(ids) == 0 || (len(ids) == 1 && ids[0] == "all") {
 		return sys, nil
 	}
-	out := *sys
-	out.Devices = nil
+	whole := map[int]bool{}        // parent index -> every MIG device
+	migs := map[int]map[int]bool{} // parent index -> MIG indexes
 	for _, id := range ids {
 		found := false
 		for _, d := range sys.Devices {
 			if id == strconv.Itoa(d.Index) || strings.EqualFold(id, d.UUID) {
-				found = true
-				if !slices.ContainsFunc(out.Devices, func(o gpu.Device) bool { return o.UUID == d.UUID }) {
-					out.Devices = append(out.Devices, d)
+				found, whole[d.Index] = true, true
+			}
+			for _, m := range d.MIGDevices {
+				if id == m.Name() || strings.EqualFold(id, m.UUID) {
+					if !d.MIGEnabled {
+						continue
+					}
+					found = true
+					if migs[d.Index] == nil {
+						migs[d.Index] = map[int]bool{}
+					}
+					migs[d.Index][m.Index] = true
 				}
 			}
 		}
 		if !found {
+			if strings.Contains(id, ":") || strings.HasPrefix(strings.ToUpper(id), "MIG-") {
+				return nil, fmt.Errorf("%q is not a MIG device of this host (GPU:INSTANCE or MIG UUID; see gantry info)", id)
+			}
 			return nil, fmt.Errorf("%q is not the index or UUID of a GPU of this host (see gantry list)", id)
+		}
+	}
+	out := *sys
+	out.Devices = nil
+	for _, d := range sys.Devices {
+		switch {
+		case whole[d.Index]:
+			out.Devices = append(out.Devices, d)
+		case migs[d.Index] != nil:
+			kept := d
+			kept.MIGDevices = nil
+			for _, m := range d.MIGDevices {
+				if migs[d.Index][m.Index] {
+					kept.MIGDevices = append(kept.MIGDevices, m)
+				}
+			}
+			out.Devices = append(out.Devices, kept)
 		}
 	}
 	return &out, nil

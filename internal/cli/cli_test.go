@@ -23,7 +23,7 @@ var (
 )
 
 // fakeRoot builds one fake driver root (GKE layout, 8 GPUs) for all tests.
-func fakeRoot(t *testing.T) string {
+func fakeRoot(t testing.TB) string {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")

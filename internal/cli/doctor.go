@@ -13,30 +13,21 @@ func init() {
 		name:    "doctor",
 		summary: "Walk the chain from kernel driver to container and name the first broken link, with the fix",
 		usage:   "[--json] [--container ID [--namespace NS] [--runc-root DIR]] [--pod NAMESPACE/NAME] [--kubelet-dir DIR] [--node NAME] [--cri-socket PATH]",
-		help: `Checks, in order: the kernel driver, the device nodes and their major numbers,
-NVML, persistence mode (advice only), the driver and CUDA versions, the driver files a container gets (and their
-SONAME links), the cached inventory and CDI specs against the running driver,
-Docker's, containerd's and CRI-O's configuration, and the hook Docker's --gpus
-runs. A check whose prerequisite failed is skipped. With --container, also
-that container's GPU request, what was injected, and whether its device cgroup
-still allows the GPU (the state NVML inside reports as "Failed to initialize
-NVML: Unknown Error"): a Docker container if the docker CLI knows the ID or
-name, else a containerd task (any namespace, or --namespace) read from
-containerd's state directory, else a container runc runs without an engine
-(its state under --runc-root, default /run/runc). The cgroup is tested by a short-lived host
-process placed in the container's cgroup that opens a 195:255 node; nothing
-from the image runs (the probe needs root, and counts for a moment against
-the container's memory and pids limits). With --pod, the pod's containers are found through the
-CRI socket (--cri-socket) and examined the same way. On a Kubernetes node
-(--kubelet-dir exists), also whether a device plugin is registered and its
-socket answers (a socket left by a crashed plugin is a stale registration),
-each resource's devices and which are unhealthy (from Gantry's plugin, asked as
-the kubelet asks it, without disturbing the kubelet's stream), how many
-nvidia.com/ devices the kubelet can allocate and has in use against what the
-plugin advertises, the kubelet's device checkpoint (devices held by pods), and,
-in a pod with a service account (NODE_NAME or --node names the Node), the
-Node's capacity and allocatable from the API server (skipped elsewhere); with
---pod, the devices that pod's containers hold. Prints "PASS|FAIL|SKIP name: evidence" per check and a fix under each
+		help: doctor.Help() + `
+
+A check whose prerequisite failed is skipped and names it. With --container, the
+container is a Docker container if the docker CLI knows the ID or name, else a
+containerd task (any namespace, or --namespace) read from containerd's state
+directory, else a container runc runs without an engine (its state under
+--runc-root, default /run/runc). Its device cgroup is tested by a short-lived
+host process placed in the container's cgroup that opens a 195:255 node
+(the state NVML inside reports as "Failed to initialize NVML: Unknown Error");
+nothing from the image runs (the probe needs root, and counts for a moment
+against the container's memory and pids limits). With --pod, the pod's
+containers are found through the CRI socket (--cri-socket) and examined the
+same way. The Kubernetes checks run where --kubelet-dir exists; the Node is read
+from the API server in a pod with a service account (NODE_NAME or --node names
+it). Prints "PASS|FAIL|INFO|SKIP name: evidence" per check and a fix under each
 failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes,
 		errCode: 2,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {

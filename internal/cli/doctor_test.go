@@ -118,3 +118,20 @@ func TestDoctor(t *testing.T) {
 		t.Errorf("other commands keep exit 1 for their own errors: info exit %d", code)
 	}
 }
+
+// TestDoctorHelpListsChecks: gantry doctor --help lists the checks from
+// doctor.Checks, in order, with their summaries.
+func TestDoctorHelpListsChecks(t *testing.T) {
+	out, errOut, code := run("doctor", "--help")
+	if code != 0 {
+		t.Fatalf("doctor --help: exit %d\n%s%s", code, out, errOut)
+	}
+	rest := out + errOut
+	for _, c := range doctor.Checks {
+		i := strings.Index(rest, c.Name)
+		if i < 0 || !strings.Contains(rest[i:], c.Summary) {
+			t.Fatalf("doctor --help does not list %q (%s) in order:\n%s", c.Name, c.Summary, out+errOut)
+		}
+		rest = rest[i+len(c.Name):]
+	}
+}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
 )
 
 func init() {
@@ -19,10 +21,15 @@ engine afterwards (systemctl restart docker / containerd / crio).
   sudo nvidia-ctk runtime configure --runtime=containerd --dry-run
   sudo nvidia-ctk runtime configure --runtime=crio
 
-Default files: docker /etc/docker/daemon.json, containerd /etc/containerd/config.toml,
-crio the drop-in /etc/crio/crio.conf.d/99-nvidia.toml (--drop-in-config or --config
-names another). Gantry reads and writes the file itself: the engine's own
-"config dump" is not consulted (--config-source=file).`,
+Default files: docker /etc/docker/daemon.json; containerd the drop-in
+/etc/containerd/conf.d/99-nvidia.toml (--drop-in-config), imported by
+/etc/containerd/config.toml (--config), which gets an imports entry
+"/etc/containerd/conf.d/*.toml" (--drop-in-config="" edits config.toml in place,
+as gantry runtime configure does); crio the drop-in
+/etc/crio/crio.conf.d/99-nvidia.toml (--drop-in-config names another; CRI-O's
+--config, /etc/crio/crio.conf, is edited in place only with --drop-in-config="").
+Gantry reads and writes the files itself: the engine's own "config dump" is not
+consulted (--config-source=file).`,
 			flags: []nvFlag{
 				{names: []string{"runtime"}, help: "docker, containerd or crio (default docker)"},
 				{names: []string{"config"}, help: "the engine's configuration file"},
@@ -30,7 +37,7 @@ names another). Gantry reads and writes the file itself: the engine's own
 				{names: []string{"nvidia-set-as-default", "set-as-default"}, bool: true, help: "make the runtime the engine's default"},
 				{names: []string{"nvidia-runtime-name"}, help: "the runtime's name (default nvidia)"},
 				{names: []string{"nvidia-runtime-path", "runtime-path"}, help: "the runtime binary (default /usr/bin/gantry-runtime; /usr/bin/nvidia-container-runtime is the same program)"},
-				{names: []string{"drop-in-config"}, help: "crio: the drop-in file to write (the default); containerd and docker: only empty"},
+				{names: []string{"drop-in-config"}, help: "containerd and crio: the drop-in file the runtime goes to (default /etc/containerd/conf.d/99-nvidia.toml, /etc/crio/crio.conf.d/99-nvidia.toml); containerd's --config then imports it; \"\" edits containerd's --config in place; not for docker"},
 				{names: []string{"config-source"}, help: "where the current configuration is read: file (command is not supported)"},
 				{names: []string{"config-mode"}, help: "config (the only mode)"},
 				{names: []string{"cdi.enabled", "cdi.enable", "enable-cdi"}, bool: true, help: "also turn on the engine's CDI support (docker features.cdi, containerd enable_cdi; CRI-O has it always)"},
@@ -62,8 +69,8 @@ Its hooks run gantry-cdi-hook (--nvidia-cdi-hook-path names another, e.g.
 				{names: []string{"vendor", "cdi-vendor"}, help: "the spec's vendor (default nvidia.com)"},
 				{names: []string{"class", "cdi-class"}, help: "the spec's class (default gpu)"},
 				{names: []string{"no-all-device"}, bool: true, help: "leave out the \"all\" device"},
-				{names: []string{"device-id", "device-ids", "device", "devices"}, multi: true, help: "only these GPUs, by index or UUID (default all)"},
-				{names: []string{"library-search-path"}, unsupported: "set library-search-paths in Gantry's configuration (/etc/gantry/config.toml) instead"},
+				{names: []string{"device-id", "device-ids", "device", "devices"}, multi: true, help: "only these devices: GPUs by index or UUID, MIG devices by GPU:INSTANCE or MIG UUID (default all)"},
+				{names: []string{"library-search-path"}, multi: true, help: "a further directory searched for the driver's libraries (repeatable; inside --driver-root)"},
 				{names: []string{"config-search-path"}, unsupported: "Gantry finds the driver's configuration files under --driver-root itself"},
 				{names: []string{"ldconfig-path"}, unsupported: "Gantry's update-ldcache hook runs no ldconfig (it writes the container's cache itself): leave it out"},
 				{names: []string{"csv.file"}, unsupported: "CSV mode (Jetson/Tegra) is not supported"},
@@ -134,14 +141,34 @@ func runNVRuntimeConfigure(c *nvCtx, f nvValues) error {
 	}
 	args := []string{"runtime", "configure", "--runtime", engine, "--also-name", ""}
 	file, _ := f.str("config")
-	if v, ok := f.str("drop-in-config"); ok && v != "" {
-		switch strings.ToLower(engine) {
-		case "crio", "cri-o":
-			// The drop-in is the file Gantry writes; the main crio.conf
-			// needs no reading, for CRI-O merges drop-ins over it.
-			file = v
+	dropIn, dropSet := f.str("drop-in-config")
+	switch strings.ToLower(engine) {
+	case "crio", "cri-o":
+		// The drop-in is the file Gantry writes (CRI-O merges drop-ins
+		// over crio.conf, which is not read); --drop-in-config="" edits
+		// --config, crio.conf, in place.
+		switch {
+		case dropSet && dropIn == "":
+			if file == "" {
+				file = "/etc/crio/crio.conf"
+			}
+		case dropSet:
+			file = dropIn
 		default:
-			return usagef("--drop-in-config is supported for crio only: Gantry edits %s's file in place (give --config PATH or nothing; --drop-in-config=\"\" is accepted)", engine)
+			file = engineconfig.DefaultPath(engineconfig.CRIO)
+		}
+	case "containerd":
+		// NVIDIA's toolkit 1.17+ writes containerd's runtime to a drop-in
+		// by default; --drop-in-config="" edits config.toml in place.
+		if !dropSet {
+			dropIn = engineconfig.DefaultContainerdDropIn
+		}
+		if dropIn != "" {
+			args = append(args, "--drop-in", dropIn)
+		}
+	default:
+		if dropSet && dropIn != "" {
+			return usagef("--drop-in-config: %s has no drop-in files: leave it out (or give --drop-in-config=\"\"), and --config PATH for another file", engine)
 		}
 	}
 	if file != "" {
@@ -212,6 +239,9 @@ func runNVCDIGenerate(c *nvCtx, f nvValues) error {
 	}
 	if f.on("no-all-device") {
 		args = append(args, "--no-all-device")
+	}
+	for _, p := range f["library-search-path"] {
+		args = append(args, "--library-search-path", p)
 	}
 	if ids, ok := f["device-id"]; ok {
 		args = append(args, "--device-id", strings.Join(ids, ","))

@@ -32,6 +32,10 @@ import (
 var (
 	procDevices   = "/proc/devices"
 	sysPCIDevices = "/sys/bus/pci/devices"
+	// procDriver holds nvidia-caps/mig-minors (every MIG capability the
+	// driver can grant, with its minor) and nvidia/capabilities/ (one
+	// access file per capability that exists now, with the node's mode).
+	procDriver = "/proc/driver"
 )
 
 // The fixed minors of the nvidia major's control nodes, and the uvm ones.
@@ -50,16 +54,25 @@ func init() {
 			help: `With --control-devices, makes /dev/nvidiactl and /dev/nvidia-modeset (the nvidia
 major, minors 255 and 254), /dev/nvidia-uvm and /dev/nvidia-uvm-tools (the
 nvidia-uvm major from /proc/devices, minors 0 and 1), mode 0666, under
---dev-root (default: --driver-root, default /). A node already right is left
-alone; anything else at its path is replaced atomically. With
---load-kernel-modules, modprobe loads nvidia, nvidia-uvm and nvidia-modeset
-first (in --driver-root through chroot when it is not /).
+--dev-root (default: --driver-root, default /), and on a MIG-capable driver
+(/proc/driver/nvidia-caps/mig-minors) the MIG config and monitor capability
+nodes /dev/nvidia-caps/nvidia-capN. --mig-devices (Gantry's) makes the
+capability nodes of each GPU and compute instance that exists now (those
+/proc/driver/nvidia/capabilities lists), which containers given MIG devices
+need and which Gantry, unlike nvidia-container-cli, does not make on demand;
+run it after creating instances (nvidia-smi mig -cgi ... -C). Modes are the
+driver's (DeviceFileMode). A node already right is left alone; anything else
+at its path is replaced atomically. With --load-kernel-modules, modprobe loads
+nvidia, nvidia-uvm and nvidia-modeset first (in --driver-root through chroot
+when it is not /).
 
-  sudo nvidia-ctk system create-device-nodes --control-devices --load-kernel-modules`,
+  sudo nvidia-ctk system create-device-nodes --control-devices --load-kernel-modules
+  sudo nvidia-ctk system create-device-nodes --mig-devices`,
 			flags: []nvFlag{
 				{names: []string{"root", "driver-root"}, help: "the driver's root, where modules are loaded from (default /)"},
 				{names: []string{"dev-root"}, help: "where dev/ is (default: the root)"},
-				{names: []string{"control-devices"}, bool: true, help: "create the control device nodes"},
+				{names: []string{"control-devices"}, bool: true, help: "create the control device nodes (and the MIG config and monitor capability nodes)"},
+				{names: []string{"mig-devices"}, bool: true, help: "Gantry's: create the capability nodes of the existing MIG GPU and compute instances"},
 				{names: []string{"load-kernel-modules"}, bool: true, help: "load the NVIDIA kernel modules first"},
 				{names: []string{"dry-run"}, bool: true, help: "say what would be done; do nothing"},
 			},
@@ -77,8 +90,10 @@ takes running containers' GPUs away ("Failed to initialize NVML: Unknown
 Error"). A link already there is left alone.
 
 With --create-all, links are made for every node the loaded driver can have:
-the control nodes and /dev/nvidiaN for each NVIDIA GPU on the PCI bus, whether
-or not the nodes exist yet (MIG capability nodes are not included);
+the control nodes, /dev/nvidiaN for each NVIDIA GPU on the PCI bus and, on a
+MIG-capable driver, every MIG capability node of those GPUs that
+/proc/driver/nvidia-caps/mig-minors lists (config, monitor, each possible GPU
+and compute instance), whether or not the nodes exist yet;
 --create-device-nodes makes the control nodes too, and --load-kernel-modules
 loads the modules first. NVIDIA's udev rule runs it so:
 
@@ -131,6 +146,7 @@ func charMajors() (map[string]uint32, error) {
 type controlNode struct {
 	path         string
 	major, minor uint32
+	mode         uint32 // permission bits; 0 means 0666
 }
 
 func controlNodes() ([]controlNode, error) {
@@ -150,10 +166,10 @@ func controlNodes() ([]controlNode, error) {
 		return nil, fmt.Errorf("%s lists no nvidia-uvm major: the nvidia-uvm module is not loaded (add --load-kernel-modules, or modprobe nvidia-uvm)", procDevices)
 	}
 	return []controlNode{
-		{"dev/nvidiactl", nv, nvidiaCtlMinor},
-		{"dev/nvidia-modeset", nv, nvidiaModesetMinor},
-		{"dev/nvidia-uvm", uvm, uvmMinor},
-		{"dev/nvidia-uvm-tools", uvm, uvmToolsMinor},
+		{"dev/nvidiactl", nv, nvidiaCtlMinor, 0},
+		{"dev/nvidia-modeset", nv, nvidiaModesetMinor, 0},
+		{"dev/nvidia-uvm", uvm, uvmMinor, 0},
+		{"dev/nvidia-uvm-tools", uvm, uvmToolsMinor, 0},
 	}, nil
 }
 
@@ -181,6 +197,15 @@ func makeControlNodes(c *nvCtx, devRoot string, dryRun bool) error {
 	if err != nil {
 		return err
 	}
+	caps, err := migCapNodes(true, false, -1)
+	if err != nil {
+		return err
+	}
+	return makeNodes(c, devRoot, append(nodes, caps...), dryRun)
+}
+
+// makeNodes makes each node under devRoot, leaving one already right alone.
+func makeNodes(c *nvCtx, devRoot string, nodes []controlNode, dryRun bool) error {
 	if !dryRun {
 		if err := os.MkdirAll(devRoot, 0o755); err != nil {
 			return fmt.Errorf("--dev-root: %w", err)
@@ -193,21 +218,136 @@ func makeControlNodes(c *nvCtx, devRoot string, dryRun bool) error {
 	defer r.Close()
 	for _, n := range nodes {
 		dev := unix.Mkdev(n.major, n.minor)
+		mode := n.mode
+		if mode == 0 {
+			mode = 0o666
+		}
 		if fi, err := r.Lstat(n.path); err == nil {
 			st := fi.Sys().(*unix.Stat_t)
-			if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == dev {
+			if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == dev && st.Mode&0o7777 == mode {
 				continue
 			}
 		}
-		fmt.Fprintf(c.stderr, "%s: mknod %s c %d %d\n", c.name, filepath.Join(devRoot, n.path), n.major, n.minor)
+		fmt.Fprintf(c.stderr, "%s: mknod -m %o %s c %d %d\n", c.name, mode, filepath.Join(devRoot, n.path), n.major, n.minor)
 		if dryRun {
 			continue
 		}
-		if err := r.Mknod(n.path, unix.S_IFCHR|0o666, dev); err != nil {
+		if err := r.Mknod(n.path, unix.S_IFCHR|mode, dev); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// readMIGMinors reads procDriver's nvidia-caps/mig-minors: capability
+// name (config, monitor, gpuN/giM/access, gpuN/giM/ciK/access) -> minor of
+// /dev/nvidia-caps/nvidia-cap<minor>. Nil without the file (no MIG-capable
+// driver loaded).
+func readMIGMinors() (map[string]uint32, error) {
+	p := filepath.Join(procDriver, "nvidia-caps", "mig-minors")
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the MIG capability minors: %w", err)
+	}
+	defer f.Close()
+	out := map[string]uint32{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name, num, ok := strings.Cut(strings.TrimSpace(sc.Text()), " ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(num), 10, 32)
+		if err != nil || migCapProcPath(name) == "" {
+			continue
+		}
+		out[name] = uint32(n)
+	}
+	return out, sc.Err()
+}
+
+// migCapProcPath is the access file of a MIG capability under
+// procDriver/nvidia/capabilities ("" for a name that is none):
+// config -> mig/config, gpu0/gi1/access -> gpu0/mig/gi1/access.
+func migCapProcPath(name string) string {
+	if name == "config" || name == "monitor" {
+		return filepath.Join(procDriver, "nvidia", "capabilities", "mig", name)
+	}
+	var gpu, gi, ci int
+	if n, _ := fmt.Sscanf(name, "gpu%d/gi%d/ci%d/access", &gpu, &gi, &ci); n == 3 && name == fmt.Sprintf("gpu%d/gi%d/ci%d/access", gpu, gi, ci) {
+		return filepath.Join(procDriver, "nvidia", "capabilities", fmt.Sprintf("gpu%d/mig/gi%d/ci%d/access", gpu, gi, ci))
+	}
+	if n, _ := fmt.Sscanf(name, "gpu%d/gi%d/access", &gpu, &gi); n == 2 && name == fmt.Sprintf("gpu%d/gi%d/access", gpu, gi) {
+		return filepath.Join(procDriver, "nvidia", "capabilities", fmt.Sprintf("gpu%d/mig/gi%d/access", gpu, gi))
+	}
+	return ""
+}
+
+// migCapGPU is the GPU index of a gpuN/... capability, -1 for config and
+// monitor.
+func migCapGPU(name string) int {
+	var gpu int
+	if n, _ := fmt.Sscanf(name, "gpu%d/", &gpu); n == 1 {
+		return gpu
+	}
+	return -1
+}
+
+// migCapNodes lists /dev/nvidia-caps nodes from mig-minors: with control,
+// config and monitor; with instances, each GPU and compute instance's node, for
+// the instances that exist now (their access file is in
+// /proc/driver/nvidia/capabilities) or, with gpus >= 0, every one the
+// driver can have on GPUs 0..gpus-1 (create-dev-char-symlinks --create-all).
+// The mode is the access file's DeviceFileMode, as nvidia-modprobe sets it
+// (default 0400 for config and monitor, 0444 for instances). None without
+// mig-minors.
+func migCapNodes(control, instances bool, gpus int) ([]controlNode, error) {
+	minors, err := readMIGMinors()
+	if err != nil || minors == nil {
+		return nil, err
+	}
+	majors, err := charMajors()
+	if err != nil {
+		return nil, err
+	}
+	major, ok := majors["nvidia-caps"]
+	if !ok {
+		return nil, fmt.Errorf("%s lists MIG capabilities but %s no nvidia-caps major: the NVIDIA driver is half loaded (reload it: modprobe -r nvidia && modprobe nvidia)", filepath.Join(procDriver, "nvidia-caps", "mig-minors"), procDevices)
+	}
+	names := make([]string, 0, len(minors))
+	for n := range minors {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return minors[names[i]] < minors[names[j]] })
+	var out []controlNode
+	for _, name := range names {
+		gpu := migCapGPU(name)
+		if gpu >= 0 && !instances || gpu < 0 && !control || gpus >= 0 && gpu >= gpus {
+			continue
+		}
+		mode := uint32(0o444)
+		if gpu < 0 {
+			mode = 0o400
+		}
+		b, err := os.ReadFile(migCapProcPath(name))
+		switch {
+		case err == nil:
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(l), "DeviceFileMode:"); ok {
+					if m, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil && m <= 0o777 {
+						mode = uint32(m)
+					}
+				}
+			}
+		case gpu >= 0 && gpus < 0:
+			continue // an instance that does not exist now
+		}
+		out = append(out, controlNode{path: fmt.Sprintf("dev/nvidia-caps/nvidia-cap%d", minors[name]), major: major, minor: minors[name], mode: mode})
+	}
+	return out, nil
 }
 
 func runNVCreateDeviceNodes(c *nvCtx, f nvValues) error {
@@ -225,13 +365,25 @@ func runNVCreateDeviceNodes(c *nvCtx, f nvValues) error {
 			return err
 		}
 	}
-	if !f.on("control-devices") {
+	if !f.on("control-devices") && !f.on("mig-devices") {
 		if !f.on("load-kernel-modules") {
 			fmt.Fprintf(c.stderr, "%s: nothing to do: add --control-devices (and --load-kernel-modules)\n", c.name)
 		}
 		return nil
 	}
-	return makeControlNodes(c, devRoot, dry)
+	var nodes []controlNode
+	if f.on("control-devices") {
+		ctl, err := controlNodes()
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, ctl...)
+	}
+	caps, err := migCapNodes(f.on("control-devices"), f.on("mig-devices"), -1)
+	if err != nil {
+		return err
+	}
+	return makeNodes(c, devRoot, append(nodes, caps...), dry)
 }
 
 // devCharLink is a /dev/char link to make: its name MAJOR:MINOR and target.
@@ -340,6 +492,13 @@ func allDevCharLinks(root string) ([]devCharLink, error) {
 	nv := nodes[0].major
 	for i := 0; i < gpus; i++ {
 		out = append(out, devCharLink{fmt.Sprintf("%d:%d", nv, i), filepath.Join(root, "dev", fmt.Sprintf("nvidia%d", i))})
+	}
+	caps, err := migCapNodes(true, true, gpus)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range caps {
+		out = append(out, devCharLink{fmt.Sprintf("%d:%d", n.major, n.minor), filepath.Join(root, n.path)})
 	}
 	return out, nil
 }

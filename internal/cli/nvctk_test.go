@@ -7,12 +7,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/gpu/sim"
 )
 
 var (
@@ -112,6 +118,27 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 		t.Errorf("containerd config.toml:\n%s", b)
 	}
 
+	// NVIDIA's default for containerd: the runtime in a drop-in that
+	// config.toml imports; config.toml keeps its own runtimes.
+	ctd2 := filepath.Join(dir, "ctd2", "config.toml")
+	ctdDropIn := filepath.Join(dir, "ctd2", "conf.d", "99-nvidia.toml")
+	writeFileT(t, ctd2, "version = 3\n")
+	for i := 0; i < 2; i++ {
+		out, errOut, code := runCTK(t, "runtime", "configure", "--runtime=containerd", "--config="+ctd2, "--drop-in-config="+ctdDropIn, "--cdi.enabled")
+		if code != 0 {
+			t.Fatalf("containerd drop-in: exit %d: %s", code, errOut)
+		}
+		if i == 1 && !strings.Contains(out, "nothing to change") {
+			t.Errorf("second run changed something: %s %s", out, errOut)
+		}
+	}
+	if b, _ := os.ReadFile(ctd2); string(b) != "version = 3\nimports = [\""+filepath.Join(dir, "ctd2", "conf.d")+"/*.toml\"]\n" {
+		t.Errorf("containerd config.toml with a drop-in:\n%s", b)
+	}
+	if b, _ := os.ReadFile(ctdDropIn); !strings.Contains(string(b), `[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]`) || !strings.Contains(string(b), "enable_cdi = true") || strings.Contains(string(b), "runtimes.gantry") {
+		t.Errorf("containerd drop-in:\n%s", b)
+	}
+
 	dropIn := filepath.Join(dir, "crio.conf.d", "99-nvidia.toml")
 	if _, errOut, code = runCTK(t, "runtime", "configure", "--runtime=crio", "--drop-in-config="+dropIn, "--config-source=command,file"); code != 0 {
 		t.Fatalf("crio: exit %d: %s", code, errOut)
@@ -131,7 +158,7 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 		{[]string{"--config-mode=oci-hook"}, "--config-mode=config"},
 		{[]string{"--config-source=command"}, "--config-source=file"},
 		{[]string{"--executable-path=/usr/bin/dockerd"}, "--executable-path is not supported"},
-		{[]string{"--drop-in-config=/etc/docker/x.json"}, "crio only"},
+		{[]string{"--drop-in-config=/etc/docker/x.json"}, "docker has no drop-in files"},
 		{[]string{"--no-such-flag"}, "unknown flag --no-such-flag"},
 		{[]string{"stray"}, `unexpected argument "stray"`},
 		{[]string{"--runtime=podman"}, "podman"},
@@ -158,6 +185,32 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "--runtime=docker") || !strings.Contains(out, "not supported:") {
 		t.Errorf("runtime configure --help: exit %d\n%s", code, out)
 	}
+}
+
+// migDevRoot is a copy of the fake driver root's dev/ with the GPU and
+// compute instance capability nodes of the simulated profile's MIG devices
+// added (the fake driver makes config and monitor only).
+func migDevRoot(t *testing.T, root, profile string) string {
+	t.Helper()
+	sys, err := sim.Load(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("cp", "-a", filepath.Join(root, "dev"), dir).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	for _, d := range sys.Devices {
+		for _, m := range d.MIGDevices {
+			for _, minor := range []int{m.GICapMinor, m.CICapMinor} {
+				p := filepath.Join(dir, "dev", "nvidia-caps", fmt.Sprintf("nvidia-cap%d", minor))
+				if err := unix.Mknod(p, unix.S_IFCHR|0o444, int(unix.Mkdev(fakedriver.CapsMajor, uint32(minor)))); err != nil && !os.IsExist(err) {
+					writeFileT(t, p, "")
+				}
+			}
+		}
+	}
+	return dir
 }
 
 func writeFileT(t *testing.T, p, s string) {
@@ -216,7 +269,7 @@ func TestNVCTKCDIGenerate(t *testing.T) {
 		{[]string{"--mode=csv"}, "--mode=nvml"},
 		{[]string{"--device-name-strategy=type-index"}, "index or uuid"},
 		{[]string{"--device-id=99"}, `"99" is not the index or UUID`},
-		{[]string{"--library-search-path=/opt/lib"}, "library-search-paths"},
+		{[]string{"--library-search-path=opt/lib"}, "absolute"},
 		{[]string{"--csv.file=/etc/x.csv"}, "CSV mode"},
 		{[]string{"--feature-flags=x"}, "--feature-flags is not supported"},
 		{[]string{"--nvidia-cdi-hook-path=nvidia-cdi-hook"}, "absolute"},
@@ -226,6 +279,68 @@ func TestNVCTKCDIGenerate(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %.80q, stderr %q; want one line with %q", tc.args, code, out, errOut, tc.want)
 		}
 	}
+	// --library-search-path: a driver whose libraries are in a directory
+	// neither the ld.so.cache nor the standard ones name.
+	libRoot := filepath.Join(t.TempDir(), "driver")
+	res, err := fakedriver.Build(libRoot, fakedriver.Options{Version: "580.159.04", GPUs: 8, DeviceNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(libRoot, "etc/ld.so.cache"))
+	if err := os.MkdirAll(filepath.Join(libRoot, "opt/nvidia"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(libRoot, res.LibDir), filepath.Join(libRoot, "opt/nvidia/lib")); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := ctk("cdi", "generate", "--driver-root="+libRoot); code == 0 || !strings.Contains(errOut, "libcuda") {
+		t.Errorf("without --library-search-path: exit %d: %s", code, errOut)
+	}
+	out, errOut, code = ctk("cdi", "generate", "--driver-root="+libRoot, "--library-search-path=/opt/nvidia/lib")
+	if code != 0 || !strings.Contains(out, filepath.Join(libRoot, "opt/nvidia/lib/libcuda.so.580.159.04")) {
+		t.Errorf("--library-search-path: exit %d: %s\n%.2000s", code, errOut, out)
+	}
+
+	// MIG devices by GPU:INSTANCE and by MIG UUID (the simulated
+	// a100x2-mig host: 1:4 is MIG-7df544de-...): only those, each under both
+	// names, their GI and CI capability nodes in them, and "all" of the two.
+	writeFileT(t, cfg, "gpus = \"sim:a100x2-mig\"\n")
+	devRoot := migDevRoot(t, root, "a100x2-mig")
+	migSpec := filepath.Join(t.TempDir(), "mig.yaml")
+	if _, errOut, code := ctk("cdi", "generate", "--output="+migSpec, "--driver-root="+root, "--dev-root="+devRoot, "--device-id=0:1", "--device-id=MIG-7df544de-b326-18c0-d267-45d8cc2f45d4"); code != 0 {
+		t.Fatalf("cdi generate --device-id MIG: exit %d: %s", code, errOut)
+	}
+	var mig struct {
+		Devices []struct {
+			Name           string
+			ContainerEdits struct{ DeviceNodes []struct{ Path string } }
+		}
+	}
+	b, _ = os.ReadFile(migSpec)
+	if err := yaml.Unmarshal(b, &mig); err != nil {
+		t.Fatal(err)
+	}
+	var migNames []string
+	nodes := map[string][]string{}
+	for _, d := range mig.Devices {
+		migNames = append(migNames, d.Name)
+		for _, n := range d.ContainerEdits.DeviceNodes {
+			nodes[d.Name] = append(nodes[d.Name], n.Path)
+		}
+	}
+	if strings.Join(migNames, " ") != "0:1 MIG-deafb517-a690-35c8-2793-a704c2459bf0 1:4 MIG-7df544de-b326-18c0-d267-45d8cc2f45d4 all" {
+		t.Errorf("MIG spec devices %v", migNames)
+	}
+	if n := nodes["0:1"]; len(n) < 3 || !strings.Contains(strings.Join(n, " "), "/dev/nvidia-caps/nvidia-cap") || !slices.Contains(n, "/dev/nvidia0") || slices.Contains(n, "/dev/nvidia1") {
+		t.Errorf("0:1's nodes %v: want /dev/nvidia0 and its GI and CI caps", n)
+	}
+	for _, bad := range []string{"0:9", "MIG-00000000-0000-0000-0000-000000000000"} {
+		if _, errOut, code := ctk("cdi", "generate", "--driver-root="+root, "--dev-root="+devRoot, "--device-id="+bad); code != 2 || !strings.Contains(errOut, "not a MIG device") {
+			t.Errorf("--device-id=%s: exit %d: %s", bad, code, errOut)
+		}
+	}
+	writeFileT(t, cfg, "gpus = \"sim:h100x8\"\n")
+
 	// cdi transform root: a spec of the fake driver root moved to /, on
 	// the host side; then its container side moved back under /x.
 	full := filepath.Join(t.TempDir(), "full.json")
@@ -294,6 +409,20 @@ func TestNVCTKConfig(t *testing.T) {
 	if after, _ := os.ReadFile(cfg); code != 0 || !bytes.Equal(b, after) || !strings.Contains(errOut, "not needed by Gantry") {
 		t.Errorf("mode=cdi: exit %d, changed %v, stderr %q", code, !bytes.Equal(b, after), errOut)
 	}
+	// NVIDIA's rootless line: a key alone sets true; false sets it back.
+	if _, errOut, code := ctk("config", "--set", "nvidia-container-cli.no-cgroups", "--in-place"); code != 0 || !strings.Contains(errOut, "runtime.no-cgroups") {
+		t.Fatalf("no-cgroups: exit %d: %s", code, errOut)
+	}
+	if c, _, err := config.Load(cfg); err != nil || !c.Runtime.NoCgroups {
+		t.Errorf("after --set nvidia-container-cli.no-cgroups: %+v %v", c.Runtime, err)
+	}
+	if _, errOut, code := ctk("config", "--set", "nvidia-container-cli.no-cgroups=false", "--in-place"); code != 0 {
+		t.Fatalf("no-cgroups=false: exit %d: %s", code, errOut)
+	}
+	if c, _, err := config.Load(cfg); err != nil || c.Runtime.NoCgroups {
+		t.Errorf("after --set nvidia-container-cli.no-cgroups=false: %+v %v", c.Runtime, err)
+	}
+	b, _ = os.ReadFile(cfg)
 	// Without --in-place the result goes to stdout; -c names the file.
 	other := filepath.Join(t.TempDir(), "other.toml")
 	out, errOut, code := ctk("config", "-c", other, "--set", "nvidia-container-runtime.log-level=debug")
@@ -335,7 +464,10 @@ func TestNVCTKSystem(t *testing.T) {
 	tmp := t.TempDir()
 	procDevices = filepath.Join(tmp, "devices")
 	sysPCIDevices = filepath.Join(tmp, "pci")
-	t.Cleanup(func() { procDevices, sysPCIDevices = "/proc/devices", "/sys/bus/pci/devices" })
+	procDriver = filepath.Join(tmp, "proc-driver") // no MIG-capable driver, until below
+	t.Cleanup(func() {
+		procDevices, sysPCIDevices, procDriver = "/proc/devices", "/sys/bus/pci/devices", "/proc/driver"
+	})
 	writeFileT(t, procDevices, "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n  7 loop\n 510 nvidia-uvm-fake\n")
 	for i, id := range []struct{ vendor, class string }{{"0x10de", "0x030200"}, {"0x10de", "0x030000"}, {"0x8086", "0x030000"}, {"0x10de", "0x040300"}} {
 		d := filepath.Join(sysPCIDevices, fmt.Sprintf("0000:%02x:00.0", i+1))
@@ -396,6 +528,61 @@ func TestNVCTKSystem(t *testing.T) {
 	if _, errOut, code := ctk("system", "create-dev-char-symlinks", "--create-device-nodes"); code != 2 || !strings.Contains(errOut, "--create-all") {
 		t.Errorf("--create-device-nodes without --create-all: exit %d, %q", code, errOut)
 	}
+
+	// A MIG-capable driver: mig-minors lists every capability it can grant
+	// (here GPU 9's too, which the PCI bus does not have), the capabilities
+	// directory the ones that exist now (GPU 0's instance 0 and its compute
+	// instance 0), with the node modes.
+	writeFileT(t, filepath.Join(procDriver, "nvidia-caps", "mig-minors"),
+		"config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\ngpu0/gi1/access 12\ngpu1/gi0/access 120\ngpu1/gi0/ci0/access 121\ngpu9/gi0/access 999\nbogus 5\n")
+	capsDir := filepath.Join(procDriver, "nvidia", "capabilities")
+	writeFileT(t, filepath.Join(capsDir, "mig", "config"), "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+	writeFileT(t, filepath.Join(capsDir, "mig", "monitor"), "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+	writeFileT(t, filepath.Join(capsDir, "gpu0", "mig", "gi0", "access"), "DeviceFileMinor: 3\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+	writeFileT(t, filepath.Join(capsDir, "gpu0", "mig", "gi0", "ci0", "access"), "DeviceFileMinor: 4\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
+	migRoot := filepath.Join(tmp, "mig-root") // a fresh dev root
+	capNodes := func() map[string]string {
+		m := map[string]string{}
+		ents, _ := os.ReadDir(filepath.Join(migRoot, "dev", "nvidia-caps"))
+		for _, e := range ents {
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(migRoot, "dev", "nvidia-caps", e.Name()), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR {
+				m[e.Name()] = fmt.Sprintf("%d:%d %o", unix.Major(st.Rdev), unix.Minor(st.Rdev), st.Mode&0o777)
+			}
+		}
+		return m
+	}
+	if _, errOut, code := ctk("system", "create-device-nodes", "--control-devices", "--dev-root="+migRoot); code != 0 {
+		t.Fatalf("create-device-nodes with MIG: exit %d: %s", code, errOut)
+	}
+	if got, want := capNodes(), map[string]string{"nvidia-cap1": "236:1 400", "nvidia-cap2": "236:2 444"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("--control-devices caps %v; want %v", got, want)
+	}
+	if _, errOut, code := ctk("system", "create-device-nodes", "--mig-devices", "--dev-root="+migRoot); code != 0 {
+		t.Fatalf("--mig-devices: exit %d: %s", code, errOut)
+	}
+	if got, want := capNodes(), map[string]string{"nvidia-cap1": "236:1 400", "nvidia-cap2": "236:2 444", "nvidia-cap3": "236:3 444", "nvidia-cap4": "236:4 444"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("--mig-devices caps %v; want %v (the existing instances only)", got, want)
+	}
+	migChar := filepath.Join(tmp, "mig-char")
+	if _, errOut, code := ctk("system", "create-dev-char-symlinks", "--create-all", "--driver-root="+migRoot, "--dev-char-path="+migChar); code != 0 {
+		t.Fatalf("--create-all with MIG: exit %d: %s", code, errOut)
+	}
+	charDir = migChar
+	got = links()
+	for _, minor := range []int{1, 2, 3, 4, 12, 120, 121} {
+		if l := fmt.Sprintf("236:%d", minor); got[l] != filepath.Join(migRoot, "dev", "nvidia-caps", fmt.Sprintf("nvidia-cap%d", minor)) {
+			t.Errorf("/dev/char/%s -> %q", l, got[l])
+		}
+	}
+	if got["236:999"] != "" || got["236:5"] != "" || len(got) != 6+7 {
+		t.Errorf("--create-all links %v: want the control nodes, both GPUs and the 7 capabilities of GPUs 0 and 1", got)
+	}
+	writeFileT(t, procDevices, "Character devices:\n195 nvidia-frontend\n510 nvidia-uvm\n")
+	if _, errOut, code := ctk("system", "create-device-nodes", "--control-devices", "--dev-root="+migRoot); code != 1 || !strings.Contains(errOut, "nvidia-caps major") {
+		t.Errorf("mig-minors without the nvidia-caps major: exit %d, %q", code, errOut)
+	}
+
 	// Without the uvm major the error says how to load the module.
 	writeFileT(t, procDevices, "Character devices:\n195 nvidia\n")
 	if _, errOut, code := ctk("system", "create-device-nodes", "--control-devices", "--dev-root="+root); code != 1 || !strings.Contains(errOut, "--load-kernel-modules") {

@@ -23,6 +23,13 @@ engine afterwards (systemctl restart docker / containerd / crio).
 
   gantry runtime configure --runtime docker --set-as-default
   gantry runtime configure --runtime containerd --dry-run
+  gantry runtime configure --runtime containerd --drop-in /etc/containerd/conf.d/99-nvidia.toml
+
+With --drop-in (containerd), the runtime goes into that file instead, with a copy
+of config.toml's CRI plugin section (containerd before 2.1 replaces the section
+wholesale with an imported one), and config.toml gets an imports entry for the
+drop-in's directory (DIR/*.toml), as NVIDIA's toolkit 1.17+ does. Run it again
+after editing config.toml's CRI section.
   gantry runtime configure --runtime docker --enable-cdi   (docker run --device nvidia.com/gpu=0)`,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			engine := fs.String("runtime", "", "docker, containerd or crio (required)")
@@ -33,6 +40,7 @@ engine afterwards (systemctl restart docker / containerd / crio).
 			setDefault := fs.Bool("set-as-default", false, "make it the engine's default runtime")
 			dryRun := fs.Bool("dry-run", false, "print the diff only; write nothing")
 			enableCDI := fs.Bool("enable-cdi", false, "also turn on the engine's CDI support (docker: features.cdi; containerd: enable_cdi; CRI-O: always on)")
+			dropIn := fs.String("drop-in", "", "containerd: write the runtime to this drop-in (e.g. "+engineconfig.DefaultContainerdDropIn+") and make --config-file import it, instead of editing --config-file itself")
 			return func(e *env, args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
@@ -55,6 +63,12 @@ engine afterwards (systemctl restart docker / containerd / crio).
 					}
 				}
 				opts := engineconfig.Options{RuntimeName: *name, ExtraNames: extra, RuntimePath: *runtimePath, SetAsDefault: *setDefault, EnableCDI: *enableCDI}
+				if *dropIn != "" {
+					if eng != engineconfig.Containerd {
+						return usagef("--drop-in is for containerd: for %s give the file with --config-file (CRI-O's default is already the drop-in %s)", eng, engineconfig.DefaultPath(engineconfig.CRIO))
+					}
+					return configureDropIn(e, p, *dropIn, opts, *dryRun)
+				}
 				diff, changes, err := engineconfig.Apply(eng, p, opts, *dryRun)
 				if err != nil {
 					return err
@@ -76,4 +90,33 @@ engine afterwards (systemctl restart docker / containerd / crio).
 			}
 		},
 	})
+}
+
+// configureDropIn is runtime configure --runtime containerd --drop-in.
+func configureDropIn(e *env, mainPath, dropIn string, opts engineconfig.Options, dryRun bool) error {
+	files, err := engineconfig.ApplyContainerdDropIn(mainPath, dropIn, opts, dryRun)
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		fmt.Fprintf(e.stdout, "%s and %s already configured; nothing to change\n", mainPath, dropIn)
+		return nil
+	}
+	for _, f := range files {
+		fmt.Fprint(e.stdout, f.Diff)
+		for _, c := range f.Changes {
+			fmt.Fprintf(e.stderr, "%s: %s\n", f.Path, c)
+		}
+	}
+	for _, f := range files {
+		if dryRun {
+			fmt.Fprintf(e.stderr, "dry run: %s not written\n", f.Path)
+		} else {
+			fmt.Fprintf(e.stderr, "wrote %s\n", f.Path)
+		}
+	}
+	if !dryRun {
+		fmt.Fprintf(e.stderr, "restart containerd to use it\n")
+	}
+	return nil
 }

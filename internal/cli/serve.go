@@ -8,10 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/gantry-gpu/gantry/internal/dockervol"
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/drivervol"
 	"github.com/gantry-gpu/gantry/internal/gpu/readings"
 	"github.com/gantry-gpu/gantry/internal/legacyapi"
 )
@@ -22,7 +26,7 @@ const DefaultServeAddr = "127.0.0.1:3476"
 func init() {
 	register(&command{
 		name:    "serve",
-		summary: "Serve nvidia-docker 1.0's REST API (/docker/cli, /gpu/info, /gpu/status) on port 3476",
+		summary: "Serve nvidia-docker 1.0's REST API (/docker/cli, /gpu/info, /gpu/status) on port 3476, and its volume plugin",
 		help: `Answers the REST API of nvidia-docker-plugin for the tools of that generation:
 /docker/cli and /docker/cli/json (the docker run arguments that give a
 container the GPUs without any runtime: the device nodes and read-only binds
@@ -36,10 +40,30 @@ and driver are. It stops on SIGINT or SIGTERM.
 Clients are bounded: a request header must arrive within 5 s and fit in
 16 KiB (else 431), an idle connection is closed after 30 s, and at most 256
 connections are held: past that the one idle the longest is closed, so idle
-clients cannot lock out one with a request (bench/serve-idle.sh).`,
+clients cannot lock out one with a request (bench/serve-idle.sh).
+
+With --volume-plugin it is nvidia-docker-plugin whole: it also serves
+Docker's volume plugin nvidia-docker on the unix socket
+<plugin-dir>/nvidia-docker.sock, whose volume nvidia_driver_<driver version>
+holds the driver's programs and libraries (bin/, lib/, lib64/, gathered once
+per driver version under <volumes-dir>/nvidia_driver/<version>, hard links
+of the driver's files where they share a filesystem, and a read-only mount
+of its own, so that no container can write to them even without :ro), and
+/docker/cli answers as the original did:
+--volume-driver=nvidia-docker --volume=nvidia_driver_<version>:/usr/local/nvidia:ro
+and the --device flags. Run as root (the socket directory is Docker's):
+
+  sudo gantry serve --volume-plugin &
+  docker run $(curl -s localhost:3476/docker/cli?dev=0) IMAGE nvidia-smi
+
+The same binary run as nvidia-docker-plugin serves both with the original's
+flags (-l ADDR, -d VOLUMES-DIR, -s PLUGIN-DIR, -v).`,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			listen := fs.String("listen", DefaultServeAddr, "address to listen on, HOST:PORT")
 			allowRemote := fs.Bool("allow-remote", false, "allow a --listen address other than loopback")
+			volumePlugin := fs.Bool("volume-plugin", false, "also serve the Docker volume plugin nvidia-docker (nvidia_driver_<version>)")
+			pluginDir := fs.String("plugin-dir", dockervol.DefaultSocketDir, "directory of the volume plugin's socket, nvidia-docker.sock")
+			volumesDir := fs.String("volumes-dir", dockervol.DefaultVolumesDir, "directory of the volume plugin's volumes")
 			return func(e *env, args []string) error {
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
@@ -66,20 +90,28 @@ clients cannot lock out one with a request (bench/serve-idle.sh).`,
 				srv := legacyapi.New(legacyapi.Options{
 					System: sys, Driver: inv, Reader: reader,
 					DevRoot: e.cfg.EffectiveDevRoot(), Logger: e.log,
+					VolumePlugin: *volumePlugin,
 				})
 				ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 				defer stop()
+				errc := make(chan error, 2)
+				if *volumePlugin {
+					ps, err := serveVolumePlugin(e, inv, *pluginDir, *volumesDir, errc)
+					if err != nil {
+						return err
+					}
+					defer ps.Close()
+				}
 				ln, err := net.Listen("tcp", *listen)
 				if err != nil {
 					return fmt.Errorf("listening on %s: %w (pick another --listen address)", *listen, err)
 				}
 				hs := legacyapi.NewHTTPServer(srv, legacyapi.DefaultLimits())
 				fmt.Fprintf(e.stderr, "gantry serve: listening on http://%s\n", ln.Addr())
-				errc := make(chan error, 1)
-				go func() { errc <- hs.Serve(ln) }()
+				go func() { errc <- fmt.Errorf("serving on %s: %w", ln.Addr(), hs.Serve(ln)) }()
 				select {
 				case err := <-errc:
-					return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
+					return err
 				case <-ctx.Done():
 				}
 				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -91,6 +123,32 @@ clients cannot lock out one with a request (bench/serve-idle.sh).`,
 			}
 		},
 	})
+}
+
+// serveVolumePlugin builds this driver's volume and makes it a read-only
+// mount (a failure is reported, and Docker's Create of the volume tries
+// again) and serves the plugin on its socket; a serving error is sent on errc.
+func serveVolumePlugin(e *env, inv *driver.Inventory, pluginDir, volumesDir string, errc chan<- error) (*http.Server, error) {
+	store := drivervol.Store{Dir: filepath.Join(volumesDir, dockervol.DriverVolume)}
+	if t, err := store.Ensure(inv); err != nil {
+		fmt.Fprintf(e.stderr, "gantry serve: warning: volume %s: %v\n", dockervol.VolumeName(inv.Version), err)
+	} else if err := store.Protect(inv.Version); err != nil {
+		fmt.Fprintf(e.stderr, "gantry serve: warning: volume %s: %v\n", dockervol.VolumeName(inv.Version), err)
+	} else {
+		fmt.Fprintf(e.stderr, "gantry serve: volume %s at %s\n", dockervol.VolumeName(inv.Version), t.Path)
+	}
+	ln, err := dockervol.Listen(pluginDir)
+	if err != nil {
+		return nil, fmt.Errorf("volume plugin: %w (give another --plugin-dir, or run as root)", err)
+	}
+	ps := dockervol.NewHTTPServer(dockervol.New(dockervol.Options{Store: store, Driver: inv, Logger: e.log}))
+	fmt.Fprintf(e.stderr, "gantry serve: volume plugin %s on unix://%s\n", dockervol.PluginName, ln.Addr())
+	go func() {
+		if err := ps.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("volume plugin: %w", err)
+		}
+	}()
+	return ps, nil
 }
 
 // checkListen refuses an address that is not loopback unless remote access

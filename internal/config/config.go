@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strings"
 	"syscall"
 
@@ -84,7 +85,32 @@ type Runtime struct {
 	// KubeletDir is the kubelet's root directory; its device checkpoint is
 	// device-plugins/kubelet_internal_checkpoint under it.
 	KubeletDir string `toml:"kubelet-dir"`
+	// DriverLayout is how a GPU container gets the driver's programs and
+	// libraries: "files" (the default), one read-only bind mount per file,
+	// as NVIDIA's runtime does; "tree", the files gathered once per driver
+	// version into a directory (nvidia-docker 1.0's driver volume, shared
+	// with nvidia-docker-plugin) bound read-only at DriverTreePath as one
+	// mount, with a link at each file's usual path so images find every file
+	// where the per-file layout puts it. Fewer mounts for runc to make.
+	DriverLayout string `toml:"driver-layout"`
+	// DriverTreeDir holds the trees of the "tree" layout, one per driver
+	// version (nvidia-docker-plugin's volume directory by default).
+	DriverTreeDir string `toml:"driver-tree-dir"`
+	// DriverTreePath is where a container sees the tree.
+	DriverTreePath string `toml:"driver-tree-path"`
+	// NoCgroups leaves the containers' device cgroups alone, for rootless
+	// Docker and Podman (NVIDIA's nvidia-container-cli.no-cgroups):
+	// gantry-hook does not open the device cgroup for the nodes (as
+	// --no-cgroups) and gantry-runtime adds no linux.resources.devices
+	// rules; the nodes are still added to the container.
+	NoCgroups bool `toml:"no-cgroups"`
 }
+
+// DriverLayout values.
+const (
+	DriverLayoutFiles = "files"
+	DriverLayoutTree  = "tree"
+)
 
 // KubernetesEnv values.
 const (
@@ -125,6 +151,9 @@ func Default() Config {
 			SwarmResource:         []string{},
 			KubernetesEnv:         KubernetesEnvAllocated,
 			KubeletDir:            "/var/lib/kubelet",
+			DriverLayout:          DriverLayoutFiles,
+			DriverTreeDir:         "/var/lib/nvidia-docker/volumes/nvidia_driver",
+			DriverTreePath:        "/usr/local/nvidia",
 		},
 	}
 }
@@ -260,6 +289,17 @@ func (c Config) Validate() error {
 	if !strings.HasPrefix(c.Runtime.KubeletDir, "/") {
 		return fmt.Errorf("key runtime.kubelet-dir: %q is not an absolute path (the kubelet's --root-dir, default /var/lib/kubelet)", c.Runtime.KubeletDir)
 	}
+	switch c.Runtime.DriverLayout {
+	case DriverLayoutFiles, DriverLayoutTree:
+	default:
+		return fmt.Errorf("key runtime.driver-layout: %q is not one of %q (a mount per driver file) or %q (one mount of a per-version driver tree)",
+			c.Runtime.DriverLayout, DriverLayoutFiles, DriverLayoutTree)
+	}
+	for _, k := range [][2]string{{"driver-tree-dir", c.Runtime.DriverTreeDir}, {"driver-tree-path", c.Runtime.DriverTreePath}} {
+		if !strings.HasPrefix(k[1], "/") || path.Clean(k[1]) == "/" {
+			return fmt.Errorf("key runtime.%s: %q is not an absolute path below / (defaults: driver-tree-dir /var/lib/nvidia-docker/volumes/nvidia_driver, driver-tree-path /usr/local/nvidia)", k[0], k[1])
+		}
+	}
 	if c.Runtime.LogFile != "" && !strings.HasPrefix(c.Runtime.LogFile, "/") {
 		return fmt.Errorf("key runtime.log-file: %q is not an absolute path", c.Runtime.LogFile)
 	}
@@ -341,5 +381,10 @@ const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in 
 # runtime.swarm-resource   env variables read instead of NVIDIA_VISIBLE_DEVICES (Docker Swarm)
 # runtime.kubernetes-env   allocated (a kubelet's containers get only the GPUs it allocated) | any (NVIDIA's behaviour)
 # runtime.kubelet-dir      the kubelet's root directory (its device checkpoint)
+# runtime.driver-layout    files (a read-only mount per driver file) | tree (one mount of the driver
+#                          tree, built once per driver version, and a link at each file's usual path)
+# runtime.driver-tree-dir  where the trees are kept (shared with nvidia-docker-plugin's volume)
+# runtime.driver-tree-path where a container sees the tree
+# runtime.no-cgroups       true for rootless Docker/Podman: no device cgroup rules (NVIDIA's nvidia-container-cli.no-cgroups)
 
 `

@@ -426,11 +426,8 @@ func (m *migrator) cli() error {
 	if v, ok, err := m.boolean("nvidia-container-cli.no-cgroups"); err != nil {
 		return err
 	} else if ok {
-		if v {
-			m.note(Note{Key: "nvidia-container-cli.no-cgroups", Kind: Unsupported, Reason: "not a configuration key in Gantry: give gantry-hook --no-cgroups in its hook entry; gantry-runtime only adds device rules to the OCI spec, which rootless runtimes skip"})
-		} else {
-			m.note(Note{Key: "nvidia-container-cli.no-cgroups", Kind: Ignored, Reason: "Gantry allows the GPUs in the container's device cgroup too"})
-		}
+		m.c.Runtime.NoCgroups = v
+		m.note(Note{Key: "nvidia-container-cli.no-cgroups", Kind: Mapped, To: "runtime.no-cgroups", Reason: "gantry-hook leaves the device cgroup alone and gantry-runtime adds no device cgroup rules (rootless engines)"})
 	}
 	m.ignore("nvidia-container-cli.user", Ignored, "the user NVIDIA's CLI ran as; Gantry runs no separate process and works as the runtime's own user")
 	m.ignore("nvidia-container-cli.no-pivot", Ignored, "Gantry never enters the container's root with pivot_root; it works through root-confined paths")

@@ -115,6 +115,7 @@ func TestMigrateNVIDIAFiles(t *testing.T) {
 				c.CDI.AnnotationPrefixes = []string{"cdi.k8s.io/", "nvidia.cdi.k8s.io/"}
 				c.Runtime.DisableRequire = true
 				c.Runtime.SwarmResource = []string{"DOCKER_RESOURCE_GPU"}
+				c.Runtime.NoCgroups = true
 			},
 			notes: map[string]want{
 				"accept-nvidia-visible-devices-as-volume-mounts":         m("runtime.accept-volume-mounts"),
@@ -127,7 +128,7 @@ func TestMigrateNVIDIAFiles(t *testing.T) {
 				"nvidia-container-cli.ldcache":                           ign, // the driver root's cache, which Gantry reads
 				"nvidia-container-cli.ldconfig":                          ign,
 				"nvidia-container-cli.load-kmods":                        ign,
-				"nvidia-container-cli.no-cgroups":                        uns,
+				"nvidia-container-cli.no-cgroups":                        m("runtime.no-cgroups"),
 				"nvidia-container-cli.path":                              ign,
 				"nvidia-container-cli.root":                              m("driver-root"),
 				"nvidia-container-cli.user":                              ign,
@@ -150,7 +151,7 @@ func TestMigrateNVIDIAFiles(t *testing.T) {
 			},
 			reasons: map[string]string{
 				"supported-driver-capabilities":     "compat32, display, graphics, ngx, video",
-				"nvidia-container-cli.no-cgroups":   "gantry-hook --no-cgroups",
+				"nvidia-container-cli.no-cgroups":   "rootless engines",
 				"nvidia-container-cli.debug":        "taken from nvidia-container-runtime.debug",
 				"nvidia-container-cli.root":         "dev-root = '/'",
 				"nvidia-container-runtime.mode":     "CSV mode",

@@ -26,40 +26,50 @@ var ErrBadLink = errors.New("invalid --link")
 // the host path of the container's root filesystem (root.path, relative to
 // the bundle unless absolute).
 func ReadState(r io.Reader) (bundle, rootPath string, err error) {
-	b, err := ocibundle.ReadAtMost(r, ocibundle.MaxStateSize, "the container state on stdin")
+	st, _, rootPath, err := ReadStateSpec(r)
 	if err != nil {
 		return "", "", err
 	}
-	if len(strings.TrimSpace(string(b))) == 0 {
-		return "", "", ErrNoState
+	return st.Bundle, rootPath, nil
+}
+
+// ReadStateSpec is ReadState that also returns the state and the bundle's
+// config.json, for a caller that needs them (the prestart hook): the spec
+// is read once.
+func ReadStateSpec(r io.Reader) (st specs.State, spec *specs.Spec, rootPath string, err error) {
+	b, err := ocibundle.ReadAtMost(r, ocibundle.MaxStateSize, "the container state on stdin")
+	if err != nil {
+		return st, nil, "", err
 	}
-	var st specs.State
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return st, nil, "", ErrNoState
+	}
 	if err := json.Unmarshal(b, &st); err != nil {
-		return "", "", fmt.Errorf("parsing the container state on stdin: %w (want the OCI state JSON the runtime gives hooks)", err)
+		return st, nil, "", fmt.Errorf("parsing the container state on stdin: %w (want the OCI state JSON the runtime gives hooks)", err)
 	}
 	if st.Bundle == "" {
-		return "", "", fmt.Errorf("the container state on stdin (id %q) has no bundle: %w", st.ID, ErrNoState)
+		return st, nil, "", fmt.Errorf("the container state on stdin (id %q) has no bundle: %w", st.ID, ErrNoState)
 	}
 	if !filepath.IsAbs(st.Bundle) {
-		return "", "", fmt.Errorf("the container state on stdin has a relative bundle path %q; runtimes give an absolute one", st.Bundle)
+		return st, nil, "", fmt.Errorf("the container state on stdin has a relative bundle path %q; runtimes give an absolute one", st.Bundle)
 	}
 	cfgPath := ocibundle.SpecPath(st.Bundle)
 	cb, err := ocibundle.ReadSpec(st.Bundle)
 	if err != nil {
-		return "", "", err
+		return st, nil, "", err
 	}
-	var spec specs.Spec
-	if err := json.Unmarshal(cb, &spec); err != nil {
-		return "", "", fmt.Errorf("parsing the bundle's %s: %w", cfgPath, err)
+	spec = &specs.Spec{}
+	if err := json.Unmarshal(cb, spec); err != nil {
+		return st, nil, "", fmt.Errorf("parsing the bundle's %s: %w", cfgPath, err)
 	}
 	if spec.Root == nil || spec.Root.Path == "" {
-		return "", "", fmt.Errorf("the bundle's %s has no root.path: cannot find the container's root filesystem", cfgPath)
+		return st, nil, "", fmt.Errorf("the bundle's %s has no root.path: cannot find the container's root filesystem", cfgPath)
 	}
 	rootPath = spec.Root.Path
 	if !filepath.IsAbs(rootPath) {
 		rootPath = filepath.Join(st.Bundle, rootPath)
 	}
-	return st.Bundle, filepath.Clean(rootPath), nil
+	return st, spec, filepath.Clean(rootPath), nil
 }
 
 // OpenRoot reads the state from r (see ReadState) and opens the container's

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -16,14 +17,30 @@ import (
 
 // BenchmarkAllocate is the kubelet's Allocate call over the plugin's unix
 // socket (one container, two GPUs asked in reverse order, and all eight
-// shuffled), and the answer alone in process. Besides the mean it reports
-// the median and 99th percentile of the calls (p50-ns, p99-ns), which the
-// device plugin comparison with NVIDIA's uses; the requests are fixed, so
-// runs compare.
+// shuffled), and the answer alone in process, for each list strategy and
+// for bench/device-plugin-footprint.sh's settings (every-feature:
+// passDeviceSpecs with two of the four control devices present, envvar and
+// cdi-annotations). Besides the mean it reports the median and 99th
+// percentile of the calls (p50-ns, p99-ns), which the device plugin
+// comparison with NVIDIA's uses; the requests are fixed, so runs compare.
 func BenchmarkAllocate(b *testing.B) {
-	for _, strategy := range []DeviceListStrategy{ListEnvVar, ListVolumeMounts, ListCDICRI} {
+	devRoot := b.TempDir()
+	if err := os.Mkdir(filepath.Join(devRoot, "dev"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []string{"nvidiactl", "nvidia-uvm"} {
+		if err := os.WriteFile(filepath.Join(devRoot, "dev", n), nil, 0o666); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, strategy := range []DeviceListStrategy{ListEnvVar, ListVolumeMounts, ListCDICRI, "every-feature"} {
 		cfg := DefaultConfig()
 		cfg.Flags.Plugin.DeviceListStrategy = StrategyList{strategy}
+		if strategy == "every-feature" {
+			cfg.Flags.Plugin.DeviceListStrategy = StrategyList{ListEnvVar, ListCDIAnnotations}
+			cfg.Flags.Plugin.PassDeviceSpecs = true
+			cfg.Flags.NvidiaDevRoot = devRoot
+		}
 		h := startHarness(b, "h100x8", cfg)
 		h.kubelet.registration()
 		c := h.kubelet.client("nvidia-gpu.sock")

@@ -16,25 +16,23 @@ import (
 	"sigs.k8s.io/yaml"
 
 	gconfig "github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/labels"
 )
 
 // ErrConfig is matched (errors.Is) by every error about a bad configuration
 // value, whichever source (file, environment, flag) it came from.
 var ErrConfig = errors.New("invalid device plugin configuration")
 
-// MIGStrategy says how GPUs in MIG mode become Kubernetes resources.
-type MIGStrategy string
+// MIGStrategy says how GPUs in MIG mode become Kubernetes resources. It is
+// the labeller's type (the nvidia.com/mig.strategy label says which one is
+// in use), so the plugin and its labels cannot disagree on the values.
+type MIGStrategy = labels.MIGStrategy
 
-// The MIG strategies of NVIDIA's device plugin.
+// The MIG strategies of NVIDIA's device plugin (see labels.MIGNone).
 const (
-	// MIGNone advertises every GPU whole as nvidia.com/gpu, MIG mode or not.
-	MIGNone MIGStrategy = "none"
-	// MIGSingle advertises the MIG devices as nvidia.com/gpu; every GPU must
-	// be in MIG mode with MIG devices of one profile (or none in MIG mode).
-	MIGSingle MIGStrategy = "single"
-	// MIGMixed advertises each MIG profile as nvidia.com/mig-<profile> and the
-	// GPUs not in MIG mode as nvidia.com/gpu.
-	MIGMixed MIGStrategy = "mixed"
+	MIGNone   = labels.MIGNone
+	MIGSingle = labels.MIGSingle
+	MIGMixed  = labels.MIGMixed
 )
 
 var migStrategies = []MIGStrategy{MIGNone, MIGSingle, MIGMixed}
@@ -138,7 +136,9 @@ type Flags struct {
 	// NvidiaDevRoot is where the device nodes are on the host; empty means
 	// NvidiaDriverRoot.
 	NvidiaDevRoot string `json:"nvidiaDevRoot"`
-	// MpsRoot is NVIDIA's MPS daemon directory; read, unused (no MPS here).
+	// MpsRoot is the host directory of the MPS control daemons' pipe and
+	// log directories and their /dev/shm (sharing.mps); empty means
+	// DefaultMPSRoot.
 	MpsRoot        string `json:"mpsRoot,omitempty"`
 	GDRCopyEnabled bool   `json:"gdrcopyEnabled"`
 	GDSEnabled     bool   `json:"gdsEnabled"`
@@ -228,8 +228,9 @@ type ResourcePattern struct {
 // Sharing is NVIDIA's "sharing" section.
 type Sharing struct {
 	TimeSlicing *ReplicatedResources `json:"timeSlicing,omitempty"`
-	// MPS is read so that a file asking for it fails clearly: Gantry does
-	// not run an MPS control daemon.
+	// MPS shares GPUs through an MPS control daemon per resource (run by
+	// gantry-device-plugin mps-control-daemon), each replica with a fixed
+	// share of memory and compute threads (mps.go).
 	MPS *ReplicatedResources `json:"mps,omitempty"`
 }
 
@@ -470,6 +471,7 @@ func (c *Config) Validate() error {
 		{"flags.nvidiaDriverRoot", c.Flags.NvidiaDriverRoot},
 		{"flags.nvidiaDevRoot", c.Flags.NvidiaDevRoot},
 		{"gantry.kubeletDir", c.Gantry.KubeletDir},
+		{"flags.mpsRoot", c.Flags.MpsRoot},
 	} {
 		if k.path != "" && !filepath.IsAbs(k.path) {
 			return badValue(c, k.key, strconv.Quote(k.path), "not an absolute path")
@@ -505,47 +507,56 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
-	if m := c.Sharing.MPS; m != nil && len(m.Resources) > 0 {
-		return badValue(c, "sharing.mps", "set", "MPS sharing is not supported by gantry-device-plugin; use sharing.timeSlicing")
-	}
 	if ts := c.Sharing.TimeSlicing; ts != nil {
-		seen := map[string]bool{}
-		for i := range ts.Resources {
-			r := &ts.Resources[i]
-			key := fmt.Sprintf("sharing.timeSlicing.resources[%d]", i)
-			if r.Name == "" {
-				return badValue(c, key+".name", `""`, "missing; name the resource to share, e.g. nvidia.com/gpu")
-			}
-			n, err := resourceName(r.Name)
+		if err := c.validateReplicated("sharing.timeSlicing", ts); err != nil {
+			return err
+		}
+	}
+	if err := c.validateMPS(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validateReplicated checks and normalises one sharing section (key is
+// sharing.timeSlicing or sharing.mps): names, replicas, renames, devices.
+func (c *Config) validateReplicated(section string, ts *ReplicatedResources) error {
+	seen := map[string]bool{}
+	for i := range ts.Resources {
+		r := &ts.Resources[i]
+		key := fmt.Sprintf("%s.resources[%d]", section, i)
+		if r.Name == "" {
+			return badValue(c, key+".name", `""`, "missing; name the resource to share, e.g. nvidia.com/gpu")
+		}
+		n, err := resourceName(r.Name)
+		if err != nil {
+			return badValue(c, key+".name", strconv.Quote(r.Name), err.Error())
+		}
+		r.Name = n
+		if seen[n] {
+			return badValue(c, key+".name", strconv.Quote(n), "listed twice; give each resource one entry")
+		}
+		seen[n] = true
+		if r.Replicas < 2 {
+			return badValue(c, key+".replicas", r.Replicas,
+				"must be 2 or more (each device is offered that many times; 1 would not share, so remove the entry)")
+		}
+		if r.Replicas > MaxReplicas {
+			return badValue(c, key+".replicas", r.Replicas,
+				fmt.Sprintf("must be at most %d (a node runs far fewer pods than that)", MaxReplicas))
+		}
+		if r.Rename == "" && ts.RenameByDefault {
+			r.Rename = n + SharedSuffix
+		}
+		if r.Rename != "" {
+			rn, err := resourceName(r.Rename)
 			if err != nil {
-				return badValue(c, key+".name", strconv.Quote(r.Name), err.Error())
+				return badValue(c, key+".rename", strconv.Quote(r.Rename), err.Error())
 			}
-			r.Name = n
-			if seen[n] {
-				return badValue(c, key+".name", strconv.Quote(n), "listed twice; give each resource one entry")
-			}
-			seen[n] = true
-			if r.Replicas < 2 {
-				return badValue(c, key+".replicas", r.Replicas,
-					"must be 2 or more (each device is offered that many times; 1 would not share, so remove the entry)")
-			}
-			if r.Replicas > MaxReplicas {
-				return badValue(c, key+".replicas", r.Replicas,
-					fmt.Sprintf("must be at most %d (a node runs far fewer pods than that)", MaxReplicas))
-			}
-			if r.Rename == "" && ts.RenameByDefault {
-				r.Rename = n + SharedSuffix
-			}
-			if r.Rename != "" {
-				rn, err := resourceName(r.Rename)
-				if err != nil {
-					return badValue(c, key+".rename", strconv.Quote(r.Rename), err.Error())
-				}
-				r.Rename = rn
-			}
-			if !r.Devices.All && r.Devices.Count == 0 && len(r.Devices.List) == 0 {
-				r.Devices.All = true
-			}
+			r.Rename = rn
+		}
+		if !r.Devices.All && r.Devices.Count == 0 && len(r.Devices.List) == 0 {
+			r.Devices.All = true
 		}
 	}
 	return nil
@@ -633,8 +644,13 @@ func (c *Config) KubeletSocket() string {
 	return filepath.Join(c.Gantry.KubeletDir, KubeletSocketName)
 }
 
-// failRequestsGreaterThanOne is the time-slicing setting, false when unset.
+// failRequestsGreaterThanOne is the setting of the sharing section in use:
+// false when unset for time-slicing, true when unset for MPS (NVIDIA's
+// defaults: an MPS replica carries a fixed memory and thread share).
 func (c *Config) failRequestsGreaterThanOne() bool {
-	ts := c.Sharing.TimeSlicing
-	return ts != nil && ts.FailRequestsGreaterThanOne != nil && *ts.FailRequestsGreaterThanOne
+	rr, _ := c.replicated()
+	if rr == nil || rr.FailRequestsGreaterThanOne == nil {
+		return rr != nil && rr == c.Sharing.MPS
+	}
+	return *rr.FailRequestsGreaterThanOne
 }

@@ -18,7 +18,10 @@
 // Device IDs are UUIDs (GPU-..., MIG-...). Time-slicing
 // (sharing.timeSlicing) offers each device N times as UUID::0 .. UUID::N-1,
 // under the same name or under <name>.shared (renameByDefault, or rename).
-// Each device carries its GPU's NUMA node as TopologyInfo.
+// MPS sharing (sharing.mps, mps.go) offers replicas the same way, served by
+// an MPS control daemon per resource that the mps-control-daemon mode runs
+// (MPSManager, mpsdaemon.go); the replicas are Healthy only while that
+// daemon's ready file is fresh. Each device carries its GPU's NUMA node as TopologyInfo.
 //
 // # Serving
 //
@@ -32,8 +35,9 @@
 // plugin learns of it, so the kubelet never holds two connections; when one
 // of our sockets is deleted, its server is recreated and registers again.
 // A kubelet directory that does not exist yet (or goes away) is waited for
-// on inotify, with one log line. Registration failures are retried with backoff; nothing here exits
-// for them. On termination the servers stop and the sockets we own are removed.
+// on inotify, with one log line. Registration failures are retried, quietly
+// for the first two seconds (a kubelet starting or stopping), then with a
+// warning and backoff; nothing here exits for them. On termination the servers stop and the sockets we own are removed.
 //
 // ListAndWatch sends the device list, then the list again on every health
 // change. Health comes from a health.Source (NVML events on real GPUs, the
@@ -114,7 +118,7 @@
 //   - Unknown keys in the config file are an error (NVIDIA ignores them);
 //     every key of NVIDIA's v1 format is accepted.
 //   - resources.gpus / resources.mig patterns and the rename and devices
-//     fields of time-slicing are honoured (NVIDIA warns and ignores them).
+//     fields of time-slicing and MPS are honoured (NVIDIA warns and ignores them).
 //   - A device that recovers (reset, or the quiet period) becomes Healthy again.
 //   - GetPreferredAllocation for whole GPUs ranks by interconnect from a graph
 //     read once; replicas spread over distinct GPUs, then by topology.
@@ -123,6 +127,6 @@
 //   - CDI names use the kind of `gantry cdi generate`'s spec (nvidia.com/gpu),
 //     which must be on the node; NVIDIA's plugin writes its own spec with the
 //     vendor k8s.device-plugin.nvidia.com.
-//   - Not supported, refused at start with a clear error: sharing.mps, IMEX
-//     channels, Tegra discovery.
+//   - Not supported, refused at start with a clear error: IMEX channels,
+//     Tegra discovery.
 package deviceplugin

@@ -99,6 +99,9 @@ var settings = []setting{
 	{key: "flags.mofedEnabled", env: []string{"MOFED_ENABLED"}, flags: []string{"mofed-enabled"}, isBool: true,
 		usage: "set NVIDIA_MOFED=enabled in containers with GPUs",
 		apply: boolSetter(func(c *Config) *bool { return &c.Flags.MOFEDEnabled })},
+	{key: "flags.mpsRoot", env: []string{"MPS_ROOT"}, flags: []string{"mps-root"},
+		usage: "with sharing.mps: host directory of the MPS daemons' pipe, log and shm directories (default " + DefaultMPSRoot + ")",
+		apply: stringSetter(func(c *Config) *string { return &c.Flags.MpsRoot })},
 	{key: "gantry.gpus", env: []string{"GANTRY_GPUS"}, flags: []string{"gpus"},
 		usage: "GPU backend: nvml, sim:PROFILE (e.g. sim:h100x8) or sim:FILE (default: Gantry's gpus, nvml)",
 		apply: stringSetter(func(c *Config) *string { return &c.Gantry.GPUs })},
@@ -187,6 +190,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	mpsMode := len(args) > 0 && args[0] == "mps-control-daemon"
+	if mpsMode {
+		args = args[1:]
+	}
 	fs := flag.NewFlagSet("gantry-device-plugin", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	values := map[string]*string{}
@@ -207,6 +214,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	dryRun := fs.Bool("dry-run", false, "")
 	help := fs.Bool("help", false, "")
 	fs.BoolVar(help, "h", false, "")
+	mpsControl := fs.String("mps-control", "", "")
 	if err := fs.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "gantry-device-plugin: %v (see --help)\n", err)
 		return 2
@@ -292,6 +300,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		printResources(stdout, p)
 		return 0
 	}
+	if mpsMode {
+		return runMPSManager(ctx, cfg, p, *mpsControl, getenv, log, stderr)
+	}
 	if !disabled {
 		policy.Log = log
 		p.source = healthSource(&cfg, policy, log)
@@ -347,6 +358,9 @@ func printResources(w io.Writer, p *Plugin) {
 		shared := ""
 		if r.Replicas > 0 {
 			shared = fmt.Sprintf(", %d replicas each", r.Replicas)
+			if r.MPS {
+				shared += " through MPS"
+			}
 		}
 		fmt.Fprintf(w, "%s (%d devices%s, socket %s)\n", r.Name, len(r.Devices), shared, r.SocketName())
 		for _, d := range r.Devices {
@@ -372,6 +386,15 @@ NUMA) when a pod asks for several. It is a drop-in for NVIDIA's
 k8s-device-plugin: the same config file, variables and resource names.
 
 Usage: gantry-device-plugin [flags]
+       gantry-device-plugin mps-control-daemon [flags]
+
+The mps-control-daemon mode reads the same settings and runs an MPS control
+daemon (nvidia-cuda-mps-control -d) for each resource of sharing.mps: it
+sets each client's memory and thread share, restarts the daemon when it
+stops answering, and quits it on SIGTERM; the plugin offers the replicas
+only while their daemon is ready (<mpsRoot>/<resource>/.ready).
+  --mps-control PATH  (MPS_CONTROL)
+      the control program (default nvidia-cuda-mps-control in PATH)
 
 Settings come from, lowest to highest: defaults, the config file, the
 environment, flags.
@@ -401,6 +424,8 @@ Labels, metrics and events (environment; the DaemonSet in deployments/ sets them
   GANTRY_POD_RESOURCES_SOCKET   default /var/lib/kubelet/pod-resources/kubelet.sock
   NODE_NAME                     with GANTRY_LABELS=node, health changes are also posted as
                                 Events on the Node (kubectl describe node)
+  KUBECONFIG FILE[:FILE...]     reach the API server through this kubeconfig (token or client
+                                certificate) instead of the pod's service account
 
 Config file (keys as NVIDIA's version v1; gantry: holds Gantry's own):
 
@@ -413,6 +438,8 @@ Config file (keys as NVIDIA's version v1; gantry: holds Gantry's own):
       deviceIDStrategy: uuid         # uuid | index
       passDeviceSpecs: false
   sharing:
+    # mps: {resources: [{name: nvidia.com/gpu, replicas: 4}]} shares through an MPS
+    # daemon instead (same keys; failRequestsGreaterThanOne defaults to true)
     timeSlicing:
       renameByDefault: false         # true: shared resources are named <name>.shared
       failRequestsGreaterThanOne: false

@@ -30,8 +30,12 @@ import (
 //	NODE_NAME            this node (downward API spec.nodeName); with
 //	                     GANTRY_LABELS=node, health changes are also posted as
 //	                     Kubernetes Events on the Node
+//	KUBECONFIG           with GANTRY_LABELS=node, the API server is reached
+//	                     through this kubeconfig, not the service account
+//	                     (kubeapi.FromEnvironment)
 type observability struct {
 	labelsMode, featureFile, metricsAddr, podResources, nodeName string
+	getenv                                                       func(string) string // for the API server's settings
 }
 
 // DefaultPodResourcesSocket is the kubelet's pod-resources API socket.
@@ -48,6 +52,7 @@ func observabilityFromEnv(getenv func(string) string) (observability, error) {
 		metricsAddr:  getenv("GANTRY_METRICS_ADDR"),
 		podResources: getenv("GANTRY_POD_RESOURCES_SOCKET"),
 		nodeName:     getenv("NODE_NAME"),
+		getenv:       getenv,
 	}
 	switch o.labelsMode {
 	case "", "off":
@@ -76,9 +81,12 @@ func observabilityFromEnv(getenv func(string) string) (observability, error) {
 
 // labelConfig is the part of the plugin configuration the labels show.
 func labelConfig(cfg Config) labels.Config {
-	lc := labels.Config{MIGStrategy: labels.MIGStrategy(cfg.Flags.MigStrategy), Machine: labels.MachineType("")}
-	if ts := cfg.Sharing.TimeSlicing; ts != nil && len(ts.Resources) > 0 {
+	lc := labels.Config{MIGStrategy: cfg.Flags.MigStrategy, Machine: labels.MachineType("")}
+	if ts, _ := cfg.replicated(); ts != nil {
 		lc.SharingStrategy = labels.SharingTimeSlicing
+		if ts == cfg.Sharing.MPS {
+			lc.SharingStrategy = labels.SharingMPS
+		}
 		for _, r := range ts.Resources {
 			lc.Replicas = max(lc.Replicas, r.Replicas)
 			lc.SharedResources = append(lc.SharedResources, r.Name)
@@ -103,7 +111,7 @@ func startObservability(ctx context.Context, o observability, cfg Config, sys *g
 
 	var client *kubeapi.Client
 	if o.labelsMode == "node" {
-		w, err := labels.NewInClusterNodeWriter(o.nodeName)
+		w, err := labels.NewNodeWriterEnv(o.nodeName, o.getenv)
 		if err != nil {
 			return stop, err
 		}

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"encoding/base64"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gantry-gpu/gantry/internal/health"
 	"github.com/gantry-gpu/gantry/internal/kubeapi/kubeapitest"
@@ -172,5 +175,84 @@ func TestHealthEventPosted(t *testing.T) {
 	}
 	if got["GPUUnhealthy"] != "Warning: GPU GPU-1: XID 79 (GPU has fallen off the bus)" || got["GPUHealthy"] != "Normal: GPU GPU-1: recovered" {
 		t.Errorf("events %v", got)
+	}
+}
+
+// TestNodeLabelsThroughKubeconfig runs the plugin as a node service would,
+// outside a pod: GANTRY_LABELS=node with KUBECONFIG naming a kubeconfig
+// with the node's client certificate (as the kubelet's own). The labels
+// land on the Node and an XID becomes an Event, all sent with that
+// certificate.
+func TestNodeLabelsThroughKubeconfig(t *testing.T) {
+	s := kubeapitest.New(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpu-node-1", Labels: map[string]string{"kubernetes.io/os": "linux"}}})
+	dir := shortTempDir(t)
+	cert, key := s.ClientCertificate()
+	b64 := base64.StdEncoding.EncodeToString
+	kubeconfig := filepath.Join(dir, "kubelet.conf")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+current-context: node
+contexts:
+- name: node
+  context: {cluster: local, user: node}
+clusters:
+- name: local
+  cluster:
+    server: `+s.URL()+`
+    certificate-authority-data: `+b64(s.CA())+`
+users:
+- name: node
+  user:
+    client-certificate-data: `+b64(cert)+`
+    client-key-data: `+b64(key)+`
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := startKubelet(t, dir)
+	sock := filepath.Join(dir, "h.sock")
+	env := map[string]string{"GANTRY_LABELS": "node", "NODE_NAME": "gpu-node-1", "KUBECONFIG": kubeconfig}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var out, errb syncBuffer
+	go func() {
+		done <- run(ctx, []string{"--gpus=sim:h100x8", "--kubelet-dir=" + dir, "--sim-health-socket=" + sock, "--log-level=error"},
+			func(k string) string { return env[k] }, &out, &errb)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("exit %d: %s", code, errb.String())
+		}
+	}()
+	if r := k.registration(); r.ResourceName != "nvidia.com/gpu" {
+		t.Fatalf("registration %v", r)
+	}
+	uuid := k.list("nvidia.com/gpu")[2].ID
+	deadline := time.Now().Add(waitFor)
+	for s.Node("gpu-node-1").Labels["nvidia.com/gpu.count"] != "8" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no labels on the Node: %v (log: %s)", s.Node("gpu-node-1").Labels, errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := s.Node("gpu-node-1"); n.Labels["kubernetes.io/os"] != "linux" || n.Labels["nvidia.com/gpu.family"] != "hopper" {
+		t.Errorf("labels %v", n.Labels)
+	}
+	if err := health.InjectSim(sock, "xid "+uuid+" 79"); err != nil {
+		t.Fatal(err)
+	}
+	for len(s.Events()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no Event for XID 79 (log: %s)", errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if e := s.Events()[0]; e.Reason != "GPUUnhealthy" || e.InvolvedObject.Name != "gpu-node-1" {
+		t.Errorf("event %+v", e)
+	}
+	for i, u := range s.Users() {
+		if u != "cert:"+kubeapitest.ClientCertCN {
+			t.Errorf("request %d authenticated as %q, want the kubeconfig's client certificate", i, u)
+		}
 	}
 }

@@ -121,3 +121,20 @@ func TestAllocateOrderIndependent(t *testing.T) {
 		})
 	}
 }
+
+// TestCDIAnnotationKeyStable pins the CDI annotation key of a request: the
+// same resource and devices give the same key in every version of the
+// plugin, so a container's annotations do not change under an upgrade.
+func TestCDIAnnotationKeyStable(t *testing.T) {
+	for _, tc := range []struct {
+		prefix, resource string
+		ids              []string
+		want             string
+	}{
+		{"cdi.k8s.io/", "nvidia.com/gpu", []string{"GPU-a", "GPU-b"}, "cdi.k8s.io/nvidia-device-plugin_06a5dd91e44faa1489cefa61e55ea2a4"},
+	} {
+		if got := cdiAnnotationKey(tc.prefix, tc.resource, tc.ids); got != tc.want {
+			t.Errorf("cdiAnnotationKey(%q, %q, %q) = %s, want %s", tc.prefix, tc.resource, tc.ids, got, tc.want)
+		}
+	}
+}

@@ -61,22 +61,34 @@ type Plugin struct {
 
 	// control[i] is set once controlDevices[i] was seen under the device
 	// root: a device node, once created, stays, so only absent ones are
-	// looked for again (on each Allocate, as they may appear later).
-	control [len(controlDevices)]atomic.Bool
+	// looked for again, by an Allocate at most every controlRecheck
+	// (controlNext, in Unix nanoseconds), as they may appear later.
+	control     [len(controlDevices)]atomic.Bool
+	controlNext atomic.Int64
 }
 
-// controlPresent reports whether controlDevices[i] exists under root, as
+// controlRecheck is how often an Allocate looks again for the control
+// devices not seen yet (nvidia-uvm appears when the module is loaded, at
+// the first CUDA use), rather than a stat of each on every call.
+const controlRecheck = time.Second
+
+// refreshControl looks for the control devices not seen yet under root, as
 // the plugin sees the host's device root (the chart mounts it at the same
-// path).
-func (p *Plugin) controlPresent(i int, root string) bool {
-	if p.control[i].Load() {
-		return true
+// path), unless that was done less than controlRecheck ago.
+func (p *Plugin) refreshControl(root string) {
+	now := time.Now().UnixNano()
+	next := p.controlNext.Load()
+	if now < next || !p.controlNext.CompareAndSwap(next, now+int64(controlRecheck)) {
+		return
 	}
-	if _, err := os.Stat(filepath.Join(root, controlDevices[i])); err != nil {
-		return false
+	for i := range controlDevices {
+		if p.control[i].Load() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(root, controlDevices[i])); err == nil {
+			p.control[i].Store(true)
+		}
 	}
-	p.control[i].Store(true)
-	return true
 }
 
 // New builds the resources of opts.System and a server for each; nothing
@@ -187,6 +199,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 		})
 		wg.Go(func() { p.consumeHealth(ctx, events) })
 	}
+	if p.hasMPS() {
+		wg.Go(func() { p.watchMPS(ctx) })
+	}
 	defer func() {
 		for _, s := range p.servers {
 			s.stop()
@@ -197,8 +212,8 @@ func (p *Plugin) Run(ctx context.Context) error {
 	defer tick.Stop()
 	var retry <-chan time.Time
 	backoff := 500 * time.Millisecond
-	const firstRetry = 100 * time.Millisecond
-	failures := 0
+	const quickRetry = 100 * time.Millisecond
+	var failingSince time.Time // when the registrations began to fail; zero while they do not
 	warnedWatch := false
 	for {
 		if !watching {
@@ -221,21 +236,25 @@ func (p *Plugin) Run(ctx context.Context) error {
 				watching = false
 				continue
 			}
-			failures++
-			if failures == 1 {
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			if time.Since(failingSince) < registerGrace {
 				// A kubelet's socket exists a moment before it accepts
 				// (bind, then listen), and the plugin often dials in that
-				// moment, having been woken by the socket's creation: one
-				// quick quiet retry before warning.
-				p.log.Debug("kubelet registration failed; retrying", "err", err, "in", firstRetry)
-				retry = time.After(firstRetry)
+				// moment, woken by the socket's creation (and then again by
+				// its own socket's); a stopping kubelet drops a registration
+				// under way. Quick quiet retries until registerGrace, with
+				// however many reconciles the events bring meanwhile.
+				p.log.Debug("kubelet registration failed; retrying", "err", err, "in", quickRetry)
+				retry = time.After(quickRetry)
 			} else {
-				p.log.Warn("kubelet registration pending; retrying", "err", err, "in", backoff)
+				p.log.Warn("kubelet registration pending; retrying", "err", err, "in", backoff, "failing for", time.Since(failingSince).Round(time.Millisecond))
 				retry = time.After(backoff)
 				backoff = min(backoff*2, 30*time.Second)
 			}
 		} else {
-			retry, backoff, failures = nil, 500*time.Millisecond, 0
+			retry, backoff, failingSince = nil, 500*time.Millisecond, time.Time{}
 		}
 		select {
 		case <-ctx.Done():
@@ -271,6 +290,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// registerGrace is how long registrations may fail before the plugin warns:
+// a kubelet starting or stopping is not a fault.
+const registerGrace = 2 * time.Second
 
 // waitForDir returns once dir exists (true), or when ctx is done (false).
 // A node may start the plugin before the kubelet has made its directory:
@@ -468,6 +491,14 @@ type server struct {
 	socket string
 	byID   map[string]*Device
 	byUUID map[string]bool // UUIDs and GPU UUIDs of res's devices
+	// Made once, so that Allocate only looks them up: the CDI name and the
+	// volume-mounts Mount of each device ID the answers use (UUID or index,
+	// per deviceIDStrategy), and with passDeviceSpecs the DeviceSpec of each
+	// device node and control device by container path. Answers share these
+	// messages: never modify them.
+	cdiNames map[string]string
+	mounts   map[string]*pluginapi.Mount
+	specs    map[string]*pluginapi.DeviceSpec
 
 	mu         sync.Mutex
 	grpc       *grpc.Server
@@ -475,6 +506,8 @@ type server struct {
 	sockID     identity
 	registered identity // kubelet socket registered with; zero when not
 	watchers   map[chan struct{}]struct{}
+
+	mpsUp atomic.Bool // an MPS resource's daemon is ready (mps.go)
 }
 
 func newServer(p *Plugin, r Resource) *server {
@@ -482,10 +515,35 @@ func newServer(p *Plugin, r Resource) *server {
 		p: p, res: r, socket: filepath.Join(p.cfg.Gantry.KubeletDir, r.SocketName()),
 		byID: map[string]*Device{}, byUUID: map[string]bool{}, watchers: map[chan struct{}]struct{}{},
 	}
+	cfg := &p.cfg
+	if cfg.Flags.Plugin.DeviceListStrategy.anyCDI() {
+		s.cdiNames = map[string]string{}
+	}
+	if cfg.Flags.Plugin.DeviceListStrategy.Has(ListVolumeMounts) {
+		s.mounts = map[string]*pluginapi.Mount{}
+	}
+	if cfg.Flags.Plugin.PassDeviceSpecs {
+		s.specs = map[string]*pluginapi.DeviceSpec{}
+		for _, c := range controlDevices {
+			s.specs[c] = devSpec(cfg.DevRoot(), c)
+		}
+	}
 	for i := range s.res.Devices {
 		d := &s.res.Devices[i]
 		s.byID[d.ID] = d
 		s.byUUID[d.UUID], s.byUUID[d.GPU] = true, true
+		id := d.answerID(cfg)
+		if s.cdiNames != nil {
+			s.cdiNames[id] = cfg.cdiKind() + "=" + id
+		}
+		if s.mounts != nil {
+			s.mounts[id] = &pluginapi.Mount{HostPath: volumeMountSource, ContainerPath: filepath.Join(volumeMountsRoot, id), ReadOnly: true}
+		}
+		if s.specs != nil {
+			for _, path := range d.Paths {
+				s.specs[path] = devSpec(cfg.DevRoot(), path)
+			}
+		}
 	}
 	return s
 }

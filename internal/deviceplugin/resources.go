@@ -48,6 +48,8 @@ type Resource struct {
 	Name string
 	// Replicas is how many times each device is offered (0: not shared).
 	Replicas int
+	// MPS is true when the replicas share their GPU through an MPS daemon.
+	MPS bool
 	// Devices in index order, replicas of one device together.
 	Devices []Device
 }
@@ -109,17 +111,23 @@ func BuildResources(sys *gpu.System, c *Config, log *slog.Logger) ([]Resource, e
 		add(name, fullDevice(g))
 	}
 
-	if ts := c.Sharing.TimeSlicing; ts != nil {
+	mps := map[string]bool{}
+	if ts, section := c.replicated(); ts != nil {
 		for i, rr := range ts.Resources {
 			devs, ok := byName[rr.Name]
 			if !ok {
-				log.Warn("time-slicing names a resource this node does not have; ignored",
-					"key", fmt.Sprintf("sharing.timeSlicing.resources[%d].name", i), "resource", rr.Name)
+				log.Warn("sharing names a resource this node does not have; ignored",
+					"key", fmt.Sprintf("%s.resources[%d].name", section, i), "resource", rr.Name)
 				continue
 			}
 			shared, rest, err := pickShared(devs, rr.Devices)
 			if err != nil {
-				return nil, fmt.Errorf("%w: sharing.timeSlicing.resources[%d].devices: %v", ErrConfig, i, err)
+				return nil, fmt.Errorf("%w: %s.resources[%d].devices: %v", ErrConfig, section, i, err)
+			}
+			if ts == c.Sharing.MPS {
+				if err := checkMPSShared(i, shared, rr.Replicas, sys); err != nil {
+					return nil, err
+				}
 			}
 			target := rr.Name
 			if rr.Rename != "" {
@@ -131,7 +139,7 @@ func BuildResources(sys *gpu.System, c *Config, log *slog.Logger) ([]Resource, e
 				byName[rr.Name] = rest
 			}
 			if target != rr.Name && len(byName[target]) > 0 {
-				return nil, fmt.Errorf("%w: sharing.timeSlicing.resources[%d].rename: %s is already a resource of unshared devices; choose another name", ErrConfig, i, target)
+				return nil, fmt.Errorf("%w: %s.resources[%d].rename: %s is already a resource of unshared devices; choose another name", ErrConfig, section, i, target)
 			}
 			var reps []Device
 			for _, d := range shared {
@@ -144,13 +152,14 @@ func BuildResources(sys *gpu.System, c *Config, log *slog.Logger) ([]Resource, e
 			}
 			byName[target] = append(byName[target], reps...)
 			replicas[target] = rr.Replicas
+			mps[target] = ts == c.Sharing.MPS
 		}
 	}
 
 	var out []Resource
 	for name, devs := range byName {
 		slices.SortStableFunc(devs, func(a, b Device) int { return compareDevices(&a, &b) })
-		out = append(out, Resource{Name: name, Devices: devs, Replicas: replicas[name]})
+		out = append(out, Resource{Name: name, Devices: devs, Replicas: replicas[name], MPS: mps[name]})
 	}
 	slices.SortFunc(out, func(a, b Resource) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

@@ -63,7 +63,7 @@ func (s *server) apiDevices() []*pluginapi.Device {
 	for i := range s.res.Devices {
 		d := &s.res.Devices[i]
 		h := pluginapi.Healthy
-		if !s.p.healthy(d) {
+		if !s.p.healthy(d) || !s.mpsAvailable(d) {
 			h = pluginapi.Unhealthy
 		}
 		ad := &pluginapi.Device{ID: d.ID, Health: h}
@@ -106,10 +106,14 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		if len(devs) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "%s: a container request with no device IDs", s.res.Name)
 		}
+		if err := s.mpsCheck(devs); err != nil {
+			return nil, err
+		}
 		if len(devs) > 1 && s.p.cfg.failRequestsGreaterThanOne() && slices.ContainsFunc(devs, func(d *Device) bool { return d.Replica >= 0 }) {
+			_, section := s.p.cfg.replicated()
 			return nil, status.Errorf(codes.InvalidArgument,
-				"%s: %d shared devices requested, but sharing.timeSlicing.failRequestsGreaterThanOne allows 1 per container (replicas are time slices of a GPU, not more of it)",
-				s.res.Name, len(devs))
+				"%s: %d shared devices requested, but %s.failRequestsGreaterThanOne allows 1 per container (replicas are shares of a GPU, not more of it)",
+				s.res.Name, len(devs), section)
 		}
 		cresp, err := s.containerResponse(devs)
 		if err != nil {
@@ -128,15 +132,10 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 func (s *server) containerResponse(devs []*Device) (*pluginapi.ContainerAllocateResponse, error) {
 	slices.SortFunc(devs, compareDevices)
 	cfg := &s.p.cfg
-	var ids []string
-	seen := map[string]bool{}
+	ids := make([]string, 0, len(devs))
 	for _, d := range devs {
-		id := d.UUID
-		if cfg.Flags.Plugin.DeviceIDStrategy == IDIndex {
-			id = d.Index
-		}
-		if !seen[id] {
-			seen[id] = true
+		// Sorted, the replicas of a device are next to each other.
+		if id := d.answerID(cfg); len(ids) == 0 || ids[len(ids)-1] != id {
 			ids = append(ids, id)
 		}
 	}
@@ -145,7 +144,7 @@ func (s *server) containerResponse(devs []*Device) (*pluginapi.ContainerAllocate
 	if strategies.anyCDI() {
 		names := make([]string, len(ids))
 		for i, id := range ids {
-			names[i] = cfg.cdiKind() + "=" + id
+			names[i] = s.cdiNames[id]
 		}
 		if strategies.Has(ListCDIAnnotations) {
 			r.Annotations = map[string]string{cdiAnnotationKey(cfg.Flags.Plugin.CDIAnnotationPrefix, s.res.Name, ids): strings.Join(names, ",")}
@@ -165,6 +164,9 @@ func (s *server) containerResponse(devs []*Device) (*pluginapi.ContainerAllocate
 	if cfg.Flags.MOFEDEnabled {
 		r.Envs["NVIDIA_MOFED"] = "enabled"
 	}
+	if s.res.MPS {
+		s.addMPS(r, devs)
+	}
 	if strategies.allCDI() {
 		return r, nil
 	}
@@ -175,12 +177,9 @@ func (s *server) containerResponse(devs []*Device) (*pluginapi.ContainerAllocate
 		// The list lives in the mounts; the variable only points there, so an
 		// image's own NVIDIA_VISIBLE_DEVICES is overridden either way.
 		r.Envs[envVisibleDevices] = volumeMountsRoot
-		for _, id := range ids {
-			r.Mounts = append(r.Mounts, &pluginapi.Mount{
-				HostPath:      volumeMountSource,
-				ContainerPath: filepath.Join(volumeMountsRoot, id),
-				ReadOnly:      true,
-			})
+		r.Mounts = make([]*pluginapi.Mount, len(ids))
+		for i, id := range ids {
+			r.Mounts[i] = s.mounts[id]
 		}
 	}
 	if cfg.Flags.Plugin.PassDeviceSpecs {
@@ -198,27 +197,39 @@ func (s *server) containerResponse(devs []*Device) (*pluginapi.ContainerAllocate
 var controlDevices = [...]string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}
 
 // deviceSpecs are the control device nodes present under the host's device
-// root, then the device nodes of devs, each once.
+// root, then the device nodes of devs, each once (the MIG devices of a GPU
+// share its node).
 func (s *server) deviceSpecs(devs []*Device) []*pluginapi.DeviceSpec {
-	root := s.p.cfg.DevRoot()
-	paths := make([]string, 0, len(controlDevices)+len(devs))
+	s.p.refreshControl(s.p.cfg.DevRoot())
+	specs := make([]*pluginapi.DeviceSpec, 0, len(controlDevices)+len(devs))
 	for i, p := range controlDevices {
-		if s.p.controlPresent(i, root) {
-			paths = append(paths, p)
+		if s.p.control[i].Load() {
+			specs = append(specs, s.specs[p])
 		}
 	}
 	for _, d := range devs {
 		for _, p := range d.Paths {
-			if !slices.Contains(paths, p) {
-				paths = append(paths, p)
+			if !slices.ContainsFunc(specs, func(sp *pluginapi.DeviceSpec) bool { return sp.ContainerPath == p }) {
+				specs = append(specs, s.specs[p])
 			}
 		}
 	}
-	specs := make([]*pluginapi.DeviceSpec, 0, len(paths))
-	for _, p := range paths {
-		specs = append(specs, &pluginapi.DeviceSpec{ContainerPath: p, HostPath: filepath.Join(root, p), Permissions: "rw"})
-	}
 	return specs
+}
+
+// devSpec is the DeviceSpec of the device node at path in the container,
+// root+path on the host.
+func devSpec(root, path string) *pluginapi.DeviceSpec {
+	return &pluginapi.DeviceSpec{ContainerPath: path, HostPath: filepath.Join(root, path), Permissions: "rw"}
+}
+
+// answerID is how answers name d: its UUID, or its index with
+// deviceIDStrategy index.
+func (d *Device) answerID(cfg *Config) string {
+	if cfg.Flags.Plugin.DeviceIDStrategy == IDIndex {
+		return d.Index
+	}
+	return d.UUID
 }
 
 // cdiAnnotationKey is prefix + "nvidia-device-plugin_" + an ID derived from the
@@ -226,8 +237,25 @@ func (s *server) deviceSpecs(devs []*Device) []*pluginapi.DeviceSpec {
 // runtime needs (the kubelet merges annotations of several resources), and
 // the same for the same request, so answers are reproducible.
 func cdiAnnotationKey(prefix, resource string, ids []string) string {
-	h := sha256.Sum256([]byte(resource + "\x00" + strings.Join(ids, ",")))
-	return prefix + annotationPlugin + "_" + hex.EncodeToString(h[:16])
+	n := len(resource) + 1
+	for _, id := range ids {
+		n += len(id) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, resource...)
+	b = append(b, 0)
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, id...)
+	}
+	h := sha256.Sum256(b)
+	key := make([]byte, 0, len(prefix)+len(annotationPlugin)+1+hex.EncodedLen(16))
+	key = append(key, prefix...)
+	key = append(key, annotationPlugin...)
+	key = append(key, '_')
+	return string(hex.AppendEncode(key, h[:16]))
 }
 
 // PreStartContainer is not needed (GetDevicePluginOptions says so); it

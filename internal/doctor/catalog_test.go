@@ -10,9 +10,9 @@ import (
 	"testing"
 )
 
-// TestCatalogCoversChecks keeps Catalog (and so docs/troubleshooting.md) in
+// TestCatalogCoversChecks keeps Checks (and so docs/troubleshooting.md) in
 // step with the code: the Check* names read from this package's source, in
-// declaration order, are Catalog's names, and every check the code can fail
+// declaration order, are Checks' names, and every check the code can fail
 // has at least one documented failure with a fix.
 func TestCatalogCoversChecks(t *testing.T) {
 	fset := token.NewFileSet()
@@ -56,21 +56,21 @@ func TestCatalogCoversChecks(t *testing.T) {
 		t.Fatal("no Check* constants found in the package source")
 	}
 	var got []string
-	byName := map[string]CheckDoc{}
-	for _, c := range Catalog {
+	byName := map[string]CheckDef{}
+	for _, c := range Checks {
 		got = append(got, c.Name)
 		byName[c.Name] = c
 		if c.Verifies == "" {
-			t.Errorf("Catalog %q: Verifies is empty", c.Name)
+			t.Errorf("Checks %q: Verifies is empty", c.Name)
 		}
 		for _, f := range c.Failures {
 			if f.Reports == "" || f.Fix == "" {
-				t.Errorf("Catalog %q: failure %+v lacks what is reported or the fix", c.Name, f)
+				t.Errorf("Checks %q: failure %+v lacks what is reported or the fix", c.Name, f)
 			}
 		}
 	}
 	if strings.Join(got, "|") != strings.Join(names, "|") {
-		t.Errorf("Catalog names %q, want the Check* constants in order %q", got, names)
+		t.Errorf("Checks names %q, want the Check* constants in order %q", got, names)
 	}
 	// fail(CheckX, ...) with a constant name: CheckX must document a failure.
 	consts := map[string]string{
@@ -89,7 +89,7 @@ func TestCatalogCoversChecks(t *testing.T) {
 			continue // a variable (judgeRuntimes' name): its callers are the engine checks
 		}
 		if len(byName[name].Failures) == 0 {
-			t.Errorf("%s can fail (fail(%s, ...) in the source) but Catalog documents no failure for it", name, ident)
+			t.Errorf("%s can fail (fail(%s, ...) in the source) but Checks documents no failure for it", name, ident)
 		}
 	}
 }

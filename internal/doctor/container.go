@@ -40,9 +40,6 @@ type inspect struct {
 	}
 }
 
-// fixNoContainer is the fix when no engine knows the container.
-const fixNoContainer = "name a running container (docker ps; ctr -n NAMESPACE tasks ls; crictl ps) and run doctor as root on its host, where the docker CLI reaches the daemon; for containerd give --namespace, and --containerd-state if its state directory is not " + DefaultContainerdState
-
 // checkContainer examines opts.Container: a Docker container when the
 // docker CLI knows it (unless --namespace names a containerd namespace),
 // else a containerd task found in containerd's runtime v2 state, else a
@@ -72,7 +69,7 @@ func checkContainer(opts Options) []Check {
 	if dockerErr != nil {
 		ev = dockerErr.Error() + "; " + ev
 	}
-	c := fail(CheckContainer, fixNoContainer, "%s", ev)
+	c := fail(CheckContainer, fix(fixNoContainer), "%s", ev)
 	return []Check{c, *after(CheckContainerDevice, c)}
 }
 
@@ -133,8 +130,7 @@ func checkDockerContainer(opts Options, c inspect) []Check {
 	case asked:
 		checks = append(checks, pass(CheckContainer, "%s: %s", id, strings.Join(what, ", ")))
 	case visible != "":
-		checks = append(checks, fail(CheckContainer,
-			"run it with --runtime nvidia, or --gpus all, or --device nvidia.com/gpu=all (CDI)",
+		checks = append(checks, fail(CheckContainer, fix(fixPlainRunc),
 			"%s: %s, but runtime %s ignores NVIDIA_VISIBLE_DEVICES: nothing was injected", id, strings.Join(what, ", "), runtime))
 	default:
 		// A container that asked for no GPU is not broken: nothing to
@@ -148,8 +144,8 @@ func checkDockerContainer(opts Options, c inspect) []Check {
 		return append(checks, skip(CheckContainerDevice, "%s is not running", id))
 	}
 	return append(checks, checkDeviceAccess(opts, id, c.State.Pid, containerFixes{
-		restart: "restart the container (docker restart " + id + ")",
-		recur:   "to stop it recurring give the GPUs through CDI (--device nvidia.com/gpu=all) or list the nodes with --device so the rule is in the container's own config",
+		restart: fix(fixRestartDocker, "ID", id),
+		recur:   fix(fixRecurDocker),
 	}, ""))
 }
 
@@ -172,7 +168,7 @@ type containerFixes struct {
 func checkDeviceAccess(opts Options, who string, pid int, fx containerFixes, specNote string) Check {
 	res, err := probeDevice(opts.Proc, pid, opts.Config.EffectiveDevRoot())
 	if err != nil {
-		return fail(CheckContainerDevice, "run doctor as root on the container's host; see the error",
+		return fail(CheckContainerDevice, fix(fixProbe),
 			"%s: probing its device cgroup: %v", who, err)
 	}
 	nodes, nodesErr := containerGPUNodesWithin(opts.Proc, pid, listTimeout)
@@ -186,16 +182,15 @@ func checkDeviceAccess(opts Options, who string, pid int, fx containerFixes, spe
 	probe := fmt.Sprintf("a probe process in its %s opening %s (195:255) got: %s", res.Place, res.Node, res.Errstr())
 	switch res.Access() {
 	case accessRefused:
-		return fail(CheckContainerDevice, fx.restart+"; "+fx.recur+"; "+fixDevChar,
+		return fail(CheckContainerDevice, fix(fixDeviceRefused, "RESTART", fx.restart, "RECUR", fx.recur),
 			"%s cannot open /dev/nvidiactl (%s)%s%s: its device cgroup no longer allows the GPU, the state NVML reports as \"Failed to initialize NVML: Unknown Error\"; usually systemctl daemon-reload rewrote the cgroup%s",
 			who, probe, res.rulesEvidence(), specNote, inside)
 	case accessUnknown:
-		return fail(CheckContainerDevice, "see the error: the probe's open says nothing about the cgroup",
+		return fail(CheckContainerDevice, fix(fixProbe),
 			"%s: %s%s", who, probe, res.rulesEvidence())
 	}
 	if nodesErr == nil && !contains(nodes, "/dev/nvidiactl") {
-		return fail(CheckContainerDevice,
-			"the container got no GPU: see "+CheckContainer+" above",
+		return fail(CheckContainerDevice, fix(fixNoCtl),
 			"%s has no /dev/nvidiactl (its device cgroup would allow it: %s)", who, probe)
 	}
 	if res.Access() == accessNoDriver {
@@ -264,8 +259,3 @@ func containerGPUNodes(proc string, pid int) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
-
-// fixDevChar is NVIDIA's lasting fix for device rules that systemd drops on
-// daemon-reload: systemd resolves a rule through /dev/char/MAJOR:MINOR,
-// which the NVIDIA nodes lack unless created.
-const fixDevChar = "on systemd hosts also create the /dev/char links systemd resolves device rules through: nvidia-ctk system create-dev-char-symlinks --create-all (Gantry answers to nvidia-ctk; make install links it)"

@@ -273,10 +273,6 @@ func (s specSummary) describe() string {
 	return strings.Join(what, ", ") + "; " + injected
 }
 
-// fixNoRuntime is the fix for a containerd container that asked for GPUs
-// but ran under plain runc.
-const fixNoRuntime = "register Gantry's runtime: gantry runtime configure --runtime containerd, then systemctl restart containerd, and recreate the container under it (Kubernetes: runtimeClassName: nvidia, or make nvidia containerd's default runtime; ctr: ctr run --runc-binary /usr/bin/gantry-runtime)"
-
 // checkTask examines a containerd task found in the state directory.
 func checkTask(opts Options, t *task) []Check {
 	who := fmt.Sprintf("containerd task %s/%s", t.Namespace, t.ID)
@@ -290,18 +286,10 @@ func checkTask(opts Options, t *task) []Check {
 // taskFixes are the remedies for a containerd task: delete the pod when
 // Kubernetes owns it, else restart the task with ctr.
 func taskFixes(t *task, podNS, pod string) containerFixes {
-	recur := "to stop it recurring give the GPUs through gantry-runtime or CDI, so the device rules are in the container's spec (linux.resources.devices) rather than added to its cgroup by a hook"
 	if pod != "" {
-		return containerFixes{
-			restart: fmt.Sprintf("delete the pod so it is recreated with a fresh cgroup (kubectl delete pod -n %s %s)", podNS, pod),
-			recur:   recur,
-		}
+		return containerFixes{restart: fix(fixRestartPod, "NAMESPACE", podNS, "NAME", pod), recur: fix(fixRecurSpec)}
 	}
-	return containerFixes{
-		restart: fmt.Sprintf("restart the task so runc rebuilds its cgroup from the spec (ctr -n %s task kill -s SIGKILL %s; ctr -n %s task delete %s; ctr -n %s task start %s), or the service that owns it",
-			t.Namespace, t.ID, t.Namespace, t.ID, t.Namespace, t.ID),
-		recur: recur,
-	}
+	return containerFixes{restart: fix(fixRestartTask, "NS", t.Namespace, "ID", t.ID), recur: fix(fixRecurSpec)}
 }
 
 // checkSpecAndAccess reports the request and injection of an OCI spec
@@ -326,7 +314,7 @@ func checkSpecAndAccess(opts Options, who string, spec, request *specs.Spec, not
 	case len(s.Devices) > 0:
 		req = pass(CheckContainer, "%s%s: %s, %s", who, note, runtime, s.describe())
 	case s.asks():
-		req = fail(CheckContainer, fixNoRuntime,
+		req = fail(CheckContainer, fix(fixNoRuntime),
 			"%s%s: %s, %s: it asks for GPUs but its spec has no /dev/nvidia* device: the runtime is not registered or runc was used directly, which ignores the request", who, note, runtime, s.describe())
 	default:
 		// No request: not a GPU container, so no device FAIL either.

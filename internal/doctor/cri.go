@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
 )
 
 // DefaultCRISockets are the CRI runtime service sockets tried, in order,
@@ -33,8 +35,6 @@ const (
 // k8sNamespace is the containerd namespace of containers made through CRI.
 const k8sNamespace = "k8s.io"
 
-const fixCRISocket = "is the container engine running with its CRI service (containerd: the cri plugin is not in disabled_plugins; CRI-O: systemctl status crio), and is --cri-socket its socket (containerd: /run/containerd/containerd.sock, CRI-O: /run/crio/crio.sock)?"
-
 // checkPodContainers finds the pod's containers through the CRI runtime
 // service and examines each like --container does: its request, what was
 // injected, and its device cgroup, with the devices the kubelet assigned.
@@ -49,18 +49,18 @@ func checkPodContainers(opts Options) []Check {
 			}
 		}
 		if socket == "" {
-			return []Check{fail(CheckPodContainers, fixCRISocket,
+			return []Check{fail(CheckPodContainers, fix(fixCRISocket),
 				"pod %s: no CRI socket to ask: none of %s exists", opts.Pod, strings.Join(DefaultCRISockets, ", "))}
 		}
 	}
 	if st, err := os.Stat(socket); err != nil {
-		return []Check{fail(CheckPodContainers, fixCRISocket, "pod %s: CRI socket: %v", opts.Pod, err)}
+		return []Check{fail(CheckPodContainers, fix(fixCRISocket), "pod %s: CRI socket: %v", opts.Pod, err)}
 	} else if st.Mode()&os.ModeSocket == 0 {
-		return []Check{fail(CheckPodContainers, fixCRISocket, "pod %s: CRI socket %s is not a socket", opts.Pod, socket)}
+		return []Check{fail(CheckPodContainers, fix(fixCRISocket), "pod %s: CRI socket %s is not a socket", opts.Pod, socket)}
 	}
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return []Check{fail(CheckPodContainers, fixCRISocket, "pod %s: CRI socket %s: %v", opts.Pod, socket, err)}
+		return []Check{fail(CheckPodContainers, fix(fixCRISocket), "pod %s: CRI socket %s: %v", opts.Pod, socket, err)}
 	}
 	defer conn.Close()
 	rt := runtimeapi.NewRuntimeServiceClient(conn)
@@ -69,7 +69,7 @@ func checkPodContainers(opts Options) []Check {
 
 	ver, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
 	if err != nil {
-		return []Check{fail(CheckPodContainers, fixCRISocket,
+		return []Check{fail(CheckPodContainers, fix(fixCRISocket),
 			"pod %s: the CRI runtime service at %s does not answer: %s", opts.Pod, socket, status.Convert(err).Message())}
 	}
 	engine := fmt.Sprintf("%s %s at %s", ver.GetRuntimeName(), ver.GetRuntimeVersion(), socket)
@@ -77,7 +77,7 @@ func checkPodContainers(opts Options) []Check {
 		LabelSelector: map[string]string{labelPodNamespace: podNS, labelPodName: podName},
 	}})
 	if err != nil {
-		return []Check{fail(CheckPodContainers, fixCRISocket, "pod %s: %s: ListPodSandbox: %s", opts.Pod, engine, status.Convert(err).Message())}
+		return []Check{fail(CheckPodContainers, fix(fixCRISocket), "pod %s: %s: ListPodSandbox: %s", opts.Pod, engine, status.Convert(err).Message())}
 	}
 	sandboxes := sbs.GetItems()
 	var ready []*runtimeapi.PodSandbox
@@ -90,7 +90,7 @@ func checkPodContainers(opts Options) []Check {
 		sandboxes = ready // older, stopped sandboxes of the same pod are history
 	}
 	if len(sandboxes) == 0 {
-		return []Check{fail(CheckPodContainers, "run doctor on the node the pod runs on (kubectl get pod -n "+podNS+" "+podName+" -o wide), or point --cri-socket at the engine that runs it",
+		return []Check{fail(CheckPodContainers, fix(fixNoSandbox, "NAMESPACE", podNS, "NAME", podName),
 			"pod %s: %s has no pod sandbox labelled %s=%s, %s=%s: the pod does not run on this node",
 			opts.Pod, engine, labelPodNamespace, podNS, labelPodName, podName)}
 	}
@@ -101,7 +101,7 @@ func checkPodContainers(opts Options) []Check {
 	for _, sb := range sandboxes {
 		cs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{PodSandboxId: sb.GetId()}})
 		if err != nil {
-			return []Check{fail(CheckPodContainers, fixCRISocket, "pod %s: %s: ListContainers of sandbox %s: %s",
+			return []Check{fail(CheckPodContainers, fix(fixCRISocket), "pod %s: %s: ListContainers of sandbox %s: %s",
 				opts.Pod, engine, shortID(sb.GetId()), status.Convert(err).Message())}
 		}
 		containers := cs.GetContainers()
@@ -116,7 +116,7 @@ func checkPodContainers(opts Options) []Check {
 		listed = append(listed, fmt.Sprintf("sandbox %s (%s): %s", shortID(sb.GetId()), stateWord(sb.GetState()), listOrNone(names)))
 	}
 	if len(perContainer) == 0 {
-		out = append(out, fail(CheckPodContainers, "wait until the pod's containers are created (kubectl describe pod -n "+podNS+" "+podName+")",
+		out = append(out, fail(CheckPodContainers, fix(fixNoContainers, "NAMESPACE", podNS, "NAME", podName),
 			"pod %s on %s: %s: no containers", opts.Pod, engine, strings.Join(listed, "; ")))
 		return out
 	}
@@ -134,7 +134,7 @@ func checkCRIContainer(ctx context.Context, opts Options, rt runtimeapi.RuntimeS
 	who := fmt.Sprintf("pod %s/%s container %s (%s)", podNS, podName, name, shortID(c.GetId()))
 	st, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.GetId(), Verbose: true})
 	if err != nil {
-		r := fail(CheckContainer, fixCRISocket, "%s: ContainerStatus: %s", who, status.Convert(err).Message())
+		r := fail(CheckContainer, fix(fixCRISocket), "%s: ContainerStatus: %s", who, status.Convert(err).Message())
 		return []Check{r, *after(CheckContainerDevice, r)}
 	}
 	info := parseCRIInfo(st.GetInfo())
@@ -160,7 +160,7 @@ func checkCRIContainer(ctx context.Context, opts Options, rt runtimeapi.RuntimeS
 		}
 	}
 	if spec == nil {
-		r := fail(CheckContainer, "run doctor on the pod's node with --containerd-state at containerd's state directory (or a CRI runtime that reports the container's spec)",
+		r := fail(CheckContainer, fix(fixNoSpec),
 			"%s: no OCI spec: no task bundle under %s and %s reports none in its verbose status", who, filepath.Join(opts.ContainerdState, taskDirName, k8sNamespace), engine)
 		return []Check{r, *after(CheckContainerDevice, r)}
 	}
@@ -171,10 +171,7 @@ func checkCRIContainer(ctx context.Context, opts Options, rt runtimeapi.RuntimeS
 	if !running {
 		who += " (" + stateWord(st.GetStatus().GetState()) + ")"
 	}
-	fx := containerFixes{
-		restart: fmt.Sprintf("delete the pod so it is recreated with a fresh cgroup (kubectl delete pod -n %s %s)", podNS, podName),
-		recur:   "to stop it recurring give the GPUs through gantry-runtime or CDI, so the device rules are in the container's spec (linux.resources.devices) rather than added to its cgroup by a hook",
-	}
+	fx := containerFixes{restart: fix(fixRestartPod, "NAMESPACE", podNS, "NAME", podName), recur: fix(fixRecurSpec)}
 	return checkSpecAndAccess(opts, who, spec, request, note, binary, info.Pid, running, fx)
 }
 
@@ -307,24 +304,9 @@ func liveContainerdRuntimes(socket string) ([]registered, string, error) {
 	if err != nil {
 		return nil, socket, err
 	}
-	var cfg struct {
-		Containerd *struct {
-			Runtimes map[string]struct {
-				Options map[string]any `json:"options"`
-			} `json:"runtimes"`
-		} `json:"containerd"`
+	reg, err := engineconfig.ParseContainerdStatus([]byte(st.GetInfo()["config"]))
+	if err != nil {
+		return nil, socket, fmt.Errorf("%s is not containerd's CRI service (%v)", socket, err)
 	}
-	if err := json.Unmarshal([]byte(st.GetInfo()["config"]), &cfg); err != nil || cfg.Containerd == nil {
-		return nil, socket, fmt.Errorf("%s is not containerd's CRI service (no containerd config in its status)", socket)
-	}
-	var all []registered
-	for name, r := range cfg.Containerd.Runtimes {
-		bin, _ := r.Options["BinaryName"].(string)
-		if bin == "" {
-			bin = "runc"
-		}
-		all = append(all, registered{name, bin})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
-	return all, socket, nil
+	return reg.Runtimes, socket, nil
 }

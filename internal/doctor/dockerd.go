@@ -58,11 +58,11 @@ func askDockerd(socket string) (*dockerdInfo, error) {
 // --runtime nvidia says "Unknown runtime specified" until it is restarted.
 func compareDockerd(file string, all []registered, defaultRuntime string, info *dockerdInfo) (problems []string) {
 	for _, r := range all {
-		if !runtimeBinaries[baseName(r.path)] {
+		if !runtimeBinaries[baseName(r.Program)] {
 			continue
 		}
-		if _, ok := info.Runtimes[r.name]; !ok {
-			problems = append(problems, fmt.Sprintf("%s registers runtime %q but the running dockerd does not have it (its runtimes: %s)", file, r.name, listOrNone(dockerdRuntimeNames(info))))
+		if _, ok := info.Runtimes[r.Name]; !ok {
+			problems = append(problems, fmt.Sprintf("%s registers runtime %q but the running dockerd does not have it (its runtimes: %s)", file, r.Name, listOrNone(dockerdRuntimeNames(info))))
 		}
 	}
 	if defaultRuntime != "" && info.DefaultRuntime != "" && defaultRuntime != info.DefaultRuntime {

@@ -74,9 +74,9 @@ const (
 var (
 	DefaultDockerConfig     = engineconfig.DefaultPath(engineconfig.Docker)
 	DefaultContainerdConfig = engineconfig.DefaultPath(engineconfig.Containerd)
-	DefaultCRIODropins      = filepath.Dir(engineconfig.DefaultPath(engineconfig.CRIO))
+	DefaultCRIODropins      = engineconfig.CRIODropinDir()
 	// DefaultCRIOConfig is CRI-O's main file, which configure never edits.
-	DefaultCRIOConfig = filepath.Join(filepath.Dir(DefaultCRIODropins), "crio.conf")
+	DefaultCRIOConfig = engineconfig.CRIOMainConfig
 )
 
 // Options says what to examine. Empty paths take the defaults above, so
@@ -197,79 +197,16 @@ func after(name string, prereqs ...Check) *Check {
 	return nil
 }
 
-// Run walks the chain and returns every check, in order.
-func Run(opts Options) []Check {
-	opts.defaults()
-	cfg := opts.Config
-	var out []Check
-
-	kernel, version := checkKernel(cfg)
-	out = append(out, kernel)
-	nodes := checkDeviceNodes(opts)
-	out = append(out, nodes)
-
-	var sys *gpu.System
-	nvmlCheck := skip(CheckNVML, "")
-	if c := after(CheckNVML, kernel, nodes); c != nil && !isSim(cfg) {
-		nvmlCheck = *c
-	} else {
-		nvmlCheck, sys = checkNVML(cfg)
-	}
-	out = append(out, nvmlCheck)
-	out = append(out, checkGPUNodes(opts, sys))
-	out = append(out, checkPersistence(cfg, nvmlCheck))
-
-	if c := after(CheckVersions, kernel); c != nil {
-		out = append(out, *c)
-	} else if !isSim(cfg) && nvmlCheck.Status != Pass {
-		out = append(out, *after(CheckVersions, nvmlCheck))
-	} else {
-		out = append(out, checkVersions(cfg, version, sys))
-	}
-
-	if c := after(CheckDriverFiles, kernel); c != nil {
-		out = append(out, *c, *after(CheckLoaderCache, kernel))
-	} else {
-		out = append(out, checkDriverFiles(cfg), checkLoaderCache(cfg))
-	}
-	if c := after(CheckInventoryCache, kernel); c != nil {
-		out = append(out, *c, *after(CheckCDISpecs, kernel))
-	} else {
-		out = append(out, checkInventoryCache(cfg, version), checkCDISpecs(cfg, version))
-	}
-
-	docker := dockerInstalled(opts)
-	// Docker has two GPU paths, --runtime nvidia (daemon.json) and --gpus
-	// (the hook): each is a failure only when the other does not work.
-	dockerCheck := checkDocker(opts, docker, hookUsable(opts))
-	hook := checkHook(opts, docker, dockerCheck.Status == Pass)
-	out = append(out,
-		dockerCheck,
-		checkContainerd(opts),
-		checkCRIO(opts),
-		hook,
-	)
-	if opts.Container != "" {
-		out = append(out, checkContainer(opts)...)
-	}
-	out = append(out, checkKubernetes(opts)...)
-	if opts.Pod != "" {
-		out = append(out, checkPodContainers(opts)...)
-	}
-	return out
-}
-
 func isSim(cfg config.Config) bool { return strings.HasPrefix(cfg.GPUs, "sim:") }
 
 func checkKernel(cfg config.Config) (Check, string) {
 	version, file, err := driver.CurrentVersion(cfg.DriverRoot)
 	if err != nil {
-		return fail(CheckKernel, "check the file's permissions; it is written by the nvidia kernel module",
+		return fail(CheckKernel, fix(fixVersionFile),
 			"reading the driver version: %v", err), ""
 	}
 	if version == "" {
-		return fail(CheckKernel,
-			"load the kernel module (modprobe nvidia, or start the driver container), or point --driver-root at the driver install",
+		return fail(CheckKernel, fix(fixKernelModule),
 			"no proc/driver/nvidia/version under %s nor /proc/driver/nvidia/version or /sys/module/nvidia/version on the host: the nvidia kernel module is not loaded",
 			cfg.DriverRoot), ""
 	}
@@ -318,8 +255,7 @@ func checkDeviceNodes(opts Options) Check {
 		found = append(found, fmt.Sprintf("%d GPU nodes /dev/nvidiaN", gpus))
 	}
 	if len(problems) > 0 {
-		return fail(CheckDeviceNodes,
-			"create the nodes: nvidia-modprobe -c=0 -u (or modprobe nvidia-uvm, then nvidia-smi as root), or set --dev-root to where the driver container made them",
+		return fail(CheckDeviceNodes, fix(fixDeviceNodes),
 			"%s", strings.Join(problems, "; "))
 	}
 	return pass(CheckDeviceNodes, "%s under %s", strings.Join(found, ", "), devRoot)
@@ -363,7 +299,7 @@ func checkGPUNodes(opts Options, sys *gpu.System) Check {
 		return skip(CheckGPUNodes, "not checked: the driver reported no GPUs (see %s)", CheckNVML)
 	}
 	devRoot := opts.Config.EffectiveDevRoot()
-	var problems, fixes []string
+	var problems, fixes, minors []string
 	for _, d := range sys.Devices {
 		path := d.DevicePath()
 		f, err := driver.StatDevice(devRoot, path)
@@ -376,10 +312,14 @@ func checkGPUNodes(opts Options, sys *gpu.System) Check {
 			continue
 		}
 		fixes = append(fixes, fmt.Sprintf("nvidia-modprobe -c=%d", d.Minor))
+		minors = append(minors, strconv.Itoa(d.Minor))
 	}
 	if len(problems) > 0 {
-		return fail(CheckGPUNodes,
-			"create the node: "+strings.Join(fixes, "; ")+" (or mknod -m 666 /dev/nvidiaN c 195 N; or restart the driver container that makes them)",
+		minor := "N"
+		if len(minors) == 1 {
+			minor = minors[0]
+		}
+		return fail(CheckGPUNodes, fix(fixGPUNode, "nvidia-modprobe -c=MINOR", strings.Join(fixes, "; "), "MINOR", minor),
 			"%s", strings.Join(problems, "; "))
 	}
 	return pass(CheckGPUNodes, "each of the %d GPUs has its node /dev/nvidia<minor> 195:<minor> under %s", len(sys.Devices), devRoot)
@@ -389,13 +329,12 @@ func checkNVML(cfg config.Config) (Check, *gpu.System) {
 	sys, err := discover.GPUs(cfg, false)
 	if isSim(cfg) {
 		if err != nil {
-			return fail(CheckNVML, "fix the --gpus value or the simulator file", "simulated GPUs %s: %v", cfg.GPUs, err), nil
+			return fail(CheckNVML, fix(fixSimGPUs), "simulated GPUs %s: %v", cfg.GPUs, err), nil
 		}
 		return skip(CheckNVML, "not initialised: GPUs are simulated (--gpus %s, %d GPUs)", cfg.GPUs, len(sys.Devices)), sys
 	}
 	if err != nil {
-		return fail(CheckNVML,
-			"make sure libnvidia-ml.so.1 of the running driver is in the driver root's ld.so.cache; after a driver upgrade, reboot or reload the kernel modules",
+		return fail(CheckNVML, fix(fixNVML),
 			"%v", err), nil
 	}
 	return pass(CheckNVML, "initialised: %d GPUs", len(sys.Devices)), sys
@@ -410,8 +349,7 @@ func checkVersions(cfg config.Config, kernel string, sys *gpu.System) Check {
 			kernel, sys.DriverVersion, sys.CUDADriverVersion)
 	}
 	if sys.DriverVersion != kernel {
-		return fail(CheckVersions,
-			"the user-space driver was upgraded but the old kernel module is still loaded: reboot, or unload and reload the nvidia modules",
+		return fail(CheckVersions, fix(fixVersions),
 			"NVML reports driver %s but the kernel module is %s (Driver/library version mismatch)", sys.DriverVersion, kernel)
 	}
 	return pass(CheckVersions, "driver %s, CUDA %s", sys.DriverVersion, sys.CUDADriverVersion)
@@ -422,7 +360,7 @@ func checkVersions(cfg config.Config, kernel string, sys *gpu.System) Check {
 func checkDriverFiles(cfg config.Config) Check {
 	inv, err := discover.Driver(cfg)
 	if err != nil {
-		return fail(CheckDriverFiles, "point --driver-root at the driver install", "%v", err)
+		return fail(CheckDriverFiles, fix(fixDriverRoot), "%v", err)
 	}
 	var problems []string
 	if len(inv.Missing) > 0 {
@@ -450,14 +388,11 @@ func checkDriverFiles(cfg config.Config) Check {
 		problems = append(problems, "SONAME links that do not resolve to the driver's library: "+strings.Join(badLinks, ", "))
 	}
 	if len(problems) > 0 {
-		fix := "reinstall the driver's user-space libraries for version " + inv.Version
+		f := fix(fixReinstall, "VERSION", inv.Version)
 		if len(inv.Missing) == 0 {
-			fix = "recreate the SONAME links: ldconfig"
-			if inv.Root != "/" {
-				fix = "recreate the SONAME links: ldconfig -r " + inv.Root
-			}
+			f = fix(fixSONAME, "ROOT", inv.Root)
 		}
-		return fail(CheckDriverFiles, fix, "%s", strings.Join(problems, "; "))
+		return fail(CheckDriverFiles, f, "%s", strings.Join(problems, "; "))
 	}
 	return pass(CheckDriverFiles, "driver %s under %s: %d libraries (SONAME links resolve), %d programs, %d firmware files",
 		inv.Version, inv.Root, len(inv.Libraries), len(inv.Binaries), len(inv.Firmware))
@@ -470,21 +405,18 @@ func checkDriverFiles(cfg config.Config) Check {
 // themselves are fine.
 func checkLoaderCache(cfg config.Config) Check {
 	root := cfg.DriverRoot
-	fix := "rebuild the cache: ldconfig"
-	if root != "/" {
-		fix = "rebuild the cache: ldconfig -r " + root
-	}
+	f := fix(fixLoaderCache, "ROOT", root)
 	file, err := driver.ResolveInRoot(root, "/etc/ld.so.cache")
 	if err != nil {
-		return fail(CheckLoaderCache, fix, "%s/etc/ld.so.cache: %v", strings.TrimSuffix(root, "/"), err)
+		return fail(CheckLoaderCache, f, "%s/etc/ld.so.cache: %v", strings.TrimSuffix(root, "/"), err)
 	}
 	cache, err := ldcache.Open(file)
 	if err != nil {
-		return fail(CheckLoaderCache, fix, "%s cannot be read as a loader cache: %v (the loader then finds no driver library outside the default directories)", file, err)
+		return fail(CheckLoaderCache, f, "%s cannot be read as a loader cache: %v (the loader then finds no driver library outside the default directories)", file, err)
 	}
 	inv, err := discover.Driver(cfg)
 	if err != nil {
-		return fail(CheckLoaderCache, "point --driver-root at the driver install", "%v", err)
+		return fail(CheckLoaderCache, fix(fixDriverRoot), "%v", err)
 	}
 	inCache := map[string]bool{}
 	for _, e := range cache.Entries {
@@ -511,7 +443,7 @@ func checkLoaderCache(cfg config.Config) Check {
 		}
 	}
 	if len(missing) > 0 {
-		return fail(CheckLoaderCache, fix, "%s has no entry for %d of the driver's %d libraries: %s (the cache predates the driver install, or ldconfig was not run)",
+		return fail(CheckLoaderCache, f, "%s has no entry for %d of the driver's %d libraries: %s (the cache predates the driver install, or ldconfig was not run)",
 			file, len(missing), n, strings.Join(missing, ", "))
 	}
 	return pass(CheckLoaderCache, "%s lists all %d of the driver's libraries (%d entries)", file, n, len(cache.Entries))

@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/cdispec"
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
@@ -327,6 +328,19 @@ func TestContainerdAndCRIO(t *testing.T) {
     BinaryName = "`+rt+`"
 `)
 	expect(t, Run(h.opts), CheckContainerd, Pass, []string{`"nvidia" -> ` + rt}, "")
+	// The runtime in a drop-in the file imports, as nvidia-ctk runtime
+	// configure writes it by default.
+	h.write(t, h.opts.ContainerdConfig, `version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+`)
+	dropIn := filepath.Join(filepath.Dir(h.opts.ContainerdConfig), "conf.d", "99-nvidia.toml")
+	if _, err := engineconfig.ApplyContainerdDropIn(h.opts.ContainerdConfig, dropIn, engineconfig.Options{RuntimePath: rt}, false); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, Run(h.opts), CheckContainerd, Pass, []string{`"nvidia" -> ` + rt, dropIn}, "")
+	h.write(t, dropIn, "version = \n")
+	expect(t, Run(h.opts), CheckContainerd, Fail, []string{dropIn, "imported by"}, "regenerate Gantry's drop-in")
 
 	h.write(t, filepath.Join(h.opts.CRIODropins, "10-other.conf"), "[crio.runtime]\ndefault_runtime = \"runc\"\n")
 	expect(t, Run(h.opts), CheckCRIO, Fail, []string{"registers no runtime"}, "gantry runtime configure --runtime crio")

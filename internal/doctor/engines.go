@@ -1,55 +1,55 @@
 package doctor
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/pelletier/go-toml/v2"
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
 )
 
 // runtimeBinaries are the programs a registered runtime may run for GPU
 // containers: ours, or NVIDIA's (which gantry installs under that name too).
 var runtimeBinaries = map[string]bool{"gantry-runtime": true, "nvidia-container-runtime": true}
 
-// registered is one runtime entry in an engine's configuration.
-type registered struct{ name, path string }
+// registered is one runtime entry in an engine's configuration, as
+// engineconfig reads it.
+type registered = engineconfig.Runtime
 
-// judgeRuntimes fails when no entry runs a GPU runtime or its program is missing.
-func judgeRuntimes(name, file, fix string, all []registered) Check {
+// judgeRuntimes fails when no entry runs a GPU runtime (configure is the
+// fix) or its program is missing (reinstall is).
+func judgeRuntimes(name, file, configure, reinstall string, all []registered) Check {
 	var names, gpuRuntimes, missing []string
 	for _, r := range all {
-		names = append(names, r.name)
-		if !runtimeBinaries[filepath.Base(r.path)] {
+		names = append(names, r.Name)
+		if !runtimeBinaries[filepath.Base(r.Program)] {
 			continue
 		}
-		p := r.path
+		p := r.Program
 		if !filepath.IsAbs(p) {
 			lp, err := exec.LookPath(p)
 			if err != nil {
-				missing = append(missing, fmt.Sprintf("runtime %q runs %s, which is not on PATH", r.name, p))
+				missing = append(missing, fmt.Sprintf("runtime %q runs %s, which is not on PATH", r.Name, p))
 				continue
 			}
 			p = lp
 		}
 		if st, err := os.Stat(p); err != nil || st.IsDir() {
-			missing = append(missing, fmt.Sprintf("runtime %q runs %s, which does not exist", r.name, p))
+			missing = append(missing, fmt.Sprintf("runtime %q runs %s, which does not exist", r.Name, p))
 			continue
 		}
-		gpuRuntimes = append(gpuRuntimes, fmt.Sprintf("%q -> %s", r.name, p))
+		gpuRuntimes = append(gpuRuntimes, fmt.Sprintf("%q -> %s", r.Name, p))
 	}
 	if len(missing) > 0 {
-		return fail(name, "install gantry-runtime there, or re-register it: "+fix, "%s: %s", file, strings.Join(missing, "; "))
+		return fail(name, reinstall, "%s: %s", file, strings.Join(missing, "; "))
 	}
 	if len(gpuRuntimes) == 0 {
-		return fail(name, fix, "%s registers no runtime that runs gantry-runtime or nvidia-container-runtime (runtimes: %s)",
+		return fail(name, configure, "%s registers no runtime that runs gantry-runtime or nvidia-container-runtime (runtimes: %s)",
 			file, listOrNone(names))
 	}
 	return pass(name, "%s: runtime %s", file, strings.Join(gpuRuntimes, ", "))
@@ -57,7 +57,7 @@ func judgeRuntimes(name, file, fix string, all []registered) Check {
 
 func noGPURuntime(all []registered) bool {
 	for _, r := range all {
-		if runtimeBinaries[filepath.Base(r.path)] {
+		if runtimeBinaries[filepath.Base(r.Program)] {
 			return false
 		}
 	}
@@ -76,9 +76,9 @@ func dockerInstalled(opts Options) bool {
 // (the hook is on dockerd's PATH): then a file that registers no GPU
 // runtime is not a failure, only --runtime nvidia is unavailable.
 func checkDocker(opts Options, installed, hookOK bool) Check {
-	const fix = "gantry runtime configure --runtime docker, then systemctl restart docker"
+	configure := fix(fixDockerConfigure)
 	file := opts.DockerConfig
-	b, err := os.ReadFile(file)
+	reg, err := engineconfig.Read(engineconfig.Docker, file)
 	if errors.Is(err, fs.ErrNotExist) {
 		if !installed {
 			return skip(CheckDocker, "Docker is not installed (no dockerd on PATH, no %s)", file)
@@ -89,42 +89,32 @@ func checkDocker(opts Options, installed, hookOK bool) Check {
 		// Neither Docker GPU path is set up: Docker is not used for GPU
 		// containers here (a Kubernetes node's CRI runtime, or Docker for
 		// other work). Not a failure of the paths in use.
-		return info(CheckDocker, "Docker is installed but not set up for GPU containers: %s does not exist (no GPU runtime) and the hook for docker --gpus is not on dockerd's PATH (see %s); to use Docker with GPUs: %s", file, CheckHook, fix)
+		return info(CheckDocker, "Docker is installed but not set up for GPU containers: %s does not exist (no GPU runtime) and the hook for docker --gpus is not on dockerd's PATH (see %s); to use Docker with GPUs: %s", file, CheckHook, configure)
+	}
+	if errors.Is(err, engineconfig.ErrMalformed) {
+		return fail(CheckDocker, fix(fixDockerJSON), "%v", err)
 	}
 	if err != nil {
-		return fail(CheckDocker, "make the file readable", "%v", err)
+		return fail(CheckDocker, fix(fixReadable), "%v", err)
 	}
-	var doc struct {
-		Runtimes       map[string]struct{ Path string } `json:"runtimes"`
-		DefaultRuntime string                           `json:"default-runtime"`
-	}
-	if len(strings.TrimSpace(string(b))) > 0 {
-		if err := json.Unmarshal(b, &doc); err != nil {
-			return fail(CheckDocker, "correct the JSON (dockerd will not start with it), then: "+fix, "%s: %v", file, err)
-		}
-	}
-	var all []registered
-	for name, r := range doc.Runtimes {
-		all = append(all, registered{name, r.Path})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
+	all := reg.Runtimes
 	live, liveErr := askDockerd(opts.DockerSocket)
 	if liveErr == nil {
-		if problems := compareDockerd(file, all, doc.DefaultRuntime, live); len(problems) > 0 {
-			return fail(CheckDocker, "systemctl restart docker (dockerd reads daemon.json when it starts)",
+		if problems := compareDockerd(file, all, reg.DefaultRuntime, live); len(problems) > 0 {
+			return fail(CheckDocker, fix(fixDockerRestart),
 				"%s: dockerd was not restarted after the file changed", strings.Join(problems, "; "))
 		}
 	}
-	c := judgeRuntimes(CheckDocker, file, fix, all)
+	c := judgeRuntimes(CheckDocker, file, configure, fix(fixDockerReinstall), all)
 	if c.Status == Fail && hookOK && noGPURuntime(all) {
 		return info(CheckDocker, "%s registers no GPU runtime (docker run --runtime nvidia is not available); docker run --gpus uses the hook (see %s)", file, CheckHook)
 	}
-	if c.Status == Fail && noGPURuntime(all) && doc.DefaultRuntime == "" {
+	if c.Status == Fail && noGPURuntime(all) && reg.DefaultRuntime == "" {
 		return info(CheckDocker, "Docker is not set up for GPU containers: %s registers no GPU runtime (runtimes: %s) and the hook for docker --gpus is not on dockerd's PATH (see %s); to use Docker with GPUs: %s",
-			file, runtimeNames(all), CheckHook, fix)
+			file, runtimeNames(all), CheckHook, configure)
 	}
-	if c.OK && doc.DefaultRuntime != "" {
-		c.Evidence += fmt.Sprintf(" (default runtime %q)", doc.DefaultRuntime)
+	if c.OK && reg.DefaultRuntime != "" {
+		c.Evidence += fmt.Sprintf(" (default runtime %q)", reg.DefaultRuntime)
 	}
 	if c.OK {
 		if liveErr != nil {
@@ -136,16 +126,13 @@ func checkDocker(opts Options, installed, hookOK bool) Check {
 	return c
 }
 
-// containerdRuntimeTables are where the CRI plugin keeps its runtimes in
-// config versions 2 and 3 (and the version 1 name).
-var containerdRuntimeTables = []string{"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "cri"}
-
-func checkContainerd(opts Options) Check {
-	const fix = "gantry runtime configure --runtime containerd, then systemctl restart containerd"
+// checkContainerd judges the running containerd's runtimes (live, from
+// its CRI socket; liveErr when none answered), else its config.toml.
+func checkContainerd(opts Options, live []registered, socket string, liveErr error) Check {
 	// The running containerd's own configuration, where its CRI service
 	// answers: what it registers now, whatever file it was started with.
-	if live, socket, err := liveContainerdRuntimes(opts.CRISocket); err == nil {
-		c := judgeRuntimes(CheckContainerd, "the running containerd at "+socket+" (its configuration from CRI Status)", fix+" (the one serving "+socket+", with the file it was started with)", live)
+	if liveErr == nil {
+		c := judgeRuntimes(CheckContainerd, "the running containerd at "+socket+" (its configuration from CRI Status)", fix(fixContainerdLive, "SOCKET", socket), fix(fixContainerdReinstall), live)
 		if c.Status == Fail && noGPURuntime(live) {
 			if _, err := os.Stat(opts.KubeletDir); err != nil {
 				return info(CheckContainerd, "the running containerd at %s registers no GPU runtime (runtimes: %s), and this is no Kubernetes node (no %s): containerd is not used through CRI for GPU containers here", socket, runtimeNames(live), opts.KubeletDir)
@@ -154,40 +141,32 @@ func checkContainerd(opts Options) Check {
 		return c
 	}
 	file := opts.ContainerdConfig
-	b, err := os.ReadFile(file)
-	if errors.Is(err, fs.ErrNotExist) {
+	// The file and the files it imports (NVIDIA's toolkit and nvidia-ctk
+	// runtime configure put the runtime in a drop-in,
+	// /etc/containerd/conf.d/99-nvidia.toml).
+	reg, files, err := engineconfig.ReadContainerd(file)
+	if errors.Is(err, fs.ErrNotExist) && len(files) == 0 {
 		return skip(CheckContainerd, "%s does not exist (containerd not installed, or running on defaults without GPU support)", file)
 	}
+	var imported *engineconfig.ImportError
+	if errors.As(err, &imported) {
+		return fail(CheckContainerd, fix(fixContainerdImport), "%v", err)
+	}
+	if errors.Is(err, engineconfig.ErrMalformed) || errors.Is(err, engineconfig.ErrUnsupportedVersion) {
+		return fail(CheckContainerd, fix(fixContainerdTOML), "%v", err)
+	}
 	if err != nil {
-		return fail(CheckContainerd, "make the file readable", "%v", err)
+		return fail(CheckContainerd, fix(fixReadable), "%v", err)
 	}
-	var doc map[string]any
-	if err := toml.Unmarshal(b, &doc); err != nil {
-		return fail(CheckContainerd, "correct the TOML (containerd will not start with it)", "%s: %v", file, err)
-	}
-	var all []registered
-	plugins, _ := doc["plugins"].(map[string]any)
-	for _, t := range containerdRuntimeTables {
-		runtimes := table(plugins, t, "containerd", "runtimes")
-		for name, v := range runtimes {
-			rt, _ := v.(map[string]any)
-			bin, _ := table(rt, "options")["BinaryName"].(string)
-			if bin == "" {
-				bin = "runc"
-			}
-			all = append(all, registered{name, bin})
-		}
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
-	c := judgeRuntimes(CheckContainerd, file, fix, all)
-	if c.Status != Fail || !noGPURuntime(all) {
+	c := judgeRuntimes(CheckContainerd, strings.Join(files, ", "), fix(fixContainerdConfigure), fix(fixContainerdReinstall), reg.Runtimes)
+	if c.Status != Fail || !noGPURuntime(reg.Runtimes) {
 		return c
 	}
 	// No GPU runtime registered. That is a failure only where containerd
 	// runs GPU containers itself, through its CRI plugin for a kubelet;
 	// with the plugin disabled (Docker CE's config) or no kubelet here
 	// (Debian's containerd under Docker) it is Docker's backend.
-	if d := criDisabled(doc); d != "" {
+	if d := reg.CRIDisabled; d != "" {
 		return info(CheckContainerd, "%s disables the CRI plugin (disabled_plugins %s): containerd is not used for GPU containers here (Docker's backend); no GPU runtime needed", file, d)
 	}
 	if _, err := os.Stat(opts.KubeletDir); err != nil {
@@ -196,71 +175,21 @@ func checkContainerd(opts Options) Check {
 	return c
 }
 
-// criDisabled returns the disabled_plugins entry that turns the CRI
-// plugin off, or "".
-func criDisabled(doc map[string]any) string {
-	list, _ := doc["disabled_plugins"].([]any)
-	for _, v := range list {
-		if p, _ := v.(string); p == "cri" || p == "io.containerd.grpc.v1.cri" || p == "io.containerd.cri.v1.runtime" {
-			return fmt.Sprintf("%q", p)
-		}
-	}
-	return ""
-}
-
-func table(m map[string]any, keys ...string) map[string]any {
-	for _, k := range keys {
-		next, ok := m[k].(map[string]any)
-		if !ok {
-			return nil
-		}
-		m = next
-	}
-	return m
-}
-
 // checkCRIO reads crio.conf and its drop-ins (every file in crio.conf.d, in
 // name order, as CRI-O does).
 func checkCRIO(opts Options) Check {
-	const fix = "gantry runtime configure --runtime crio, then systemctl restart crio"
-	files := []string{}
-	if _, err := os.Stat(opts.CRIOConfig); err == nil {
-		files = append(files, opts.CRIOConfig)
-	}
-	entries, _ := os.ReadDir(opts.CRIODropins)
-	for _, e := range entries {
-		if !e.IsDir() {
-			files = append(files, filepath.Join(opts.CRIODropins, e.Name()))
-		}
-	}
-	if len(files) == 0 {
+	reg, files, err := engineconfig.ReadCRIO(opts.CRIOConfig, opts.CRIODropins)
+	if len(files) == 0 && errors.Is(err, fs.ErrNotExist) {
 		return skip(CheckCRIO, "neither %s nor %s exist (CRI-O not installed)", opts.CRIOConfig, opts.CRIODropins)
 	}
-	byName := map[string]string{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return fail(CheckCRIO, "make the file readable", "%v", err)
-		}
-		var doc map[string]any
-		if err := toml.Unmarshal(b, &doc); err != nil {
-			return fail(CheckCRIO, "correct the TOML (CRI-O will not start with it)", "%s: %v", f, err)
-		}
-		for name, v := range table(doc, "crio", "runtime", "runtimes") {
-			rt, _ := v.(map[string]any)
-			p, _ := rt["runtime_path"].(string)
-			if p == "" {
-				p = name // CRI-O looks the runtime's name up in PATH
-			}
-			byName[name] = p
-		}
+	if errors.Is(err, engineconfig.ErrMalformed) {
+		return fail(CheckCRIO, fix(fixCRIOTOML), "%v", err)
 	}
-	var all []registered
-	for n, p := range byName {
-		all = append(all, registered{n, p})
+	if err != nil {
+		return fail(CheckCRIO, fix(fixReadable), "%v", err)
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
-	c := judgeRuntimes(CheckCRIO, opts.CRIOConfig+" and "+opts.CRIODropins, fix, all)
+	all := reg.Runtimes
+	c := judgeRuntimes(CheckCRIO, opts.CRIOConfig+" and "+opts.CRIODropins, fix(fixCRIOConfigure), fix(fixCRIOReinstall), all)
 	if c.Status == Fail && noGPURuntime(all) {
 		// CRI-O serves only a kubelet: without one it runs no GPU containers.
 		if _, err := os.Stat(opts.KubeletDir); err != nil {
@@ -348,7 +277,7 @@ func checkHook(opts Options, docker, runtimeOK bool) Check {
 	if p, err := exec.LookPath(hookName); err == nil {
 		// Installed, but where dockerd does not look: --gpus is meant to
 		// work here and fails.
-		return fail(CheckHook, "add "+filepath.Dir(p)+" to dockerd's PATH (an Environment=PATH= line in docker.service), or ln -s gantry-runtime /usr/bin/"+hookName+", then systemctl restart docker",
+		return fail(CheckHook, fix(fixHookPath, "DIR", filepath.Dir(p)),
 			"%s is installed (%s) but not on dockerd's PATH %q (%s): docker run --gpus fails with \"could not select device driver\"", hookName, p, path, source)
 	}
 	// Neither Docker path is set up: Docker is not a GPU path on this host
@@ -365,7 +294,7 @@ func runtimeNames(all []registered) string {
 	}
 	names := make([]string, len(all))
 	for i, r := range all {
-		names[i] = r.name
+		names[i] = r.Name
 	}
 	return strings.Join(names, ", ")
 }

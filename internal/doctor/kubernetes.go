@@ -1,15 +1,12 @@
 package doctor
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -21,11 +18,6 @@ import (
 
 // DefaultKubeletDir is the kubelet's root directory.
 const DefaultKubeletDir = "/var/lib/kubelet"
-
-const (
-	fixPodResources = "the kubelet serves pod-resources on this socket from Kubernetes 1.15 (GetAllocatableResources from 1.23, GA in 1.28): is the kubelet running (systemctl status kubelet), and is --kubelet-dir its root directory?"
-	fixWrongNode    = "run doctor on the node the pod runs on (kubectl get pod -n NAMESPACE NAME -o wide), or point --kubelet-dir at the kubelet's root directory"
-)
 
 // gpuResource reports whether a kubelet resource name is one of NVIDIA's.
 func gpuResource(name string) bool { return strings.HasPrefix(name, "nvidia.com/") }
@@ -52,40 +44,8 @@ func hintsFor(opts Options) nodeHints {
 	return nodeHints{n}
 }
 
-func (h nodeHints) pods() string {
-	return "kubectl -n kube-system get pods -l app.kubernetes.io/name=gantry --field-selector spec.nodeName=" + h.node
-}
-
-func (h nodeHints) pluginPod() string { return h.pods() + " -o wide" }
-
-func (h nodeHints) pluginLogs() string {
-	return "kubectl -n kube-system logs $(" + h.pods() + " -o name)"
-}
-
-func (h nodeHints) events() string {
-	return "kubectl get events -A --field-selector involvedObject.kind=Node,involvedObject.name=" + h.node
-}
-
-func (h nodeHints) notRunning() string {
-	return "the device plugin is not running or not registered: " + h.pluginPod() + "; see its logs: " + h.pluginLogs()
-}
-
-func (h nodeHints) stale() string {
-	return "the plugin that served it has crashed or stopped and left its socket: check its pod (" + h.pluginPod() +
-		") and logs (" + h.pluginLogs() + "); restarting it (kubectl -n kube-system delete pod POD; the DaemonSet makes a new one) serves the socket and registers again; a socket no plugin will serve again can be deleted. The kubelet counts the resource's devices as unhealthy once the plugin's stream ends"
-}
-
-func (h nodeHints) unhealthy() string {
-	return "see why (XID, double-bit ECC, fallen off the bus) in the Node's events (" + h.events() +
-		"; reason GPUUnhealthy) and the plugin's log (" + h.pluginLogs() +
-		"); the plugin returns a GPU to healthy after its quiet period (gantry.health.recoveryQuietPeriod, default 10m) without a new error; for a persistent fault drain the node (kubectl drain " + h.node +
-		" --ignore-daemonsets), reset the GPU (nvidia-smi -r -i UUID) or reboot, then kubectl uncordon " + h.node + "; pods holding the GPU keep it until they are deleted"
-}
-
-func (h nodeHints) reregister() string {
-	return "restart the device plugin so it registers again (kubectl -n kube-system delete pod POD; " + h.pluginPod() +
-		"), and see the kubelet's log (journalctl -u kubelet | grep -i 'device plugin')"
-}
+// fix renders a documented fix naming this node.
+func (h nodeHints) fix(doc string) string { return fix(doc, "NODE", h.node) }
 
 // kubeState is what the node's kubelet and its plugins answered.
 type kubeState struct {
@@ -151,69 +111,20 @@ func (s *kubeState) holders() map[devKey][]holder {
 	return m
 }
 
-// checkKubernetes runs the node checks when this host runs a kubelet, and
-// the pod check when a pod was named.
-func checkKubernetes(opts Options) []Check {
-	if st, err := os.Stat(opts.KubeletDir); err != nil || !st.IsDir() {
-		var out []Check
-		for _, name := range []string{CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode} {
-			out = append(out, skip(name, "not a Kubernetes node: no kubelet directory %s", opts.KubeletDir))
-		}
-		if opts.Pod != "" {
-			out = append(out, fail(CheckPod, fixWrongNode,
-				"pod %s: no kubelet directory %s, so no pod runs here", opts.Pod, opts.KubeletDir))
-		}
-		return out
-	}
-	s := &kubeState{hints: hintsFor(opts), dir: filepath.Join(opts.KubeletDir, "device-plugins")}
-	var sockets []string
-	sockets, s.kubelet, s.socketsErr = pluginSockets(s.dir)
-	s.endpoints = probePlugins(s.dir, sockets)
-	s.checkpoint, s.checkpointErr = readCheckpoint(s.dir)
-
-	s.podResources = filepath.Join(opts.KubeletDir, "pod-resources", "kubelet.sock")
-	client, closeConn, err := dialPodResources(s.podResources)
-	if err != nil {
-		s.prErr = err
-	} else {
-		defer closeConn()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		s.list, s.listErr = client.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
-		if s.listErr != nil {
-			s.listErr = fmt.Errorf("pod-resources %s: List: %v", s.podResources, status.Convert(s.listErr).Message())
-		}
-		s.alloc, s.allocErr = client.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
-	}
-
-	registration := checkDevicePlugin(s)
-	out := []Check{registration, checkPluginHealth(s, registration), checkAllocatable(s), checkCheckpoint(s), checkNode(opts, s)}
-	if opts.Pod != "" {
-		if s.prErr != nil {
-			out = append(out, *after(CheckPod, out[2]))
-		} else {
-			out = append(out, checkPod(opts.Pod, s.list, s.listErr))
-		}
-	}
-	return out
-}
-
 // checkDevicePlugin checks that a device plugin serves a socket next to
 // the kubelet's registration socket and that each one named as NVIDIA's
 // (or identifying as Gantry's) answers as the kubelet asks it.
 func checkDevicePlugin(s *kubeState) Check {
 	if s.socketsErr != nil {
-		return fail(CheckDevicePlugin,
-			"is the kubelet running (systemctl status kubelet), and is --kubelet-dir its root directory?",
+		return fail(CheckDevicePlugin, fix(fixKubeletDir),
 			"reading the kubelet's device plugin directory: %v", s.socketsErr)
 	}
 	if !s.kubelet {
-		return fail(CheckDevicePlugin,
-			"the kubelet is not running or has the device plugin manager off: systemctl status kubelet; journalctl -u kubelet",
+		return fail(CheckDevicePlugin, fix(fixNoKubeletSock),
 			"no kubelet.sock socket in %s: no device plugin can register", s.dir)
 	}
 	if len(s.endpoints) == 0 {
-		return fail(CheckDevicePlugin, s.hints.notRunning(),
+		return fail(CheckDevicePlugin, s.hints.fix(fixPluginNotRunning),
 			"no device plugin socket next to kubelet.sock in %s", s.dir)
 	}
 	var ok, bad, other []string
@@ -247,9 +158,9 @@ func checkDevicePlugin(s *kubeState) Check {
 		ev = join(ev, "other vendors' plugins, not checked: "+strings.Join(other, ", "))
 	}
 	if len(bad) > 0 {
-		fix := s.hints.stale()
+		fix := s.hints.fix(fixPluginStale)
 		if !stale {
-			fix = "the plugin does not answer as the kubelet asks it (" + s.hints.pluginPod() + "; " + s.hints.pluginLogs() + "); restart it: kubectl -n kube-system delete pod POD"
+			fix = s.hints.fix(fixPluginHung)
 		}
 		what := "stale registration"
 		if !stale {
@@ -258,7 +169,7 @@ func checkDevicePlugin(s *kubeState) Check {
 		return fail(CheckDevicePlugin, fix, "%s: %s%s", what, strings.Join(bad, "; "), semi(ev))
 	}
 	if len(ok) == 0 {
-		return fail(CheckDevicePlugin, s.hints.notRunning(), "no NVIDIA device plugin socket next to kubelet.sock in %s (%s)", s.dir, ev)
+		return fail(CheckDevicePlugin, s.hints.fix(fixPluginNotRunning), "no NVIDIA device plugin socket next to kubelet.sock in %s (%s)", s.dir, ev)
 	}
 	return pass(CheckDevicePlugin, "%s in %s", ev, s.dir)
 }
@@ -319,7 +230,7 @@ func checkPluginHealth(s *kubeState, registration Check) Check {
 		parts = append(parts, p)
 	}
 	if len(bad) > 0 {
-		return fail(CheckPluginHealth, s.hints.unhealthy(), "%s", strings.Join(parts, "; "))
+		return fail(CheckPluginHealth, s.hints.fix(fixUnhealthy), "%s", strings.Join(parts, "; "))
 	}
 	if foreign == len(answering) {
 		return skip(CheckPluginHealth, "%s", strings.Join(parts, "; "))
@@ -351,14 +262,14 @@ type devKey struct{ resource, id string }
 // registered plugin (capacity is all of them, allocatable the healthy ones).
 func checkAllocatable(s *kubeState) Check {
 	if s.prErr != nil {
-		return fail(CheckAllocatable, fixPodResources, "%v", s.prErr)
+		return fail(CheckAllocatable, fix(fixPodResources), "%v", s.prErr)
 	}
 	if s.allocErr != nil {
-		fix := fixPodResources
+		f := fix(fixPodResources)
 		if status.Code(s.allocErr) == codes.Unimplemented {
-			fix = "the kubelet predates GetAllocatableResources: upgrade it to 1.28 or later, or enable the KubeletPodResourcesGetAllocatable feature gate"
+			f = fix(fixNoAllocatable)
 		}
-		return fail(CheckAllocatable, fix, "pod-resources %s: GetAllocatableResources: %v", s.podResources, status.Convert(s.allocErr).Message())
+		return fail(CheckAllocatable, f, "pod-resources %s: GetAllocatableResources: %v", s.podResources, status.Convert(s.allocErr).Message())
 	}
 	allocatable := map[string]map[string]bool{}
 	for _, d := range s.alloc.GetDevices() {
@@ -406,17 +317,17 @@ func checkAllocatable(s *kubeState) Check {
 		}
 	}
 	if len(problems) > 0 {
-		fix := s.hints.reregister()
+		fix := s.hints.fix(fixReregister)
 		if !notRegistered {
-			fix = "the kubelet would place new pods on failed GPUs: " + fix
+			fix = s.hints.fix(fixKubeletBehind)
 		}
 		return fail(CheckAllocatable, fix, "%s (pod-resources %s)", strings.Join(problems, "; "), s.podResources)
 	}
 	if len(allocatable) == 0 {
-		fix := s.hints.notRunning()
+		fix := s.hints.fix(fixPluginNotRunning)
 		for _, e := range listed {
 			if len(e.devices) > 0 && len(e.healthyIDs()) == 0 {
-				fix = "every GPU the plugin advertises is unhealthy (see " + CheckPluginHealth + "): " + s.hints.unhealthy()
+				fix = s.hints.fix(fixAllUnhealthy)
 			}
 		}
 		return fail(CheckAllocatable, fix,
@@ -488,8 +399,7 @@ func formatIDs(ids []string) string {
 // advertises runs on a device that is gone.
 func checkCheckpoint(s *kubeState) Check {
 	if s.checkpointErr != nil {
-		return fail(CheckCheckpoint,
-			"the kubelet cannot read it either and forgets which containers hold which devices: see journalctl -u kubelet; the kubelet rewrites it when it allocates devices again",
+		return fail(CheckCheckpoint, fix(fixCheckpoint),
 			"%v", s.checkpointErr)
 	}
 	cp := s.checkpoint
@@ -528,8 +438,7 @@ func checkCheckpoint(s *kubeState) Check {
 		parts = append(parts, "no nvidia.com/ devices registered or held")
 	}
 	if len(gone) > 0 {
-		return fail(CheckCheckpoint,
-			"those containers run on devices that no longer exist (the GPUs were reconfigured, e.g. MIG, or the plugin's resources changed): delete the pods (find a UID with kubectl get pods -A -o custom-columns=NS:.metadata.namespace,NAME:.metadata.name,UID:.metadata.uid) so they are scheduled again",
+		return fail(CheckCheckpoint, fix(fixCheckpointGone),
 			"pods hold devices the plugin no longer advertises: %s (%s)", strings.Join(gone, "; "), cp.path)
 	}
 	return pass(CheckCheckpoint, "%s (%s)", strings.Join(parts, "; "), cp.path)
@@ -556,7 +465,7 @@ func checkNode(opts Options, s *kubeState) Check {
 		names[r] = true
 	}
 	if len(names) == 0 {
-		return fail(CheckNode, s.hints.notRunning(),
+		return fail(CheckNode, s.hints.fix(fixPluginNotRunning),
 			"node %s advertises no nvidia.com/ resource (status.capacity): the scheduler sees no GPU here", n.name)
 	}
 	var parts, problems []string
@@ -587,9 +496,9 @@ func checkNode(opts Options, s *kubeState) Check {
 	}
 	ev := fmt.Sprintf("node %s (%s): %s", n.name, who, strings.Join(parts, "; "))
 	if len(problems) > 0 {
-		fix := s.hints.reregister()
+		fix := s.hints.fix(fixReregister)
 		if short {
-			fix = "the scheduler sees fewer GPUs than the node has because some are unhealthy (see " + CheckPluginHealth + "): " + s.hints.unhealthy()
+			fix = s.hints.fix(fixNodeUnhealthy)
 		}
 		return fail(CheckNode, fix, "%s; %s", ev, strings.Join(problems, "; "))
 	}
@@ -599,7 +508,7 @@ func checkNode(opts Options, s *kubeState) Check {
 // checkPod reports the NVIDIA devices a pod's containers hold.
 func checkPod(pod string, list *podresourcesv1.ListPodResourcesResponse, listErr error) Check {
 	if listErr != nil {
-		return fail(CheckPod, fixPodResources, "pod %s: %v", pod, listErr)
+		return fail(CheckPod, fix(fixPodResources), "pod %s: %v", pod, listErr)
 	}
 	ns, name, _ := strings.Cut(pod, "/")
 	for _, p := range list.GetPodResources() {
@@ -616,12 +525,11 @@ func checkPod(pod string, list *podresourcesv1.ListPodResourcesResponse, listErr
 			}
 		}
 		if len(held) == 0 {
-			return fail(CheckPod,
-				"give its containers resources.limits nvidia.com/gpu: N (or a MIG resource) and recreate the pod",
+			return fail(CheckPod, fix(fixPodNoGPU),
 				"pod %s holds no GPU (does its spec ask for nvidia.com/gpu in resources.limits?)", pod)
 		}
 		return pass(CheckPod, "pod %s: %s", pod, strings.Join(held, "; "))
 	}
-	return fail(CheckPod, fixWrongNode,
+	return fail(CheckPod, fix(fixWrongNode),
 		"pod %s is not among the kubelet's pods on this node (it does not exist, is not running, or runs on another node)", pod)
 }

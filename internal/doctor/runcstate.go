@@ -75,10 +75,7 @@ func checkRuncState(opts Options, c *runcState) []Check {
 		_, err := os.Stat(filepath.Join(opts.Proc, fmt.Sprint(c.Pid)))
 		running = err == nil
 	}
-	fx := containerFixes{
-		restart: fmt.Sprintf("recreate the container so runc rebuilds its cgroup from the spec (runc --root %s delete --force %s, then create it again through gantry-runtime)", c.Root, c.ID),
-		recur:   "to stop it recurring give the GPUs through gantry-runtime or CDI, so the device rules are in the container's spec (linux.resources.devices) rather than added to its cgroup by a hook",
-	}
+	fx := containerFixes{restart: fix(fixRestartRunc, "DIR", c.Root, "ID", c.ID), recur: fix(fixRecurSpec)}
 	return checkSpecAndAccess(opts, who, c.Spec, nil, " (bundle "+c.Bundle+")", "runc", c.Pid, running, fx)
 }
 

@@ -73,7 +73,7 @@ func checkCDISpecs(cfg config.Config, running string) Check {
 		kind = request.DefaultKind
 	}
 	var good, bad []string
-	var fix []string
+	var regen []string
 	for _, dir := range cfg.CDI.SpecDirs {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
@@ -88,7 +88,7 @@ func checkCDISpecs(cfg config.Config, running string) Check {
 			spec, err := readSpec(path)
 			if err != nil {
 				bad = append(bad, fmt.Sprintf("%s: %v", path, err))
-				fix = append(fix, fmt.Sprintf("gantry cdi generate --output %s", path))
+				regen = append(regen, fmt.Sprintf("gantry cdi generate --output %s", path))
 				continue
 			}
 			if spec.Kind != kind {
@@ -100,7 +100,7 @@ func checkCDISpecs(cfg config.Config, running string) Check {
 				// controls (LD_PRELOAD into a root process on the host).
 				bad = append(bad, fmt.Sprintf("%s has hooks without an explicit env, which a runtime runs with the image's environment (unsafe, CVE-2025-23266): %s",
 					path, strings.Join(hooks, ", ")))
-				fix = append(fix, fmt.Sprintf("gantry cdi generate --output %s", path))
+				regen = append(regen, fmt.Sprintf("gantry cdi generate --output %s", path))
 			}
 			versions := specVersions(spec)
 			switch {
@@ -113,12 +113,12 @@ func checkCDISpecs(cfg config.Config, running string) Check {
 			default:
 				bad = append(bad, fmt.Sprintf("%s was generated for driver %s but the running driver is %s",
 					path, strings.Join(versions, ", "), running))
-				fix = append(fix, fmt.Sprintf("gantry cdi generate --output %s", path))
+				regen = append(regen, fmt.Sprintf("gantry cdi generate --output %s", path))
 			}
 		}
 	}
 	if len(bad) > 0 {
-		return fail(CheckCDISpecs, "regenerate: "+strings.Join(fix, "; ")+" (gantry cdi generate belongs in the driver upgrade procedure)",
+		return fail(CheckCDISpecs, fix(fixCDISpec, "gantry cdi generate --output FILE", strings.Join(regen, "; ")),
 			"%s", strings.Join(bad, "; "))
 	}
 	if len(good) == 0 {

@@ -25,8 +25,16 @@ var errTooManyLinks = errors.New("too many levels of symbolic links")
 // Results for directories are cached, because every library lookup walks the
 // same handful of directories and Discover must stay in the low milliseconds.
 type resolver struct {
-	root string // absolute, cleaned host path of the root
-	dirs map[string]resolved
+	root  string // absolute, cleaned host path of the root
+	dirs  map[string]resolved
+	files map[string]lstatted // one lstat (and readlink) per in-root path
+}
+
+// lstatted is what one lstat, and for a symlink one readlink, found.
+type lstatted struct {
+	fi     os.FileInfo
+	target string
+	err    error
 }
 
 type resolved struct {
@@ -35,7 +43,7 @@ type resolved struct {
 }
 
 func newResolver(root string) *resolver {
-	return &resolver{root: filepath.Clean(root), dirs: map[string]resolved{}}
+	return &resolver{root: filepath.Clean(root), dirs: map[string]resolved{}, files: map[string]lstatted{}}
 }
 
 // host returns the host path of an in-root path.
@@ -65,27 +73,41 @@ func (r *resolver) resolve(p string, links *int) (string, error) {
 		return "", err
 	}
 	full := path.Join(rd, base)
-	fi, err := os.Lstat(r.host(full))
-	if err != nil {
-		return "", err
+	f := r.lstat(full)
+	if f.err != nil {
+		return "", f.err
 	}
-	if fi.Mode()&os.ModeSymlink == 0 {
+	if f.fi.Mode()&os.ModeSymlink == 0 {
 		return full, nil
 	}
 	*links++
 	if *links > maxLinks {
 		return "", &os.PathError{Op: "resolve", Path: r.host(p), Err: errTooManyLinks}
 	}
-	target, err := os.Readlink(r.host(full))
-	if err != nil {
-		return "", err
-	}
+	target := f.target
 	if !path.IsAbs(target) {
 		// rd has no symlinks left, so a lexical ".." from it is the real
 		// parent; path.Join clamps ".." at "/", which is the root.
 		target = path.Join(rd, target)
 	}
 	return r.resolve(target, links)
+}
+
+// lstat is os.Lstat of the in-root path full, and os.Readlink for a
+// symlink, each done once per resolver: a discovery reaches the same
+// library through several names (its SONAME link, its .so link, the
+// ld.so.cache), and the tree does not change while it looks.
+func (r *resolver) lstat(full string) lstatted {
+	if f, ok := r.files[full]; ok {
+		return f
+	}
+	var f lstatted
+	f.fi, f.err = os.Lstat(r.host(full))
+	if f.err == nil && f.fi.Mode()&os.ModeSymlink != 0 {
+		f.target, f.err = os.Readlink(r.host(full))
+	}
+	r.files[full] = f
+	return f
 }
 
 // resolveDir resolves a directory path, caching the outcome (errors too:

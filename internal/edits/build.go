@@ -38,7 +38,7 @@ func driverRoot(inv *driver.Inventory, opts Options) string {
 // capability nodes. The container's NVIDIA_VISIBLE_DEVICES is left as it was
 // (see InjectedAnnotation).
 //
-// CDI names in req.CDIDevices are not resolved here: the front end injects
+// CDI names in req.CDIDevices are not resolved here: package inject injects
 // them through the CDI registry, from the spec package cdispec writes.
 func Build(sys *gpu.System, inv *driver.Inventory, req *request.Request, opts Options) (*Edits, error) {
 	if req == nil || req.Devices.Mode == request.Void {
@@ -50,6 +50,18 @@ func Build(sys *gpu.System, inv *driver.Inventory, req *request.Request, opts Op
 	selected, err := Resolve(sys, req.Devices)
 	if err != nil {
 		return nil, fmt.Errorf("device request from %s: %w", sourceName(req.Source), err)
+	}
+	return BuildSelected(sys, inv, req, selected, opts)
+}
+
+// BuildSelected is Build for a caller that has resolved req.Devices on sys
+// already (Resolve), so that the devices are looked up once per container.
+func BuildSelected(sys *gpu.System, inv *driver.Inventory, req *request.Request, selected []Selected, opts Options) (*Edits, error) {
+	if req == nil || req.Devices.Mode == request.Void {
+		return nil, nil
+	}
+	if sys == nil {
+		sys = &gpu.System{}
 	}
 	if err := checkRequirements(sys, inv, req.Requirements, selected); err != nil {
 		return nil, err

@@ -14,6 +14,9 @@ const (
 	cdiCreateContainer = "createContainer"
 	HookCreateSymlinks = "create-symlinks"
 	HookUpdateLDCache  = "update-ldcache"
+	// HookEnableCUDACompat is NVIDIA's forward-compatibility hook, which
+	// gantry cdi generate puts before update-ldcache for nvidia-cdi-hook.
+	HookEnableCUDACompat = "enable-cuda-compat"
 )
 
 // HookPATH is the one variable of every hook's environment (HookEnv).

@@ -361,6 +361,25 @@ func TestApplyToSpecRuleAfterDeny(t *testing.T) {
 	}
 }
 
+// NoCgroups (runtime.no-cgroups, rootless engines): the node is in the
+// spec, no allow rule is added and an existing rule list is left as it was.
+func TestApplyToSpecNoCgroups(t *testing.T) {
+	e := &Edits{DeviceNodes: []DeviceNode{{Path: "/dev/nvidia0", Type: "c", Major: 195, Minor: 0}}}
+	spec := &ocispecs.Spec{Linux: &ocispecs.Linux{}}
+	if err := e.ApplyToSpecWith(spec, SpecOptions{NoCgroups: true}); err != nil {
+		t.Fatal(err)
+	}
+	if len(spec.Linux.Devices) != 1 || spec.Linux.Devices[0].Path != "/dev/nvidia0" || spec.Linux.Resources != nil {
+		t.Errorf("devices %+v, resources %+v", spec.Linux.Devices, spec.Linux.Resources)
+	}
+	if err := e.ApplyToSpec(spec); err != nil {
+		t.Fatal(err)
+	}
+	if spec.Linux.Resources == nil || len(spec.Linux.Resources.Devices) != 1 {
+		t.Errorf("without NoCgroups: resources %+v", spec.Linux.Resources)
+	}
+}
+
 func TestApplyToSpecErrors(t *testing.T) {
 	tests := []struct {
 		name string

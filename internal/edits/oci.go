@@ -22,6 +22,20 @@ var ErrInvalidEdits = errors.New("invalid container edits")
 // Symlinks and LibraryDirs are not represented in an OCI spec; they are made
 // inside the root filesystem (package oci) or by the CDI hooks.
 func (e *Edits) ApplyToSpec(spec *ocispecs.Spec) error {
+	return e.ApplyToSpecWith(spec, SpecOptions{})
+}
+
+// SpecOptions change what ApplyToSpecWith writes.
+type SpecOptions struct {
+	// NoCgroups leaves linux.resources.devices alone: the nodes are
+	// listed in linux.devices without allow rules (NVIDIA's
+	// nvidia-container-cli.no-cgroups, for rootless engines, whose
+	// runtimes cannot manage a device cgroup; access is granted another way).
+	NoCgroups bool
+}
+
+// ApplyToSpecWith is ApplyToSpec with options.
+func (e *Edits) ApplyToSpecWith(spec *ocispecs.Spec, o SpecOptions) error {
 	if spec == nil {
 		return fmt.Errorf("%w: nil OCI spec", ErrInvalidEdits)
 	}
@@ -43,7 +57,7 @@ func (e *Edits) ApplyToSpec(spec *ocispecs.Spec) error {
 		if spec.Linux == nil {
 			spec.Linux = &ocispecs.Linux{}
 		}
-		if spec.Linux.Resources == nil {
+		if spec.Linux.Resources == nil && !o.NoCgroups {
 			spec.Linux.Resources = &ocispecs.LinuxResources{}
 		}
 		for _, d := range e.DeviceNodes {
@@ -66,6 +80,9 @@ func (e *Edits) ApplyToSpec(spec *ocispecs.Spec) error {
 				spec.Linux.Devices[i] = dev
 			} else {
 				spec.Linux.Devices = append(spec.Linux.Devices, dev)
+			}
+			if o.NoCgroups {
+				continue
 			}
 			access := d.Permissions
 			if access == "" {

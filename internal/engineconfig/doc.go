@@ -10,6 +10,20 @@
 // idempotent: once a file is configured, Plan returns it unchanged with no
 // changes, and Apply writes nothing.
 //
+// # Reading what is registered
+//
+// Parse, Read, ReadContainerd, ReadCRIO and ParseContainerdStatus are the
+// one reader of what a configuration registers (Registered: the runtimes
+// and the program each runs, the default runtime, CDI, containerd's CRI
+// plugin disabled), read as the engine reads it: containerd's CRI plugin of
+// the file's config version, with the files its `imports` name (an
+// import that does not parse is an *ImportError), CRI-O's crio.conf
+// (CRIOMainConfig) then its drop-ins in CRIODropinDir in name order. Plan
+// reads its own output back through it and refuses a result that does not
+// register what was asked, ApplyContainerdDropIn reads the main file with
+// the planned drop-in and its other imports the same way, and gantry
+// doctor judges the engines with it.
+//
 // # What gets written
 //
 // The entries are the ones NVIDIA's `nvidia-ctk runtime configure` writes,
@@ -65,14 +79,19 @@
 //
 // # Drop-ins for containerd
 //
-// Recent NVIDIA toolkits do not edit containerd's config.toml in place: they
-// write /etc/containerd/conf.d/99-nvidia.toml and add
-// "/etc/containerd/conf.d/*.toml" to the main file's `imports`. Because
-// containerd before 2.1 merges imported files plugin by plugin (an imported
-// CRI plugin section replaces the main file's one instead of merging keys),
-// that drop-in has to carry a copy of the whole CRI plugin section, which
-// then silently shadows later edits to the main file. We edit the main file
-// instead, which text splicing makes safe for comments; when the file has
-// imports, the change list warns that an imported CRI section would override
-// it on containerd older than 2.1.
+// Recent NVIDIA toolkits (1.17 and later) do not edit containerd's
+// config.toml in place by default: they write
+// /etc/containerd/conf.d/99-nvidia.toml and add
+// "/etc/containerd/conf.d/*.toml" to the main file's `imports`.
+// ApplyContainerdDropIn does the same (`gantry runtime configure --drop-in`,
+// and nvidia-ctk's default). Because containerd before 2.1 merges imported
+// files plugin by plugin (an imported CRI plugin section replaces the main
+// file's one instead of merging keys), the drop-in carries a copy of the
+// main file's whole CRI plugin section, in the main file's config version,
+// and is regenerated from it on every run; an import already covering the
+// drop-in (a pattern, relative to the main file's directory as containerd
+// resolves it) is left alone. `gantry runtime configure` without --drop-in
+// edits the main file, which text splicing makes safe for comments; when
+// that file has imports, the change list warns that an imported CRI section
+// would override it on containerd older than 2.1.
 package engineconfig

@@ -185,6 +185,12 @@ func plan(engine Engine, current []byte, opts Options) (result, error) {
 	if len(r.changes) == 0 {
 		r.updated = current
 		r.lossy = false
+		return r, nil
+	}
+	// What was planned, read back by the one reader doctor uses too, must
+	// register what was asked: a planner bug is refused, never written.
+	if err := verifyPlan(engine, r.updated, opts, names); err != nil {
+		return result{}, err
 	}
 	return r, nil
 }

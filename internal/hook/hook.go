@@ -10,14 +10,15 @@
 // process starts, with the OCI state (id, pid, bundle) on stdin.
 //
 // Main then does what gantry-runtime does to config.json, from outside: it
-// reads the request from the bundle's config.json (package request), finds the
-// GPUs and driver files (package discover), computes the edits (package
-// edits, which also checks NVIDIA_REQUIRE_*), makes the device nodes and bind
-// mounts appear in the container's mount namespace and opens its device
-// cgroup for the nodes (package nsmount), and finally creates the SONAME
-// links and the ld.so.cache entries in the root filesystem as the container
-// will see it (package containerhook, through /proc/PID/root, where the new
-// mounts are visible). Nothing from the image is executed, and the image's
+// reads the request from the bundle's config.json and makes the plan through
+// the runtime's own pipeline (package inject: the GPUs and the driver
+// inventory, cached in runtime.cache-dir, and the edits, which check
+// NVIDIA_REQUIRE_* first), makes the device nodes and bind mounts appear in
+// the container's mount namespace and opens its device cgroup for the nodes
+// (package nsmount), and finally has the pipeline create the SONAME links and
+// the ld.so.cache entries in the root filesystem as the container will see
+// it (through /proc/PID/root, where the new mounts are visible), and write
+// the runtime's log record. Nothing from the image is executed, and the image's
 // env (LD_PRELOAD, LD_LIBRARY_PATH) never reaches this process: runc gives a
 // hook only the env written in its hook entry.
 package hook
@@ -29,19 +30,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/containerhook"
-	"github.com/gantry-gpu/gantry/internal/discover"
-	"github.com/gantry-gpu/gantry/internal/driver"
-	"github.com/gantry-gpu/gantry/internal/edits"
+	"github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/nsmount"
 	"github.com/gantry-gpu/gantry/internal/ocibundle"
 	"github.com/gantry-gpu/gantry/internal/request"
@@ -86,7 +83,8 @@ runtime.log-file, when set, gets one line per container handled.
 
 Flags:
   --config FILE   configuration file (default $GANTRY_CONFIG or /etc/gantry/config.toml)
-  --no-cgroups    do not change the device cgroup (access is granted another way)
+  --no-cgroups    do not change the device cgroup (access is granted another way;
+                  runtime.no-cgroups = true in the configuration does the same)
   --version       print the version
   --help          this text
 `
@@ -128,8 +126,10 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 		// cgroup go away with the container.
 		return 0
 	}
-	r, err := prestart(stdin, *cfgPath, *noCgroups)
-	logResult(r, err)
+	rec, cfg, err := prestart(stdin, *cfgPath, *noCgroups)
+	// runtime.log-file gets the line the runtime writes, with the same
+	// keys: the engines swallow a hook's stderr when it succeeds.
+	rec.Log(cfg, err)
 	if err != nil {
 		fmt.Fprintf(stderr, "gantry-hook: %s\n", oneLine(err.Error()))
 		return 1
@@ -137,149 +137,82 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 	return 0
 }
 
-// result says what prestart did, for the log file.
-type result struct {
-	cfg     config.Config
-	id      string
-	devices string
-	skipped bool
-}
-
-func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*result, error) {
+// prestart gives the container the state on stdin names what its
+// config.json asks for. The record (never nil) and the configuration are
+// for the log line; an error before the configuration is read leaves no
+// line.
+func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*inject.Record, config.Config, error) {
+	rec := inject.NewRecord(inject.FrontEndHook, "", "")
+	var cfg config.Config
 	raw, err := ocibundle.ReadAtMost(stdin, ocibundle.MaxStateSize, "the container state on stdin")
 	if err != nil {
-		return nil, err
+		return rec, cfg, err
 	}
 	var st ocispecs.State
 	if err := json.Unmarshal(raw, &st); err != nil || st.Bundle == "" {
-		return nil, containerhook.ErrNoState
+		return rec, cfg, containerhook.ErrNoState
 	}
+	rec.Container = st.ID
 	if st.Pid <= 0 {
-		return nil, fmt.Errorf("container %s: the state on stdin has no pid (run this hook as prestart or createRuntime, when the container process exists)", st.ID)
+		return rec, cfg, fmt.Errorf("container %s: the state on stdin has no pid (run this hook as prestart or createRuntime, when the container process exists)", st.ID)
 	}
-	bundle, root, err := containerhook.ReadState(bytes.NewReader(raw))
+	// The bundle's config.json, read once, and the root filesystem's path.
+	_, spec, root, err := containerhook.ReadStateSpec(bytes.NewReader(raw))
 	if err != nil {
-		return nil, err
+		return rec, cfg, err
 	}
-	specPath := ocibundle.SpecPath(bundle)
-	b, err := ocibundle.ReadSpec(bundle)
-	if err != nil {
-		return nil, err
+	rec.Bundle = st.Bundle
+	if cfg, _, err = config.Load(cfgPath); err != nil {
+		return rec, config.Config{}, err
 	}
-	var spec ocispecs.Spec
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return nil, fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
-	}
-	cfg, _, err := config.Load(cfgPath)
-	if err != nil {
-		return nil, err
-	}
-	res := &result{cfg: cfg, id: st.ID}
-	if _, done := spec.Annotations[edits.InjectedAnnotation]; done {
+	if v, done := inject.Already(spec.Annotations); done {
 		// gantry-runtime injected the GPUs into the spec already.
-		res.skipped = true
-		return res, nil
+		rec.Notes = append(rec.Notes, inject.AlreadyNote(v))
+		return rec, cfg, nil
 	}
-
-	req, err := request.Parse(request.InputFromSpec(&spec), discover.RequestOptions(cfg))
+	req, err := inject.ReadRequest(spec, cfg, rec)
 	if err != nil {
-		return res, err
+		return rec, cfg, err
 	}
+	rec.Phase("request")
 	// CDI names are the engine's to inject (it resolved them before runc
 	// ran); this hook serves the env and mount requests only.
 	if req.Devices.Mode == request.Void {
-		res.skipped = true
-		return res, nil
+		return rec, cfg, nil
 	}
-
-	sys, err := discover.GPUs(cfg, true)
+	plan, err := inject.Prepare(cfg, req, inject.Options{ForwardCompat: true}, rec)
 	if err != nil {
-		return res, err
+		return rec, cfg, err
 	}
-	inv, err := discover.Driver(cfg)
-	if err != nil {
-		return res, err
-	}
-	if len(inv.Missing) > 0 {
-		return res, fmt.Errorf("the driver under %s is incomplete (missing %s): fix the installation or set driver-root in the Gantry configuration (%s, or the file in $%s)", inv.Root, strings.Join(inv.Missing, ", "), config.DefaultPath, config.EnvPath)
-	}
-	sel, err := edits.Resolve(sys, req.Devices)
-	if err != nil {
-		return res, err
-	}
-	var names []string
-	for _, s := range sel {
-		names = append(names, s.Name())
-	}
-	res.devices = strings.Join(names, ",")
-	if res.devices == "" {
-		res.devices = req.Devices.Mode.String()
-	}
-	e, err := edits.Build(sys, inv, req, edits.Options{DevRoot: cfg.EffectiveDevRoot()})
-	if err != nil {
-		return res, err
-	}
-	if e.Empty() {
-		return res, nil
+	if plan.Edits.Empty() {
+		return rec, cfg, nil
 	}
 
 	proc, err := verifyContainer(st.Pid, st.ID, root)
 	if err != nil {
-		return res, err
+		return rec, cfg, err
 	}
 	defer proc.close()
-	if err := nsmount.Apply(st.Pid, root, e, nsmount.Options{NoCgroups: noCgroups}); err != nil {
-		return res, err
+	if err := nsmount.Apply(st.Pid, root, plan.Edits, nsmount.Options{NoCgroups: noCgroups || cfg.Runtime.NoCgroups}); err != nil {
+		return rec, cfg, err
 	}
-	if err := finishRootfs(st.Pid, root, e, inv); err != nil {
-		return res, err
+	rec.Phase("namespace")
+	// The root filesystem as the container's mount namespace shows it,
+	// where the new mounts are visible.
+	err = plan.FinishRootfs(func() (*rootfs.Root, error) {
+		r, err := rootfs.Open("/proc/" + strconv.Itoa(st.Pid) + "/root" + filepath.Clean(root))
+		if err != nil {
+			return nil, fmt.Errorf("opening the container's root filesystem: %w", err)
+		}
+		return r, nil
+	}, nil)
+	if err != nil {
+		return rec, cfg, err
 	}
+	rec.Phase("rootfs")
 	// The pid named the verified process throughout only if it is still
 	// alive now; otherwise fail the container (runc then removes it).
-	return res, proc.alive()
-}
-
-// finishRootfs makes the SONAME links and the ld.so.cache entries (with
-// CUDA forward compatibility, as gantry-runtime does), in the root filesystem
-// as the container's mount namespace shows it, reached through /proc/PID/root.
-// A warning (an unreadable cache in the image, replaced) does not fail the
-// container.
-func finishRootfs(pid int, root string, e *edits.Edits, inv *driver.Inventory) error {
-	if len(e.Symlinks) == 0 && len(e.LibraryDirs) == 0 {
-		return nil
-	}
-	r, err := rootfs.Open("/proc/" + strconv.Itoa(pid) + "/root" + filepath.Clean(root))
-	if err != nil {
-		return fmt.Errorf("opening the container's root filesystem: %w", err)
-	}
-	defer r.Close()
-	return containerhook.ApplyEdits(r, e, inv, true, nil)
-}
-
-// logResult appends one line to runtime.log-file, if configured: the engines
-// swallow a hook's stderr when it succeeds.
-func logResult(r *result, err error) {
-	if r == nil || r.cfg.Runtime.LogFile == "" {
-		return
-	}
-	var what string
-	switch {
-	case err != nil:
-		what = "error: " + oneLine(err.Error())
-	case r.skipped:
-		what = "no GPU requested"
-	default:
-		what = "devices " + r.devices
-	}
-	// The same JSON lines as gantry-runtime's, in the same file.
-	rec := map[string]any{"time": time.Now().Format(time.RFC3339Nano), "front-end": "gantry-hook", "container": r.id, "result": what}
-	line, _ := json.Marshal(rec)
-	f, ferr := os.OpenFile(r.cfg.Runtime.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if ferr != nil {
-		return
-	}
-	_, _ = f.Write(append(line, '\n'))
-	f.Close()
+	return rec, cfg, proc.alive()
 }
 
 func oneLine(s string) string {

@@ -27,7 +27,8 @@ var (
 	hookBin  string // .../nvidia-container-runtime-hook -> gantry
 	imageDir string // template root filesystem
 	cfgFile  string
-	setupErr error // why the integration tests cannot run
+	logFile  string // runtime.log-file of cfgFile
+	setupErr error  // why the integration tests cannot run
 )
 
 const probeSrc = `#include <dlfcn.h>
@@ -114,7 +115,8 @@ func setup(dir string) error {
 		return fmt.Errorf("the fake driver has no real device nodes: %v", drv.Notes)
 	}
 	cfgFile = filepath.Join(dir, "config.toml")
-	cfg := fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n", drv.Root)
+	logFile = filepath.Join(dir, "gantry.log")
+	cfg := fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[runtime]\ncache-dir = %q\nlog-file = %q\n", drv.Root, filepath.Join(dir, "cache"), logFile)
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -350,6 +352,70 @@ func TestHookDockerGPUs(t *testing.T) {
 	}
 }
 
+// The hook writes the runtime's log record (same keys, front-end
+// gantry-hook) and, like the runtime, reads the driver inventory from the
+// cache in runtime.cache-dir once one container has written it.
+func TestHookLogRecord(t *testing.T) {
+	needSetup(t)
+	for _, id := range []string{"hook-log-1", "hook-log-2"} {
+		dir, _ := bundle(t, "true", "NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility")
+		if out, err := runContainer(t, dir, id, cgroupModes()[0]); err != nil {
+			t.Fatalf("runc run %s: %v\n%s", id, err, out)
+		}
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := map[string]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if id, _ := rec["container"].(string); strings.HasPrefix(id, "hook-log-") {
+			recs[id] = rec
+		}
+	}
+	for _, id := range []string{"hook-log-1", "hook-log-2"} {
+		rec := recs[id]
+		if rec["front-end"] != "gantry-hook" || rec["changed"] != true || fmt.Sprint(rec["devices"]) != "[0]" || rec["source"] != "env" || rec["bundle"] == nil {
+			t.Errorf("%s: log record %v: want front-end gantry-hook, changed, devices [0], source env, the bundle", id, rec)
+		}
+	}
+	if inv := recs["hook-log-2"]["inventory"]; inv != "cache" {
+		t.Errorf("second container: inventory from %v, want the cache the first one wrote", inv)
+	}
+}
+
+// runtime.no-cgroups = true (nvidia-ctk config --set
+// nvidia-container-cli.no-cgroups, for rootless engines): the hook adds the
+// node but leaves the device cgroup alone, so under a rootful runc, whose
+// cgroup denies what the spec does not allow, the node exists and opening
+// it is refused; without the key it opens (TestHookDockerGPUs).
+func TestHookNoCgroupsConfig(t *testing.T) {
+	needSetup(t)
+	base, err := os.ReadFile(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCg := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(noCg, []byte(strings.Replace(string(base), "[runtime]\n", "[runtime]\nno-cgroups = true\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := bundleWith(t, gpuScript, func(s *specs.Spec) {
+		s.Hooks.Prestart[0].Env = []string{"GANTRY_CONFIG=" + noCg} //nolint:staticcheck // what Docker adds
+	}, "NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")
+	out, err := runContainer(t, dir, "hook-no-cgroups", cgroupModes()[0])
+	if err != nil {
+		t.Fatalf("runc run: %v\n%s", err, out)
+	}
+	got := lines(out)
+	if !strings.Contains(got["nvidia1"], "character special file c3:1") || !strings.Contains(got["open1"], "Operation not permitted") {
+		t.Errorf("nvidia1 %q, open1 %q: want the node, and the device cgroup refusing it\n%s", got["nvidia1"], got["open1"], out)
+	}
+}
+
 // The hook as NVIDIA's hooks.d file (oci-nvidia-hook.json, used by Podman and
 // CRI-O without CDI) runs it: under the name nvidia-container-toolkit with
 // PHASE prestart. The same binary answers to that name.
@@ -526,5 +592,42 @@ func TestHookCommandLine(t *testing.T) {
 		if code == 1 && strings.Count(msg, "\n") != 1 {
 			t.Errorf("%v: error is not one line: %q", tc.args, msg)
 		}
+	}
+}
+
+// Docker's --gpus path with runtime.driver-layout = "tree": the hook binds
+// the driver tree into the created container's mount namespace as one
+// mount, links each file's usual path into it, and the container finds
+// libcuda through its ld.so.cache and nvidia-smi on PATH, under real runc.
+func TestHookDriverTreeLayout(t *testing.T) {
+	needSetup(t)
+	base, err := os.ReadFile(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	treeCfg := filepath.Join(t.TempDir(), "tree.toml")
+	trees := filepath.Join(filepath.Dir(treeCfg), "trees")
+	cfg := strings.Replace(string(base), "[runtime]\n", fmt.Sprintf("[runtime]\ndriver-layout = \"tree\"\ndriver-tree-dir = %q\n", trees), 1)
+	if err := os.WriteFile(treeCfg, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := gpuScript + `echo "tree: $(grep -c ' /usr/local/nvidia ' /proc/self/mountinfo)"` + "\n" +
+		`echo "link: $(readlink /usr/bin/nvidia-smi)"` + "\n"
+	dir, _ := bundleWith(t, script, func(s *specs.Spec) {
+		s.Hooks.Prestart[0].Env = []string{"GANTRY_CONFIG=" + treeCfg} //nolint:staticcheck // what Docker adds
+	}, "NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")
+	out, err := runContainer(t, dir, "hook-tree", cgroupModes()[0])
+	if err != nil {
+		t.Fatalf("runc run: %v\n%s", err, out)
+	}
+	got := lines(out)
+	if !strings.Contains(got["nvidia1"], "character special file") || !strings.Contains(got["nvidia0"], "absent") {
+		t.Errorf("nvidia1 %q, nvidia0 %q: want GPU 1 only\n%s", got["nvidia1"], got["nvidia0"], out)
+	}
+	if got["probe"] != fmt.Sprint(fakedriver.CUDAVersionFor(fakedriver.DefaultVersion)) || !strings.Contains(got["smi"], "GPU 1") {
+		t.Errorf("probe %q, smi %q: want libcuda loaded and nvidia-smi listing GPU 1\n%s", got["probe"], got["smi"], out)
+	}
+	if got["tree"] != "1" || got["link"] != "/usr/local/nvidia/bin/nvidia-smi" {
+		t.Errorf("tree mounts %q, nvidia-smi link %q: want one mount at /usr/local/nvidia and the link into it\n%s", got["tree"], got["link"], out)
 	}
 }

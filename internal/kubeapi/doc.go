@@ -12,6 +12,13 @@
 // answer other than 2xx is an error that carries the API server's message
 // (its Status object) and the HTTP code; IsNotFound tells a missing object.
 //
+// FromEnvironment takes the kubeconfig files that KUBECONFIG names instead,
+// when it is set (FromKubeconfig: the current context, merged first-wins as
+// kubectl does; a bearer token or tokenFile, a client certificate whose
+// files are read again at each TLS handshake so that the kubelet's rotated
+// certificate works, or basic authentication; exec and auth-provider
+// plugins are refused), through the same small client.
+//
 // Package kubeapitest serves the same calls from memory for tests, applying
 // patches with the API server's own strategic merge code.
 package kubeapi

@@ -26,6 +26,7 @@ type Client struct {
 	base  string // https://host:port
 	http  *http.Client
 	token func() (string, error)
+	basic [2]string // user name and password (a kubeconfig's), used without a token
 }
 
 // New is a client of the API server at base (https://host:port) through hc,
@@ -220,6 +221,8 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	} else if c.basic[0] != "" {
+		req.SetBasicAuth(c.basic[0], c.basic[1])
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

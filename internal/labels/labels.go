@@ -28,14 +28,20 @@ func (s Set) Keys() []string {
 	return keys
 }
 
-// MIGStrategy says how MIG devices are advertised (and so labelled).
+// MIGStrategy says how GPUs in MIG mode are advertised as Kubernetes
+// resources (and so labelled); the device plugin uses this type too.
 type MIGStrategy string
 
 // The MIG strategies of NVIDIA's device plugin.
 const (
-	MIGNone   MIGStrategy = "none"
+	// MIGNone advertises every GPU whole as nvidia.com/gpu, MIG mode or not.
+	MIGNone MIGStrategy = "none"
+	// MIGSingle advertises the MIG devices as nvidia.com/gpu; every GPU must
+	// be in MIG mode with MIG devices of one profile (or none in MIG mode).
 	MIGSingle MIGStrategy = "single"
-	MIGMixed  MIGStrategy = "mixed"
+	// MIGMixed advertises each MIG profile as nvidia.com/mig-<profile> and the
+	// GPUs not in MIG mode as nvidia.com/gpu.
+	MIGMixed MIGStrategy = "mixed"
 )
 
 // SharingStrategy says how one GPU is shared between containers.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -22,16 +23,24 @@ type NodeWriter struct {
 	NodeName string
 }
 
-// NewInClusterNodeWriter uses the pod's service account (the DaemonSet's
-// RBAC must allow get and patch on nodes). nodeName is usually the
-// NODE_NAME environment variable set from spec.nodeName.
-func NewInClusterNodeWriter(nodeName string) (*NodeWriter, error) {
+// NewNodeWriter reaches the API server as kubeapi.FromEnvironment does:
+// through the kubeconfig files KUBECONFIG names if it is set, else as the
+// pod's service account (the DaemonSet's RBAC must allow get and patch on
+// nodes). nodeName is usually the NODE_NAME environment variable set from
+// spec.nodeName.
+func NewNodeWriter(nodeName string) (*NodeWriter, error) {
+	return NewNodeWriterEnv(nodeName, os.Getenv)
+}
+
+// NewNodeWriterEnv is NewNodeWriter with the environment read through
+// getenv.
+func NewNodeWriterEnv(nodeName string, getenv func(string) string) (*NodeWriter, error) {
 	if nodeName == "" {
 		return nil, fmt.Errorf("node labels: no node name; set NODE_NAME from the downward API (fieldRef spec.nodeName)")
 	}
-	c, err := kubeapi.InCluster()
+	c, err := kubeapi.FromEnv(getenv)
 	if err != nil {
-		return nil, fmt.Errorf("node labels: %w (outside a cluster, write a node-feature-discovery feature file instead)", err)
+		return nil, fmt.Errorf("node labels: %w (or write a node-feature-discovery feature file instead)", err)
 	}
 	return &NodeWriter{Client: c, NodeName: nodeName}, nil
 }

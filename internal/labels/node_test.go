@@ -115,7 +115,7 @@ func TestNodeWriterErrors(t *testing.T) {
 	if err := w.Write(ctx, Set{"nvidia.com/gpu.machine": long}); err == nil || !strings.Contains(err.Error(), "nvidia.com/gpu.machine") {
 		t.Errorf("over-long value: error %v", err)
 	}
-	if _, err := NewInClusterNodeWriter(""); err == nil || !strings.Contains(err.Error(), "NODE_NAME") {
+	if _, err := NewNodeWriter(""); err == nil || !strings.Contains(err.Error(), "NODE_NAME") {
 		t.Errorf("no node name: error %v", err)
 	}
 }

@@ -11,6 +11,7 @@
 //	/gpu/info/json     {"Version": {"Driver", "CUDA"}, "Devices": [...]}
 //	/gpu/status        each GPU's power, temperature, utilisation, memory, clocks, processes
 //	/gpu/status/json   {"Devices": [...]}
+//	/mesos/cli         the Mesos agent flags: --attributes=gpus:<...> --resources=gpus:{<UUIDs>}
 //
 // The JSON field names, nesting and units are the original's; a value the
 // backend cannot give is null, and "N/A" in the text forms, as there. The text
@@ -50,19 +51,23 @@
 // by name: the only one is nvidia_driver; empty or "*" means all. A bad value is
 // answered 400 with "invalid device: X" or "invalid volume: X".
 //
-// The one difference in the arguments: the original named a Docker volume,
-// nvidia_driver_<version>, that its volume plugin filled with copies of the
-// driver's programs and libraries and that Docker mounted read-only at
-// /usr/local/nvidia (--volume-driver=nvidia-docker
-// --volume=nvidia_driver_<version>:/usr/local/nvidia:ro). Gantry has no
-// volume plugin, so the arguments bind the host's files read-only instead, at
-// the same place: when the driver lives in a directory of its own (GKE's
-// /usr/local/nvidia, /home/kubernetes/bin/nvidia) that directory is bound at
-// /usr/local/nvidia; otherwise each program is bound at /usr/local/nvidia/bin/<name>
-// and each library at /usr/local/nvidia/lib64/<SONAME> (32-bit ones under
-// lib), which is the original volume's layout, so the CUDA images of that era,
-// whose PATH and LD_LIBRARY_PATH name those directories, find them.
-// VolumeDriver is the empty string and the text form has no --volume-driver.
+// With the volume plugin beside the API (Options.VolumePlugin: `gantry serve
+// --volume-plugin`, nvidia-docker-plugin), the arguments are the original's:
+// --volume-driver=nvidia-docker --volume=nvidia_driver_<version>:/usr/local/nvidia:ro,
+// a Docker volume that the plugin (package dockervol) fills with the driver's
+// programs and libraries. Without it, the arguments bind the host's files
+// read-only at the same place instead: when the driver lives in a directory
+// of its own (GKE's /usr/local/nvidia, /home/kubernetes/bin/nvidia) that
+// directory is bound at /usr/local/nvidia; otherwise each program is bound at
+// /usr/local/nvidia/bin/<name> and each library at
+// /usr/local/nvidia/lib64/<SONAME> (32-bit ones under lib), which is the
+// volume's layout, so the CUDA images of that era, whose PATH and
+// LD_LIBRARY_PATH name those directories, find them. VolumeDriver is then the
+// empty string and the text form has no --volume-driver.
+//
+// /mesos/cli is the original's: the attribute gpus holds /gpu/info/json's
+// body, zlib-compressed, in URL-safe base64 without padding; the resource
+// gpus the set of the GPUs' UUIDs.
 //
 // Device nodes are /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools
 // (when present) and /dev/nvidiaN of each GPU, as in the original; when the

@@ -1,6 +1,9 @@
 package legacyapi
 
 import (
+	"bytes"
+	"compress/zlib"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +19,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/gantry-gpu/gantry/internal/dockervol"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/readings"
@@ -57,7 +61,12 @@ type Options struct {
 	// DevRoot is the directory holding dev/nvidia* (the driver root by default);
 	// it decides whether /dev/nvidia-uvm-tools is offered.
 	DevRoot string
-	Logger  *slog.Logger
+	// VolumePlugin says that nvidia-docker's volume plugin (package
+	// dockervol) serves the driver beside this API: /docker/cli then
+	// answers as the original did, with the volume nvidia_driver_<version>
+	// and its driver, instead of binds of the host's files.
+	VolumePlugin bool
+	Logger       *slog.Logger
 }
 
 // Server answers the REST API.
@@ -85,6 +94,7 @@ func New(opts Options) *Server {
 		"/gpu/status/json": s.gpuStatusJSON,
 		"/docker/cli":      s.dockerCLI,
 		"/docker/cli/json": s.dockerCLIJSON,
+		"/mesos/cli":       s.mesosCLI,
 	}
 	for p, h := range routes {
 		s.mux.HandleFunc(p, h)
@@ -107,10 +117,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // DockerArgs is /docker/cli/json's body.
 type DockerArgs struct {
-	// VolumeDriver was "nvidia-docker" in the original; empty here, as the
-	// volumes are host binds that need no driver.
+	// VolumeDriver is "nvidia-docker" when the volume plugin serves the
+	// driver (Options.VolumePlugin), as in the original; empty otherwise,
+	// as the volumes are then host binds that need no driver.
 	VolumeDriver string
-	// Volumes are --volume values, "hostpath:containerpath:ro".
+	// Volumes are --volume values: "nvidia_driver_<version>:/usr/local/nvidia:ro"
+	// with the volume plugin, else "hostpath:containerpath:ro".
 	Volumes []string
 	// Devices are --device values, the control nodes first; HOST:CONTAINER
 	// when the nodes are under a dev root other than /.
@@ -164,8 +176,20 @@ func (s *Server) DockerCLI(dev, vol string) (*DockerArgs, error) {
 			a.Devices = append(a.Devices, filepath.Join(root, n)+":"+n)
 		}
 	}
-	a.Volumes = DriverBinds(s.opts.Driver)
+	if s.opts.VolumePlugin {
+		a.VolumeDriver = dockervol.PluginName
+		a.Volumes = []string{dockervol.DockerVolume(s.driverVersion())}
+	} else {
+		a.Volumes = DriverBinds(s.opts.Driver)
+	}
 	return a, nil
+}
+
+func (s *Server) driverVersion() string {
+	if s.opts.Driver != nil && s.opts.Driver.Version != "" {
+		return s.opts.Driver.Version
+	}
+	return s.opts.System.DriverVersion
 }
 
 func (s *Server) devRoot() string {
@@ -311,6 +335,39 @@ func (s *Server) dockerCLIJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, a)
+}
+
+// MesosCLI is /mesos/cli's body: the agent flags that advertise the GPUs
+// to Mesos, as the original wrote them: the attribute gpus holds
+// /gpu/info/json's body, zlib-compressed, in unpadded URL-safe base64; the
+// resource gpus is the set of the GPUs' UUIDs.
+func (s *Server) MesosCLI() (string, error) {
+	var js bytes.Buffer
+	if err := json.NewEncoder(&js).Encode(s.GPUInfo()); err != nil {
+		return "", err
+	}
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	zw.Write(js.Bytes())
+	if err := zw.Close(); err != nil {
+		return "", err
+	}
+	uuids := make([]string, 0, len(s.opts.System.Devices))
+	for _, d := range s.opts.System.Devices {
+		uuids = append(uuids, d.UUID)
+	}
+	return fmt.Sprintf("--attributes=gpus:%s --resources=gpus:{%s}",
+		base64.RawURLEncoding.EncodeToString(z.Bytes()), strings.Join(uuids, ",")), nil
+}
+
+func (s *Server) mesosCLI(w http.ResponseWriter, r *http.Request) {
+	out, err := s.MesosCLI()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, out)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

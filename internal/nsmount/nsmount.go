@@ -36,7 +36,7 @@ var ErrInvalid = errors.New("invalid container edits")
 //
 // Env, Symlinks and LibraryDirs are not applied here: a hook cannot change the
 // process environment, and the rest is done in the root filesystem by package
-// containerhook. See the package documentation for the mechanism.
+// inject (Plan.FinishRootfs). See the package documentation for the mechanism.
 func Apply(pid int, rootfs string, e *edits.Edits, opts Options) error {
 	if e == nil || (len(e.DeviceNodes) == 0 && len(e.Mounts) == 0) {
 		return nil

@@ -7,10 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gantry-gpu/gantry/internal/containerhook"
-	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/driver"
-	"github.com/gantry-gpu/gantry/internal/edits"
+	"github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/nsmount"
 	"github.com/gantry-gpu/gantry/internal/request"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
@@ -199,46 +198,61 @@ func runConfigure(c *ctx, sets []setting, operands []string) error {
 	if err != nil {
 		return err
 	}
-	// Requirements judge each GPU's brand and architecture, which only the
-	// full discovery reports.
-	sys, err := discover.GPUs(cfg, len(r.req.Requirements) == 0)
+	rec := inject.NewRecord(inject.FrontEndCLI, strconv.Itoa(r.pid), "")
+	err = configure(c, cfg, r, standalone, rec)
+	rec.Log(cfg, err)
+	return err
+}
+
+// configure is the pipeline for one parsed command line: the plan, the
+// mounts and nodes in the mount namespace of the container's process, then
+// the root filesystem's links and loader cache.
+func configure(c *ctx, cfg config.Config, r configureRequest, standalone bool, rec *inject.Record) error {
+	plan, err := inject.Prepare(cfg, &r.req, inject.Options{
+		// Requirements judge each GPU's brand and architecture, which
+		// only the full discovery reports.
+		FullGPUs:      len(r.req.Requirements) > 0,
+		ForwardCompat: r.compat,
+		DeviceFlag:    "--device=" + strings.Join(r.req.Devices.IDs, ","),
+		Inventory: func(inv *driver.Inventory) {
+			withoutSockets(inv, r.noPersistenced, r.noFabricmanager)
+		},
+	}, rec)
 	if err != nil {
 		return err
 	}
-	inv, err := discover.Driver(cfg)
-	if err != nil {
-		return err
-	}
-	withoutSockets(inv, r.noPersistenced, r.noFabricmanager)
-	if _, err := edits.Resolve(sys, r.req.Devices); err != nil {
-		return fmt.Errorf("--device=%s: %w", strings.Join(r.req.Devices.IDs, ","), err)
-	}
-	e, err := edits.Build(sys, inv, &r.req, edits.Options{DevRoot: cfg.EffectiveDevRoot()})
-	if err != nil {
-		return err
-	}
+	e := plan.Edits
 	if r.noDevbind {
 		e.DeviceNodes = nil
 	}
 	c.log.Debug("edits", "devices", len(e.DeviceNodes), "mounts", len(e.Mounts), "symlinks", len(e.Symlinks), "libraryDirs", strings.Join(e.LibraryDirs, ","))
 
 	// The root as the container's mount namespace has it: what is mounted
-	// there below is visible through this descriptor too.
+	// there below is visible through it too. Opened first, so that a wrong
+	// ROOTFS fails before anything is mounted.
 	rootPath := "/proc/" + strconv.Itoa(r.pid) + "/root" + r.rootfs
-	root, err := rootfs.Open(rootPath)
-	if err != nil {
-		return fmt.Errorf("container root %s of process %d: %w", r.rootfs, r.pid, err)
+	openRoot := func() (*rootfs.Root, error) {
+		root, err := rootfs.Open(rootPath)
+		if err != nil {
+			return nil, fmt.Errorf("container root %s of process %d: %w", r.rootfs, r.pid, err)
+		}
+		return root, nil
 	}
-	defer root.Close()
+	root, err := openRoot()
+	if err != nil {
+		return err
+	}
+	root.Close()
 
 	if standalone {
 		err = applyStandalone(r.pid, r.rootfs, e)
 	} else {
-		err = nsmount.Apply(r.pid, r.rootfs, e, nsmount.Options{NoCgroups: r.noCgroups})
+		err = nsmount.Apply(r.pid, r.rootfs, e, nsmount.Options{NoCgroups: r.noCgroups || cfg.Runtime.NoCgroups})
 	}
 	if err != nil {
 		return err
 	}
+	rec.Phase("namespace")
 	for _, m := range e.Mounts {
 		c.log.Debug("mounted", "source", m.HostPath, "target", m.ContainerPath)
 	}
@@ -253,9 +267,10 @@ func runConfigure(c *ctx, sets []setting, operands []string) error {
 		c.log.Warn(s)
 		fmt.Fprintf(c.stderr, "%s configure: warning: %s\n", Name, s)
 	}
-	if err := containerhook.ApplyEdits(root, e, inv, r.compat, note); err != nil {
+	if err := plan.FinishRootfs(openRoot, note); err != nil {
 		return err
 	}
+	rec.Phase("rootfs")
 	c.log.Info("configured", "pid", r.pid, "rootfs", r.rootfs)
 	return nil
 }

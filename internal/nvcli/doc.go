@@ -69,7 +69,8 @@
 //     caller's own namespace), and device nodes are bind mounts of the host's
 //     nodes, since nodes made in a user namespace cannot be opened.
 //  2. The SONAME links and the container's /etc/ld.so.cache entries are made
-//     through /proc/PID/root/ROOTFS with package rootfs, by containerhook:
+//     through /proc/PID/root/ROOTFS with package rootfs, by package inject
+//     (the pipeline gantry-runtime and gantry-hook share, cache included):
 //     the mounts just made are visible there. The image's CUDA forward
 //     compatibility libraries come first when they are newer than the host
 //     driver (--cuda-compat-mode=disabled turns that off).

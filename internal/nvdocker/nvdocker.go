@@ -11,6 +11,19 @@
 //   - NV_DOCKER: the docker command, split on white space ("sudo docker",
 //     "/usr/local/bin/docker --config /etc/docker-ci"); default "docker".
 //
+// When nvidia-docker-plugin runs (gantry serve --volume-plugin answers on
+// /run/docker/plugins/nvidia-docker.sock), the wrapper uses it, as
+// nvidia-docker 1.0 did: run and create get the plugin's arguments for
+// NV_GPU's GPUs, from its REST API on localhost:3476 (/docker/cli?dev=...&vol=nvidia_driver):
+// --volume-driver=nvidia-docker --volume=nvidia_driver_<version>:/usr/local/nvidia:ro
+// and the --device flags, plus -e NVIDIA_VISIBLE_DEVICES=void, so that a
+// GPU runtime Docker may run by default adds nothing to the GPUs chosen.
+// A plugin whose REST API cannot be reached is passed over with a warning;
+// one that refuses the GPUs (an unknown index) stops the wrapper. Only a
+// docker talking to this host's daemon uses it (no -H, --host, --context,
+// and DOCKER_HOST unset or unix://): a remote daemon gets the runtime's
+// arguments as before.
+//
 // `nvidia-docker version` prints "NVIDIA Docker: <version>" before docker's
 // own output, as both generations did.
 //
@@ -48,25 +61,35 @@ var globalWithValue = map[string]bool{
 // or create command (docker run, docker container run); anything else is
 // returned as it came.
 func Rewrite(args []string, gpus string) []string {
-	i := commandIndex(args)
-	if i < 0 {
-		return args
-	}
-	at := -1
-	switch args[i] {
-	case "run", "create":
-		at = i + 1
-	case "container":
-		if j := i + 1; j < len(args) && (args[j] == "run" || args[j] == "create") {
-			at = j + 1
-		}
-	}
+	at := runAt(args)
 	if at < 0 {
 		return args
 	}
-	out := make([]string, 0, len(args)+3)
+	return insert(args, at, "--runtime="+Runtime, "-e", "NVIDIA_VISIBLE_DEVICES="+VisibleDevices(gpus))
+}
+
+// runAt returns where the GPU arguments go in a run or create command
+// line (right after the command), -1 for other commands.
+func runAt(args []string) int {
+	i := commandIndex(args)
+	if i < 0 {
+		return -1
+	}
+	switch args[i] {
+	case "run", "create":
+		return i + 1
+	case "container":
+		if j := i + 1; j < len(args) && (args[j] == "run" || args[j] == "create") {
+			return j + 1
+		}
+	}
+	return -1
+}
+
+func insert(args []string, at int, words ...string) []string {
+	out := make([]string, 0, len(args)+len(words))
 	out = append(out, args[:at]...)
-	out = append(out, "--runtime="+Runtime, "-e", "NVIDIA_VISIBLE_DEVICES="+VisibleDevices(gpus))
+	out = append(out, words...)
 	return append(out, args[at:]...)
 }
 
@@ -97,6 +120,25 @@ func commandIndex(args []string) int {
 	return -1
 }
 
+// localDaemon reports whether docker talks to this host's daemon: no -H,
+// --host or --context option, and DOCKER_HOST unset or a unix socket.
+func localDaemon(args []string, dockerHost string) bool {
+	if dockerHost != "" && !strings.HasPrefix(dockerHost, "unix://") {
+		return false
+	}
+	end := commandIndex(args)
+	if end < 0 {
+		end = len(args)
+	}
+	for _, a := range args[:end] {
+		name, _, _ := strings.Cut(a, "=")
+		if name == "-H" || name == "--host" || name == "--context" || name == "-c" {
+			return false
+		}
+	}
+	return true
+}
+
 // isVersion reports whether docker is asked for its version ("docker version").
 func isVersion(args []string) bool {
 	i := commandIndex(args)
@@ -106,6 +148,35 @@ func isVersion(args []string) bool {
 // Main runs nvidia-docker with args (without the program name) and returns
 // the exit code: docker's, or 1 when docker could not be started.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return run(args, stdin, stdout, stderr, DefaultPlugin)
+}
+
+// rewrite is Rewrite, or the plugin's arguments when it runs.
+func rewrite(args []string, gpus string, p Plugin, stderr io.Writer) ([]string, error) {
+	at := runAt(args)
+	if at < 0 {
+		return args, nil
+	}
+	if !localDaemon(args, os.Getenv("DOCKER_HOST")) {
+		// The plugin serves this host's Docker only.
+		return Rewrite(args, gpus), nil
+	}
+	words, err := p.Args(gpus)
+	var unreachable *APIError
+	if errors.As(err, &unreachable) {
+		fmt.Fprintf(stderr, "nvidia-docker: warning: %v; using the runtime %q instead\n", err, Runtime)
+		return Rewrite(args, gpus), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if words == nil {
+		return Rewrite(args, gpus), nil
+	}
+	return insert(args, at, append(words, "-e", "NVIDIA_VISIBLE_DEVICES=void")...), nil
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer, p Plugin) int {
 	dockerCmd := strings.Fields(os.Getenv("NV_DOCKER"))
 	if len(dockerCmd) == 0 {
 		dockerCmd = []string{"docker"}
@@ -118,7 +189,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if isVersion(args) {
 		fmt.Fprintf(stdout, "NVIDIA Docker: %s (gantry)\n", version.Version)
 	}
-	full := append(append([]string{}, dockerCmd[1:]...), Rewrite(args, os.Getenv("NV_GPU"))...)
+	rewritten, err := rewrite(args, os.Getenv("NV_GPU"), p, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "nvidia-docker: %v\n", err)
+		return 1
+	}
+	full := append(append([]string{}, dockerCmd[1:]...), rewritten...)
 	cmd := exec.Command(bin, full...)
 	cmd.Args[0] = dockerCmd[0]
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr

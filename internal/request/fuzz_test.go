@@ -13,33 +13,55 @@ import (
 // FuzzParse feeds arbitrary env, annotation and mount text to Parse: it
 // must never panic, must fail only with ErrInvalid or ErrNotPrivileged, and
 // what it returns must keep the Request invariants.
-func FuzzParse(f *testing.F) {
-	f.Add(strings.Join(cuda124Env(), "\n"), "cdi.k8s.io/a=nvidia.com/gpu=0", "/var/run/nvidia-container-devices/0", true, uint8(0))
-	f.Add("CUDA_VERSION=9.0.176", "", "", false, uint8(1))
-	f.Add("NVIDIA_VISIBLE_DEVICES=0,,1:0,GPU-x,all\nNVIDIA_DRIVER_CAPABILITIES=all,video", "", "", false, uint8(2))
-	f.Add("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0\nNVIDIA_MIG_CONFIG_DEVICES=all\nNVIDIA_REQUIRE_X=arch>=8.0", "", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/1", true, uint8(3))
-	f.Fuzz(func(t *testing.T, env, annotations, mounts string, privileged bool, flags uint8) {
-		in := Input{Privileged: privileged, Annotations: map[string]string{}}
-		if env != "" {
-			in.Env = strings.Split(env, "\n")
-		}
-		for _, line := range strings.Split(annotations, "\n") {
-			if k, v, ok := strings.Cut(line, "="); ok {
-				in.Annotations[k] = v
-			}
-		}
-		if mounts != "" {
-			in.MountDestinations = strings.Split(mounts, "\n")
-		}
-		opts := DefaultOptions()
-		opts.AcceptEnvWhenUnprivileged = flags&1 == 0
-		opts.AcceptVolumeMounts = flags&2 != 0
-		opts.LenientCapabilities = flags&4 != 0
-		opts.DisableRequire = flags&8 != 0
-		if flags&16 != 0 {
-			opts.SwarmResource = []string{"DOCKER_RESOURCE_GPU"}
-		}
+// fuzzSeed is one seed of FuzzParse (and of the fast path's agreement
+// fuzz target, which reads them through fuzzInput).
+type fuzzSeed struct {
+	env, annotations, mounts string
+	privileged               bool
+	flags                    uint8
+}
 
+func fuzzParseSeeds() []fuzzSeed {
+	return []fuzzSeed{
+		{strings.Join(cuda124Env(), "\n"), "cdi.k8s.io/a=nvidia.com/gpu=0", "/var/run/nvidia-container-devices/0", true, 0},
+		{"CUDA_VERSION=9.0.176", "", "", false, 1},
+		{"NVIDIA_VISIBLE_DEVICES=0,,1:0,GPU-x,all\nNVIDIA_DRIVER_CAPABILITIES=all,video", "", "", false, 2},
+		{"NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0\nNVIDIA_MIG_CONFIG_DEVICES=all\nNVIDIA_REQUIRE_X=arch>=8.0", "", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/1", true, 3},
+	}
+}
+
+// fuzzInput turns FuzzParse's arguments into Parse's: env and mounts one
+// per line, annotations KEY=VALUE per line, flags the option bits.
+func fuzzInput(env, annotations, mounts string, privileged bool, flags uint8) (Input, Options) {
+	in := Input{Privileged: privileged, Annotations: map[string]string{}}
+	if env != "" {
+		in.Env = strings.Split(env, "\n")
+	}
+	for _, line := range strings.Split(annotations, "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			in.Annotations[k] = v
+		}
+	}
+	if mounts != "" {
+		in.MountDestinations = strings.Split(mounts, "\n")
+	}
+	opts := DefaultOptions()
+	opts.AcceptEnvWhenUnprivileged = flags&1 == 0
+	opts.AcceptVolumeMounts = flags&2 != 0
+	opts.LenientCapabilities = flags&4 != 0
+	opts.DisableRequire = flags&8 != 0
+	if flags&16 != 0 {
+		opts.SwarmResource = []string{"DOCKER_RESOURCE_GPU"}
+	}
+	return in, opts
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range fuzzParseSeeds() {
+		f.Add(s.env, s.annotations, s.mounts, s.privileged, s.flags)
+	}
+	f.Fuzz(func(t *testing.T, env, annotations, mounts string, privileged bool, flags uint8) {
+		in, opts := fuzzInput(env, annotations, mounts, privileged, flags)
 		req, err := Parse(in, opts)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrNotPrivileged) {

@@ -40,7 +40,19 @@ func TestKubernetesContainer(t *testing.T) {
 
 // A Kubernetes container gets from NVIDIA_VISIBLE_DEVICES only what the
 // kubelet allocated to it; everyone else keeps NVIDIA's behaviour.
-func TestKubernetesEnvAllocated(t *testing.T) {
+// kubernetesCase is one row of TestKubernetesEnvAllocated's table.
+type kubernetesCase struct {
+	name       string
+	env        string
+	ann        map[string]string
+	privileged bool
+	want       string // the device IDs requested, "" for none, "all" for All
+	warn       string
+}
+
+// kubernetesTable is TestKubernetesEnvAllocated's table and the options it
+// runs under (also read by the fast path's agreement test).
+func kubernetesTable() ([]kubernetesCase, Options) {
 	alloc := map[string][]string{
 		"uid1/main":  {"GPU-a,GPU-b"},
 		"uid1/two":   {"GPU-a", "GPU-c"}, // two resources (e.g. gpu and a MIG kind)
@@ -54,14 +66,7 @@ func TestKubernetesEnvAllocated(t *testing.T) {
 	}
 	opts := DefaultOptions()
 	opts.Allocated = lookup
-	for _, tc := range []struct {
-		name       string
-		env        string
-		ann        map[string]string
-		privileged bool
-		want       string // the device IDs requested, "" for none, "all" for All
-		warn       string
-	}{
+	return []kubernetesCase{
 		{"allocated, as the plugin set it", "GPU-a,GPU-b", criAnn("uid1", "main"), false, "GPU-a,GPU-b", ""},
 		{"a subset of the allocation", "GPU-b", criAnn("uid1", "main"), false, "GPU-b", ""},
 		{"image's all without an allocation", "all", criAnn("uid1", "nogpu"), false, "", "allocated no GPU"},
@@ -74,9 +79,18 @@ func TestKubernetesEnvAllocated(t *testing.T) {
 		{"privileged pod is trusted", "all", criAnn("uid1", "nogpu"), true, "all", ""},
 		{"not Kubernetes: NVIDIA's behaviour", "all", nil, false, "all", ""},
 		{"void is no request", "void", criAnn("uid1", "nogpu"), false, "", ""},
-	} {
+	}, opts
+}
+
+func (tc kubernetesCase) input() Input {
+	return Input{Env: []string{EnvVisibleDevices + "=" + tc.env}, Annotations: tc.ann, Privileged: tc.privileged}
+}
+
+func TestKubernetesEnvAllocated(t *testing.T) {
+	cases, opts := kubernetesTable()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := Parse(Input{Env: []string{EnvVisibleDevices + "=" + tc.env}, Annotations: tc.ann, Privileged: tc.privileged}, opts)
+			req, err := Parse(tc.input(), opts)
 			if err != nil {
 				t.Fatal(err)
 			}

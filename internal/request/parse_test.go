@@ -35,7 +35,22 @@ func cuda124Env(extra ...string) []string {
 	}, extra...)
 }
 
-func TestParse(t *testing.T) {
+// parseCase is one row of TestParse's table.
+type parseCase struct {
+	name    string
+	in      Input
+	opts    Options
+	source  Source
+	devices Selection
+	cdi     []string
+	caps    []driver.Capability
+	reqVars []string // Var of each requirement
+	legacy  bool
+	warn    string // substring of a warning
+}
+
+// parseTable is TestParse's table (also read by the fast path's agreement test).
+func parseTable() []parseCase {
 	def := DefaultOptions()
 	strict := DefaultOptions()
 	strict.AcceptEnvWhenUnprivileged = false
@@ -49,18 +64,7 @@ func TestParse(t *testing.T) {
 	noreq := DefaultOptions()
 	noreq.DisableRequire = true
 
-	tests := []struct {
-		name    string
-		in      Input
-		opts    Options
-		source  Source
-		devices Selection
-		cdi     []string
-		caps    []driver.Capability
-		reqVars []string // Var of each requirement
-		legacy  bool
-		warn    string // substring of a warning
-	}{
+	return []parseCase{
 		{name: "cuda 12.4 image", in: Input{Env: cuda124Env()}, opts: def,
 			source: SourceEnv, devices: sel(All), caps: defaultCaps, reqVars: []string{"NVIDIA_REQUIRE_CUDA"}},
 		{name: "no env at all", in: Input{}, opts: def, devices: sel(Void)},
@@ -172,7 +176,10 @@ func TestParse(t *testing.T) {
 			in:   Input{Env: []string{"NVIDIA_VISIBLE_DEVICES=3"}},
 			opts: swarm, source: SourceEnv, devices: sel(List, "3"), caps: defaultCaps},
 	}
-	for _, tt := range tests {
+}
+
+func TestParse(t *testing.T) {
+	for _, tt := range parseTable() {
 		t.Run(tt.name, func(t *testing.T) {
 			req, err := Parse(tt.in, tt.opts)
 			if err != nil {
@@ -237,15 +244,19 @@ func TestParseMIG(t *testing.T) {
 	}
 }
 
-func TestParseErrors(t *testing.T) {
+// parseErrorCase is one row of TestParseErrors's table.
+type parseErrorCase struct {
+	name string
+	in   Input
+	opts Options
+	want []string // substrings: the variable, the value, the fix
+}
+
+// parseErrorTable is TestParseErrors's table (also read by the fast path's agreement test).
+func parseErrorTable() []parseErrorCase {
 	mounts := DefaultOptions()
 	mounts.AcceptVolumeMounts = true
-	tests := []struct {
-		name string
-		in   Input
-		opts Options
-		want []string // substrings: the variable, the value, the fix
-	}{
+	return []parseErrorCase{
 		{"semicolon list", Input{Env: []string{"NVIDIA_VISIBLE_DEVICES=0;1"}}, DefaultOptions(),
 			[]string{"NVIDIA_VISIBLE_DEVICES=", `"0;1"`, "comma list"}},
 		{"negative index", Input{Env: []string{"NVIDIA_VISIBLE_DEVICES=-1"}}, DefaultOptions(),
@@ -271,7 +282,10 @@ func TestParseErrors(t *testing.T) {
 		{"env entry without =", Input{Env: []string{"PATH=/bin", "NVIDIA_VISIBLE_DEVICES"}}, DefaultOptions(),
 			[]string{`"NVIDIA_VISIBLE_DEVICES" has no '='`}},
 	}
-	for _, tt := range tests {
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tt := range parseErrorTable() {
 		t.Run(tt.name, func(t *testing.T) {
 			req, err := Parse(tt.in, tt.opts)
 			if err == nil {

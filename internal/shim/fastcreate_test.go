@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/fastpath"
 	"github.com/gantry-gpu/gantry/internal/request"
 )
 
@@ -46,7 +48,7 @@ func specFor(t testing.TB, env []string, annotations map[string]string, dsts []s
 // conservative. The one Go error it may skip is an env entry without '=',
 // which runc refuses as well.
 func checkAgreement(t testing.TB, spec []byte) {
-	if !fastNoRequest(spec) {
+	if !fastpath.NoRequest(spec) {
 		return
 	}
 	var s ocispecs.Spec
@@ -93,11 +95,32 @@ var fastCases = []struct {
 	{"entry without =", []string{"JUSTAKEY"}, nil, nil, true},
 }
 
+// The runc flag lists fastpath.c copies from args.go.
+func TestFastPathFlagLists(t *testing.T) {
+	c := fastpath.CConstants()
+	for _, l := range []struct {
+		name string
+		c    []string
+		goes map[string]bool
+	}{{"global", c.GlobalValueFlags, globalValueFlags}, {"create", c.CreateValueFlags, createValueFlags}} {
+		var want []string
+		for f := range l.goes {
+			want = append(want, f)
+		}
+		got := slices.Clone(l.c)
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s value flags: fastpath.c %q, args.go %q", l.name, got, want)
+		}
+	}
+}
+
 func TestFastCreateDecision(t *testing.T) {
 	for _, tc := range fastCases {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := specFor(t, tc.env, tc.annotations, tc.mounts, false)
-			if got := fastNoRequest(spec); got != tc.fast {
+			if got := fastpath.NoRequest(spec); got != tc.fast {
 				t.Errorf("fast path takes it = %v, want %v", got, tc.fast)
 			}
 			checkAgreement(t, spec)
@@ -111,7 +134,7 @@ func TestFastCreateDecision(t *testing.T) {
 		`{"annotations":{"cdi.k8s.io\/x":"nvidia.com/gpu=0"}}`,
 		`{"process":{"env":["\u004eVIDIA_VISIBLE_DEVICES=0"]}}`,
 	} {
-		if fastNoRequest([]byte(raw)) {
+		if fastpath.NoRequest([]byte(raw)) {
 			t.Errorf("fast path takes %s", raw)
 		}
 		checkAgreement(t, []byte(raw))
@@ -178,6 +201,9 @@ func TestFastCreatePath(t *testing.T) {
 		{"no request, run, -b=", []string{"PATH=/bin"}, "", []string{"--root", "/r", "run", "-d", "-b=" + bundle, "c1"}, true},
 		{"void request", []string{"NVIDIA_VISIBLE_DEVICES=void"}, "", []string{"create", "--bundle", bundle, "c1"}, false},
 		{"custom annotation prefixes", []string{"PATH=/bin"}, "[cdi]\nannotation-prefixes = [\"x/\"]\n", []string{"create", "--bundle", bundle, "c1"}, false},
+		{"swarm resource", []string{"PATH=/bin"}, "swarm-resource = [\"DOCKER_RESOURCE_GPU\"]\n", []string{"create", "--bundle", bundle, "c1"}, false},
+		{"TOML the fast path does not read (quoted key)", []string{"PATH=/bin"}, "\"cache-dir\" = \"\"\n", []string{"create", "--bundle", bundle, "c1"}, false},
+		{"neutral keys only", []string{"PATH=/bin"}, "accept-volume-mounts = true\nkubernetes-env = \"any\"\n[cdi]\nspec-dirs = [\"/etc/cdi\"]\n", []string{"create", "--bundle", bundle, "c1"}, true},
 		{"unknown flag", []string{"PATH=/bin"}, "", []string{"create", "--future-flag", "--bundle", bundle, "c1"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -197,3 +197,25 @@ func TestDebugLogNamesInjected(t *testing.T) {
 		}
 	}
 }
+
+// runtime.no-cgroups = true (NVIDIA's nvidia-container-cli.no-cgroups, for
+// rootless engines): the GPU's node is in the container but the spec gets
+// no device cgroup rule for it, so a rootful runc, whose cgroup allows only
+// what the spec lists, refuses opening it; without the key it opens as far
+// as the (absent) driver.
+func TestNoCgroupsConfig(t *testing.T) {
+	const script = `ls /dev; echo "open0: $(head -c1 /dev/nvidia0 2>&1)"`
+	for _, tc := range []struct{ config, want string }{
+		{"no-cgroups = true", "Operation not permitted"},
+		{"", "No such device or address"},
+	} {
+		c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"sh", "-c", script}, config: tc.config})
+		out, stderr, err := c.run()
+		if err != nil {
+			t.Fatalf("%q: gantry-runtime run: %v\n%s\n%s", tc.config, err, out, stderr)
+		}
+		if !slices.Contains(strings.Fields(out), "nvidia0") || !strings.Contains(out, "open0: head: /dev/nvidia0: "+tc.want) {
+			t.Errorf("%q: want nvidia0 and open0 %q:\n%s", tc.config, tc.want, out)
+		}
+	}
+}

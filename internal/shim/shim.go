@@ -4,8 +4,9 @@
 // It takes runc's command line unchanged. For create and run it reads the
 // bundle's config.json, decides what GPUs the container asks for (package
 // request: NVIDIA_VISIBLE_DEVICES and the rest of NVIDIA's env contract, CDI
-// annotations and names, the volume-mount device list), applies the edits
-// (package edits) and rewrites config.json once, atomically; then, for every
+// annotations and names, the volume-mount device list), makes and applies
+// the plan of the pipeline the three per-container front ends share (package
+// inject) and rewrites config.json once, atomically; then, for every
 // subcommand, it replaces itself with the low-level runtime through
 // execve(2), so no extra process stays between the engine and runc.
 //
@@ -37,7 +38,7 @@ import (
 	"time"
 
 	"github.com/gantry-gpu/gantry/internal/config"
-	"github.com/gantry-gpu/gantry/internal/edits"
+	"github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/version"
 )
 
@@ -94,14 +95,13 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	if perr == nil && inv.Modifies() {
 		startup := startupMillis()
-		start := time.Now()
-		res, err := Modify(inv.Bundle, cfg)
+		rec, err := Modify(inv.Bundle, cfg)
+		rec.Container, rec.StartupMS = inv.ContainerID, startup
+		rec.Log(cfg, err)
 		if err != nil {
 			report(stderr, inv, err)
-			logLine(cfg, inv, nil, err, startup, time.Since(start))
 			return 1
 		}
-		logLine(cfg, inv, res, nil, startup, time.Since(start))
 	}
 	argv := append([]string{lowLevel}, args...)
 	err = syscall.Exec(lowLevel, argv, os.Environ())
@@ -173,71 +173,5 @@ func report(stderr io.Writer, inv Invocation, err error) {
 	} else {
 		line = []byte(fmt.Sprintf("time=%q level=error msg=%q", time.Now().Format(time.RFC3339Nano), msg))
 	}
-	appendLine(inv.Log, line)
-}
-
-// logLine writes one line per handled container to runtime.log-file.
-func logLine(cfg config.Config, inv Invocation, res *Result, err error, startup float64, took time.Duration) {
-	if cfg.Runtime.LogFile == "" {
-		return
-	}
-	rec := map[string]any{
-		"time": time.Now().Format(time.RFC3339Nano), "container": inv.ContainerID,
-		"bundle": inv.Bundle, "took_ms": float64(took.Microseconds()) / 1000,
-	}
-	if startup > 0 {
-		// From the first C constructor to Modify: Go runtime start, inits,
-		// reading the configuration.
-		rec["startup_ms"] = startup
-	}
-	if err != nil {
-		rec["error"] = err.Error()
-	}
-	if res != nil {
-		rec["changed"] = res.Changed
-		if res.Changed {
-			rec["source"], rec["devices"], rec["inventory"], rec["gpus"] = res.Source, res.Devices, res.Inventory, res.GPUs
-		}
-		if len(res.CDI) > 0 {
-			rec["cdi"] = res.CDI
-		}
-		if len(res.Notes) > 0 {
-			rec["notes"] = res.Notes
-		}
-		if len(res.Phases) > 0 {
-			rec["phases_ms"] = res.Phases
-		}
-		if cfg.LogLevel == "debug" && res.Edits != nil {
-			rec["injected"] = injectedDetail(res.Edits)
-		}
-	}
-	b, _ := json.Marshal(rec)
-	appendLine(cfg.Runtime.LogFile, b)
-}
-
-func appendLine(p string, line []byte) {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return
-	}
-	// One write(2) per line: O_APPEND keeps concurrent writers' lines whole.
-	_, _ = f.Write(append(line, '\n'))
-	_ = f.Close()
-}
-
-// injectedDetail names every device node, mount, link and library folder
-// injected (log-level debug), host side and container side, so a missing
-// library or node can be told from one that was never looked for.
-func injectedDetail(e *edits.Edits) map[string]any {
-	var nodes, mounts, links []string
-	for _, n := range e.DeviceNodes {
-		nodes = append(nodes, fmt.Sprintf("%s (%s %d:%d)", n.Path, n.HostPath, n.Major, n.Minor))
-	}
-	for _, m := range e.Mounts {
-		mounts = append(mounts, m.HostPath+" -> "+m.ContainerPath)
-	}
-	for _, l := range e.Symlinks {
-		links = append(links, l.Link+" -> "+l.Target)
-	}
-	return map[string]any{"device_nodes": nodes, "mounts": mounts, "symlinks": links, "library_dirs": e.LibraryDirs, "env": e.Env}
+	inject.AppendLine(inv.Log, line)
 }

@@ -61,6 +61,12 @@ low-level = "$RUNC"
 cache-dir = "$WORK/cache"
 log-file = "$WORK/gantry.log"
 EOF
+  # DRIVER_LAYOUT=tree: the driver as one mount of its tree (runtime.driver-layout).
+  case ${DRIVER_LAYOUT:-files} in
+    files) ;;
+    tree) printf 'driver-layout = "tree"\ndriver-tree-dir = "%s"\n' "$WORK/trees" >>"$GANTRY_CONFIG" ;;
+    *) die "DRIVER_LAYOUT=$DRIVER_LAYOUT: use files or tree" ;;
+  esac
   build_rootfs "$ROOTFS"
 }
 

@@ -33,6 +33,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{- define "gantry.mpsSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gantry.name" . }}-mps-control-daemon
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
 {{/* The DRA plugin's pods: not matched by the device plugin's selector. */}}
 {{- define "gantry.draSelectorLabels" -}}
 app.kubernetes.io/name: {{ include "gantry.name" . }}-dra

@@ -1,4 +1,4 @@
-package shim
+package inject
 
 import (
 	"crypto/sha256"
@@ -57,13 +57,17 @@ const (
 // container). Without a driver version file (no kernel driver, or a driver
 // root that does not carry one) nothing is cached: there would be no way to
 // notice an upgrade. The sources say where each came from.
-func loadHost(cfg config.Config) (sys *gpu.System, inv *driver.Inventory, gpuSrc, invSrc inventorySource, err error) {
+//
+// fullGPUs asks for the full GPU discovery (brand, architecture: NVML),
+// which the cache never holds: the GPUs are then discovered every time and
+// not cached, the driver inventory still is.
+func loadHost(cfg config.Config, fullGPUs bool) (sys *gpu.System, inv *driver.Inventory, gpuSrc, invSrc inventorySource, err error) {
 	version, _, err := driver.CurrentVersion(cfg.DriverRoot)
 	if err != nil {
 		return nil, nil, "", "", err
 	}
 	discoverGPUs := func() error {
-		sys, err = discover.GPUs(cfg, true)
+		sys, err = discover.GPUs(cfg, !fullGPUs)
 		gpuSrc = fromDiscover
 		return err
 	}
@@ -82,7 +86,10 @@ func loadHost(cfg config.Config) (sys *gpu.System, inv *driver.Inventory, gpuSrc
 		Version:     version,
 		LDCache:     fileStamp(filepath.Join(cfg.DriverRoot, "etc/ld.so.cache")),
 	}
-	gkey := gpuKey(cfg, "/proc")
+	gkey := ""
+	if !fullGPUs {
+		gkey = gpuKey(cfg, "/proc")
+	}
 	path := cachePath(cfg.Runtime.CacheDir, key)
 	c := readCache(path, key)
 	if c != nil && gkey != "" && c.GPUKey == gkey && c.GPUs != nil {
@@ -92,18 +99,24 @@ func loadHost(cfg config.Config) (sys *gpu.System, inv *driver.Inventory, gpuSrc
 		return nil, nil, "", "", err
 	}
 	invSrc = fromCache
+	stale := false
 	if c == nil {
 		if inv, err = discover.Driver(cfg); err != nil {
 			return nil, nil, "", "", err
 		}
 		c = &cacheFile{Key: key, Inventory: inv}
-		invSrc = fromDiscover
+		invSrc, stale = fromDiscover, true
 	}
 	if gkey != "" {
 		c.GPUKey, c.GPUs = gkey, sys
+		stale = true
 	}
-	// A cache that cannot be written costs speed, not correctness.
-	_ = writeCache(path, *c)
+	// Written only when it changed (a host whose GPUs are never cached,
+	// simulated or with MIG instances, rewrote the same file on every
+	// create). A cache that cannot be written costs speed, not correctness.
+	if stale {
+		_ = writeCache(path, *c)
+	}
 	return sys, c.Inventory, gpuSrc, invSrc, nil
 }
 

@@ -1,0 +1,43 @@
+// Package drivervol gathers a driver's programs and libraries into one
+// directory per driver version, the layout nvidia-docker 1.0's volume
+// nvidia_driver_<version> had:
+//
+//	<Store.Dir>/<version>/bin     the driver's programs (nvidia-smi, the MPS pair, ...)
+//	<Store.Dir>/<version>/lib64   its 64-bit libraries, each with its SONAME link
+//	<Store.Dir>/<version>/lib     its 32-bit (compat32) libraries, likewise
+//
+// The files are the driver inventory's programs and libraries (package
+// driver): the selection every Gantry front end makes, so what the tree
+// holds is what a container of all capabilities would get. Beside each
+// library whose name differs from its SONAME is a link SONAME -> file, and,
+// as in the original, libcuda.so -> the libcuda file (programs that dlopen
+// the unversioned name) and libGLX_indirect.so.0 -> the libGLX_nvidia file
+// (GLVND's indirect rendering). Every link is relative and names a file in
+// its own directory: nothing in a tree points outside it.
+//
+// A tree is built once per driver version, into a temporary directory that
+// is renamed into place when complete, so a reader sees either no tree or a
+// whole one; two builders racing both succeed and one tree is kept. A new
+// driver version gets a new tree beside the old ones, which stay until
+// removed (Docker's `docker volume rm`, or Store.Remove).
+//
+// Each file is opened inside the driver root (openat2 RESOLVE_IN_ROOT,
+// package rootfs): a symlink in the driver root that points at a host file
+// resolves inside the root, so no file from outside the driver root can
+// enter a tree, even when the root changes after discovery. The file is then
+// hard-linked into the tree when both are on one filesystem (what the
+// original did: no copy, no space), else copied. Only regular files whose
+// ELF header matches (libraries: a shared object of the expected word size)
+// are taken.
+//
+// Protect makes a tree a read-only, nosuid, nodev mount of its own (as
+// root): a bind of it stays read-only even when made without ro, so no
+// container given the tree can write through its hard links to the host's
+// driver files. Remove takes that mount off first.
+//
+// Two consumers share a tree: the Docker volume plugin (package dockervol)
+// hands its path to Docker as the volume's mountpoint, and a runtime can bind
+// the same directory read-only at /usr/local/nvidia as one mount, instead of
+// one mount per driver file (Tree lists the libraries and their SONAMEs
+// for the container's ld.so.cache).
+package drivervol

@@ -1,0 +1,497 @@
+package drivervol
+
+import (
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gantry-gpu/gantry/internal/atomicfile"
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/rootfs"
+)
+
+// The tree's directories, as in nvidia-docker 1.0's volume.
+const (
+	BinDir   = "bin"
+	LibDir   = "lib"   // 32-bit libraries
+	Lib64Dir = "lib64" // 64-bit libraries
+)
+
+// DefaultDir is where nvidia-docker-plugin kept the trees of its one volume,
+// nvidia_driver: its volume directory (-d, /var/lib/nvidia-docker/volumes)
+// and the volume's name.
+const DefaultDir = "/var/lib/nvidia-docker/volumes/nvidia_driver"
+
+// ErrNotFound is returned by Load and Remove for a version without a tree.
+var ErrNotFound = errors.New("no driver tree for this version")
+
+// staleBuild is how old an unfinished build directory must be before
+// Ensure removes it (a younger one may be another process's build).
+const staleBuild = 10 * time.Minute
+
+// buildPrefix starts the names of unfinished build directories; Versions
+// never lists them.
+const buildPrefix = ".build-"
+
+// Store holds the trees, one directory per driver version under Dir.
+type Store struct {
+	// Dir holds <version>/{bin,lib,lib64}; DefaultDir when empty.
+	Dir string
+}
+
+func (s Store) dir() string {
+	if s.Dir == "" {
+		return DefaultDir
+	}
+	return s.Dir
+}
+
+// Path is where the tree of version is (whether or not it exists).
+func (s Store) Path(version string) string { return filepath.Join(s.dir(), version) }
+
+// manifest is the file beside a tree that lists it (Tree as JSON), so that
+// Load reads one small file instead of every library's ELF header; the
+// tree itself holds nothing but the driver's files.
+func (s Store) manifest(version string) string {
+	return filepath.Join(s.dir(), "."+version+".json")
+}
+
+// Tree is one driver version's directory.
+type Tree struct {
+	Version string
+	// Path is the tree's directory on the host.
+	Path string `json:"-"`
+	// Binaries are the programs' names in bin/.
+	Binaries []string
+	// Libraries are the library files in lib64/ and lib/, with their SONAMEs.
+	Libraries []Library
+}
+
+// Library is one library file of a tree.
+type Library struct {
+	// Path is relative to the tree: "lib64/libcuda.so.580.159.04".
+	Path string
+	// SONAME is the name the loader asks for ("libcuda.so.1"); a link of that
+	// name beside the file points at it.
+	SONAME string
+	// Bits is 64 (lib64/) or 32 (lib/).
+	Bits int
+}
+
+// ContainerPath is where the loader finds the library in a container that
+// has the tree at mountpoint: its SONAME link there
+// ("/usr/local/nvidia/lib64/libcuda.so.1"), or the file itself when it has
+// no SONAME. It is what a container's ld.so.cache maps the SONAME to.
+func (l Library) ContainerPath(mountpoint string) string {
+	name := l.SONAME
+	if name == "" {
+		name = path.Base(l.Path)
+	}
+	return path.Join(mountpoint, path.Dir(l.Path), name)
+}
+
+func checkVersion(v string) error {
+	if !driver.IsVersion(v) {
+		return fmt.Errorf("driver version %q: use the form 550.54.15", v)
+	}
+	return nil
+}
+
+// Ensure returns the tree of the inventory's driver version, building it
+// from the inventory's programs and libraries when there is none.
+func (s Store) Ensure(inv *driver.Inventory) (*Tree, error) {
+	if inv == nil {
+		return nil, errors.New("no driver inventory")
+	}
+	if err := checkVersion(inv.Version); err != nil {
+		return nil, err
+	}
+	if t, err := s.Load(inv.Version); err == nil {
+		return t, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	return s.build(inv)
+}
+
+// Load reads the tree of version.
+func (s Store) Load(version string) (*Tree, error) {
+	if err := checkVersion(version); err != nil {
+		return nil, err
+	}
+	p := s.Path(version)
+	st, err := os.Lstat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", p, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory (remove it, and the tree will be built again)", p)
+	}
+	if b, err := os.ReadFile(s.manifest(version)); err == nil {
+		var t Tree
+		if json.Unmarshal(b, &t) == nil && t.Version == version {
+			t.Path = p
+			return &t, nil
+		}
+	}
+	return scan(version, p)
+}
+
+// scan reads a tree without its manifest.
+func scan(version, p string) (*Tree, error) {
+	t := &Tree{Version: version, Path: p}
+	bins, err := os.ReadDir(filepath.Join(p, BinDir))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range bins {
+		if e.Type().IsRegular() {
+			t.Binaries = append(t.Binaries, e.Name())
+		}
+	}
+	for _, d := range []struct {
+		name string
+		bits int
+	}{{Lib64Dir, 64}, {LibDir, 32}} {
+		ents, err := os.ReadDir(filepath.Join(p, d.name))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		for _, e := range ents {
+			if !e.Type().IsRegular() {
+				continue
+			}
+			rel := path.Join(d.name, e.Name())
+			soname, err := sonameOf(filepath.Join(p, rel))
+			if err != nil {
+				return nil, fmt.Errorf("tree %s: %w", p, err)
+			}
+			t.Libraries = append(t.Libraries, Library{Path: rel, SONAME: soname, Bits: d.bits})
+		}
+	}
+	return t, nil
+}
+
+func sonameOf(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	_, _, soname, err := driver.ReadELF(f)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", p, err)
+	}
+	return soname, nil
+}
+
+// Versions lists the driver versions that have a tree, sorted.
+func (s Store) Versions() ([]string, error) {
+	ents, err := os.ReadDir(s.dir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && driver.IsVersion(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Protect makes the tree of version a read-only mount of its own (a bind
+// mount of the directory onto itself, remounted ro, nosuid, nodev), unless
+// it is read-only already. A bind of a read-only mount is read-only too, so
+// whoever binds the tree into a container, even without asking for ro,
+// cannot write to it, and so cannot write to the host's driver files that
+// the tree's hard links are. It needs CAP_SYS_ADMIN in the mount namespace
+// that the tree's users (Docker) see; the mount lasts until Remove or a
+// reboot, and Protect after a reboot makes it again.
+func (s Store) Protect(version string) error {
+	if err := checkVersion(version); err != nil {
+		return err
+	}
+	p := s.Path(version)
+	const want = unix.ST_RDONLY | unix.ST_NOSUID | unix.ST_NODEV
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("%s: %w", p, ErrNotFound)
+		}
+		return fmt.Errorf("protecting %s: %w", p, err)
+	}
+	if st.Flags&want == want {
+		return nil
+	}
+	if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("making %s read-only: bind mount: %w (run as root)", p, err)
+	}
+	if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		unix.Unmount(p, unix.MNT_DETACH)
+		return fmt.Errorf("making %s read-only: remount: %w", p, err)
+	}
+	return nil
+}
+
+// unprotect takes Protect's mounts off the tree at p (none: nothing to do).
+func unprotect(p string) {
+	for i := 0; i < 16; i++ {
+		if unix.Unmount(p, unix.MNT_DETACH) != nil {
+			return
+		}
+	}
+}
+
+// Remove deletes the tree of version. The tree is first renamed away, so
+// that it disappears whole: no half-removed tree is ever listed. Its
+// read-only mount (Protect) is detached first; containers that have it
+// keep their view.
+func (s Store) Remove(version string) error {
+	if err := checkVersion(version); err != nil {
+		return err
+	}
+	p := s.Path(version)
+	unprotect(p)
+	gone, err := os.MkdirTemp(s.dir(), ".remove-")
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", p, err)
+	}
+	defer os.RemoveAll(gone)
+	if err := os.Rename(p, filepath.Join(gone, version)); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s: %w", p, ErrNotFound)
+		}
+		return fmt.Errorf("removing %s: %w", p, err)
+	}
+	os.Remove(s.manifest(version))
+	return os.RemoveAll(gone)
+}
+
+// build makes the tree in a new directory and renames it into place.
+func (s Store) build(inv *driver.Inventory) (t *Tree, err error) {
+	if err := os.MkdirAll(s.dir(), 0o755); err != nil {
+		return nil, fmt.Errorf("creating the driver tree directory: %w", err)
+	}
+	s.removeStale()
+	tmp, err := os.MkdirTemp(s.dir(), buildPrefix+inv.Version+"-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the driver tree for %s: %w", inv.Version, err)
+	}
+	defer func() {
+		if tmp != "" {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{BinDir, LibDir, Lib64Dir} {
+		if err := os.Mkdir(filepath.Join(tmp, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	root, err := rootfs.Open(inv.Root)
+	if err != nil {
+		return nil, fmt.Errorf("driver root %s: %w", inv.Root, err)
+	}
+	defer root.Close()
+	b := &builder{root: root, inv: inv, dir: tmp, names: map[string]bool{}}
+	for _, f := range inv.Binaries {
+		if err := b.binary(f); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range inv.Libraries {
+		if err := b.library(f); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{BinDir, LibDir, Lib64Dir, "."} {
+		if err := syncDir(filepath.Join(tmp, d)); err != nil {
+			return nil, err
+		}
+	}
+	final := s.Path(inv.Version)
+	// The manifest first: a tree in place always has the manifest of what
+	// it holds (a manifest without its tree is ignored and rewritten).
+	t, err = scan(inv.Version, tmp)
+	if err != nil {
+		return nil, err
+	}
+	if b, err := json.Marshal(t); err != nil {
+		return nil, err
+	} else if err := atomicfile.Write(s.manifest(inv.Version), b, atomicfile.Options{Sync: true}); err != nil {
+		return nil, fmt.Errorf("writing the driver tree's manifest: %w", err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		// Another builder finished first (rename onto a non-empty
+		// directory fails): keep its tree.
+		if t, lerr := s.Load(inv.Version); lerr == nil {
+			return t, nil
+		}
+		return nil, fmt.Errorf("placing the driver tree at %s: %w", final, err)
+	}
+	tmp = ""
+	if err := syncDir(s.dir()); err != nil {
+		return nil, err
+	}
+	return s.Load(inv.Version)
+}
+
+// removeStale deletes unfinished build directories left by a process that died.
+func (s Store) removeStale() {
+	ents, _ := os.ReadDir(s.dir())
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), buildPrefix) && !strings.HasPrefix(e.Name(), ".remove-") {
+			continue
+		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleBuild {
+			os.RemoveAll(filepath.Join(s.dir(), e.Name()))
+		}
+	}
+}
+
+type builder struct {
+	root  *rootfs.Root
+	inv   *driver.Inventory
+	dir   string
+	names map[string]bool // "lib64/libcuda.so.1": taken
+}
+
+// open opens a driver file inside the driver root; HostPath carries the
+// root, which is taken off first.
+func (b *builder) open(f driver.File) (*os.File, error) {
+	rel, err := filepath.Rel(b.inv.Root, f.HostPath)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil, fmt.Errorf("driver file %s is outside the driver root %s: not taken", f.HostPath, b.inv.Root)
+	}
+	return b.root.OpenFile("/" + rel)
+}
+
+func (b *builder) binary(f driver.File) error {
+	src, err := b.open(f)
+	if err != nil {
+		return fmt.Errorf("driver program: %w", err)
+	}
+	defer src.Close()
+	var magic [4]byte
+	if _, err := src.ReadAt(magic[:], 0); err != nil || string(magic[:]) != elf.ELFMAG {
+		return fmt.Errorf("driver program %s is not an ELF executable (a driver root changed since discovery? run the command again)", f.HostPath)
+	}
+	return b.place(src, path.Join(BinDir, path.Base(f.ContainerPath)))
+}
+
+func (b *builder) library(f driver.File) error {
+	src, err := b.open(f)
+	if err != nil {
+		return fmt.Errorf("driver library: %w", err)
+	}
+	defer src.Close()
+	class, _, soname, err := driver.ReadELF(src)
+	if err != nil {
+		return fmt.Errorf("driver library %s: %w", f.HostPath, err)
+	}
+	dir := Lib64Dir
+	if class == elf.ELFCLASS32 {
+		dir = LibDir
+	}
+	name := path.Base(f.HostPath)
+	if err := b.place(src, path.Join(dir, name)); err != nil {
+		return err
+	}
+	links := []string{}
+	if soname != "" && soname != name && !strings.Contains(soname, "/") {
+		links = append(links, soname)
+	}
+	// The original's two extra names: libcuda.so for programs that
+	// dlopen it unversioned, and GLVND's indirect GLX vendor.
+	if strings.HasPrefix(soname, "libcuda.so") {
+		links = append(links, "libcuda.so")
+	}
+	if strings.HasPrefix(soname, "libGLX_nvidia.so") {
+		links = append(links, "libGLX_indirect.so.0")
+	}
+	for _, l := range links {
+		rel := path.Join(dir, l)
+		if b.names[rel] {
+			continue
+		}
+		if err := os.Symlink(name, filepath.Join(b.dir, rel)); err != nil {
+			return fmt.Errorf("driver tree: %w", err)
+		}
+		b.names[rel] = true
+	}
+	return nil
+}
+
+// place puts the open file at rel in the tree: a hard link to it when the
+// tree and the driver are on one filesystem, else a copy. The first file of
+// a name wins.
+func (b *builder) place(src *os.File, rel string) error {
+	if b.names[rel] {
+		return nil
+	}
+	b.names[rel] = true
+	dst := filepath.Join(b.dir, rel)
+	// Link the open file itself, not its path: what was checked is what is
+	// linked. /proc/self/fd/N with AT_SYMLINK_FOLLOW needs no privilege.
+	err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(src.Fd())), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
+	if err == nil {
+		return nil
+	}
+	return copyFile(src, dst)
+}
+
+func copyFile(src *os.File, dst string) (err error) {
+	st, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, st.Mode().Perm()&0o755)
+	if err != nil {
+		return fmt.Errorf("driver tree: %w", err)
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := io.Copy(out, io.NewSectionReader(src, 0, st.Size())); err != nil {
+		return fmt.Errorf("copying %s to %s: %w", src.Name(), dst, err)
+	}
+	if err := out.Chmod(st.Mode().Perm() & 0o755); err != nil {
+		return err
+	}
+	return out.Sync()
+}
+
+func syncDir(p string) error {
+	d, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", p, err)
+	}
+	return nil
+}

@@ -1,0 +1,448 @@
+package drivervol
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/ldcache"
+	"golang.org/x/sys/unix"
+)
+
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func fakeRoot(t *testing.T, opts fakedriver.Options) (string, *driver.Inventory) {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
+	}
+	root := filepath.Join(t.TempDir(), "driver")
+	if _, err := fakedriver.Build(root, opts); err != nil {
+		t.Fatal(err)
+	}
+	inv, err := driver.Discover(driver.Options{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, inv
+}
+
+// walk lists every entry of the tree: "rel" for files, "rel -> target" for links.
+func walk(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.Type()&os.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			out = append(out, rel+" -> "+target)
+		case d.Type().IsRegular():
+			out = append(out, rel)
+		case d.IsDir():
+		default:
+			t.Errorf("%s: unexpected file type %v", rel, d.Type())
+		}
+		return nil
+	})
+	return out
+}
+
+func TestTreeLayout(t *testing.T) {
+	for _, layout := range []string{fakedriver.LayoutStandard, fakedriver.LayoutGKE} {
+		t.Run(layout, func(t *testing.T) {
+			const version = "580.159.04"
+			root, inv := fakeRoot(t, fakedriver.Options{Version: version, Layout: layout, Compat32: layout == fakedriver.LayoutStandard})
+			s := Store{Dir: filepath.Join(t.TempDir(), "volumes", "nvidia_driver")}
+			tree, err := s.Ensure(inv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tree.Path != filepath.Join(s.Dir, version) || tree.Version != version {
+				t.Fatalf("tree %+v", tree)
+			}
+			entries := walk(t, tree.Path)
+			for _, want := range []string{
+				"bin/nvidia-smi",
+				"lib64/libcuda.so." + version,
+				"lib64/libcuda.so.1 -> libcuda.so." + version,
+				"lib64/libcuda.so -> libcuda.so." + version,
+				"lib64/libnvidia-ml.so.1 -> libnvidia-ml.so." + version,
+			} {
+				if !slices.Contains(entries, want) {
+					t.Errorf("tree lacks %q; has %q", want, entries)
+				}
+			}
+			if layout == fakedriver.LayoutStandard && !slices.Contains(entries, "lib/libcuda.so.1 -> libcuda.so."+version) {
+				t.Errorf("no 32-bit libcuda in lib/: %q", entries)
+			}
+			// Every link is a name in its own directory, and every file is
+			// one of the inventory's, linked or copied.
+			for _, e := range entries {
+				if name, target, ok := strings.Cut(e, " -> "); ok {
+					if strings.Contains(target, "/") {
+						t.Errorf("link %s points out of its directory: %s", name, target)
+					}
+					if _, err := os.Stat(filepath.Join(tree.Path, name)); err != nil {
+						t.Errorf("link %s dangles: %v", name, err)
+					}
+				}
+			}
+			want := len(inv.Binaries) + len(inv.Libraries)
+			if got := len(tree.Binaries) + len(tree.Libraries); got != want || len(tree.Binaries) == 0 {
+				t.Errorf("tree has %d programs and libraries, the inventory %d", got, want)
+			}
+			// Same filesystem: hard links, not copies.
+			var a, b os.FileInfo
+			a, _ = os.Stat(filepath.Join(tree.Path, "lib64/libcuda.so."+version))
+			for _, l := range inv.Libraries {
+				if strings.HasPrefix(l.SONAME, "libcuda.so") && !strings.Contains(l.HostPath, "i386") {
+					b, _ = os.Stat(l.HostPath)
+				}
+			}
+			if a == nil || b == nil || !os.SameFile(a, b) {
+				t.Errorf("libcuda in the tree is not a hard link of %s", root)
+			}
+			// The runtime's view: libraries with their SONAMEs.
+			found := false
+			for _, l := range tree.Libraries {
+				if l.Path == "lib64/libcuda.so."+version && l.SONAME == "libcuda.so.1" && l.Bits == 64 &&
+					l.ContainerPath("/usr/local/nvidia") == "/usr/local/nvidia/lib64/libcuda.so.1" {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("Tree.Libraries lacks libcuda: %+v", tree.Libraries)
+			}
+			// The manifest says what a scan of the tree says.
+			scanned, err := scan(version, tree.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(scanned, tree) {
+				t.Errorf("manifest %+v\nscan     %+v", tree, scanned)
+			}
+			loads(t, tree.Path)
+		})
+	}
+}
+
+// loads checks the tree with the real tools: ldconfig -r on a root holding
+// the tree at /usr/local/nvidia finds libcuda.so.1 in lib64, and the real
+// dynamic loader loads libcuda and NVML from lib64 and calls them.
+func loads(t *testing.T, tree string) {
+	t.Helper()
+	ldconfig, err := exec.LookPath("ldconfig")
+	if err != nil {
+		t.Skip("ldconfig not installed")
+	}
+	ctr := t.TempDir()
+	os.MkdirAll(filepath.Join(ctr, "etc"), 0o755)
+	os.MkdirAll(filepath.Join(ctr, "usr/local"), 0o755)
+	os.WriteFile(filepath.Join(ctr, "etc/ld.so.conf"), []byte("/usr/local/nvidia/lib64\n/usr/local/nvidia/lib\n"), 0o644)
+	if out, err := exec.Command("cp", "-a", tree, filepath.Join(ctr, "usr/local/nvidia")).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	if out, err := exec.Command(ldconfig, "-r", ctr).CombinedOutput(); err != nil {
+		t.Fatalf("ldconfig -r: %v: %s", err, out)
+	}
+	cache, err := ldcache.Open(filepath.Join(ctr, "etc/ld.so.cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cache.Lookup("libcuda.so.1"); !slices.Contains(got, "/usr/local/nvidia/lib64/libcuda.so.1") {
+		t.Errorf("ldconfig -r: libcuda.so.1 -> %q", got)
+	}
+
+	src := filepath.Join(t.TempDir(), "probe.c")
+	os.WriteFile(src, []byte(`#include <dlfcn.h>
+#include <stdio.h>
+int main(void) {
+	void *cuda = dlopen("libcuda.so.1", RTLD_NOW), *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+	if (!cuda || !nvml) { printf("dlopen: %s\n", dlerror()); return 1; }
+	int (*ver)(int *) = (int (*)(int *))dlsym(cuda, "cuDriverGetVersion");
+	int (*dver)(char *, unsigned) = (int (*)(char *, unsigned))dlsym(nvml, "nvmlSystemGetDriverVersion");
+	int (*ninit)(void) = (int (*)(void))dlsym(nvml, "nvmlInit_v2");
+	if (!ver || !dver || !ninit) { printf("dlsym failed\n"); return 1; }
+	int v = 0; char d[80] = "";
+	ver(&v); ninit(); dver(d, sizeof d);
+	printf("%d %s\n", v, d);
+	return 0;
+}
+`), 0o644)
+	bin := filepath.Join(t.TempDir(), "probe")
+	if out, err := exec.Command("gcc", "-o", bin, src, "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v: %s", err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"LD_LIBRARY_PATH=" + filepath.Join(tree, "lib64")}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("probe: %v: %s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); !strings.HasSuffix(got, " "+filepath.Base(tree)) {
+		t.Errorf("probe printed %q, want the driver version %s", got, filepath.Base(tree))
+	}
+}
+
+func TestVersionChangeMakesNewTree(t *testing.T) {
+	_, inv1 := fakeRoot(t, fakedriver.Options{Version: "550.54.15"})
+	_, inv2 := fakeRoot(t, fakedriver.Options{Version: "580.159.04"})
+	s := Store{Dir: t.TempDir()}
+	t1, err := s.Ensure(inv1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, err := s.Ensure(inv2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if t1.Path == t2.Path {
+		t.Fatalf("one tree for two versions: %s", t1.Path)
+	}
+	if _, err := os.Stat(filepath.Join(t2.Path, "lib64/libcuda.so.580.159.04")); err != nil {
+		t.Error(err)
+	}
+	if _, err := os.Stat(filepath.Join(t2.Path, "lib64/libcuda.so.550.54.15")); err == nil {
+		t.Error("the new tree holds the old driver's libcuda")
+	}
+	vs, err := s.Versions()
+	if err != nil || !slices.Equal(vs, []string{"550.54.15", "580.159.04"}) {
+		t.Errorf("Versions: %q %v", vs, err)
+	}
+	// Ensure again keeps the tree (same inode: not rebuilt).
+	before, _ := os.Stat(t2.Path)
+	if _, err := s.Ensure(inv2); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.Stat(t2.Path)
+	if !os.SameFile(before, after) {
+		t.Error("Ensure rebuilt an existing tree")
+	}
+	if err := s.Remove("550.54.15"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove("550.54.15"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second Remove: %v", err)
+	}
+	if vs, _ := s.Versions(); !slices.Equal(vs, []string{"580.159.04"}) {
+		t.Errorf("after Remove: %q", vs)
+	}
+	if ents := names(t, s.Dir); !slices.Equal(ents, []string{".580.159.04.json", "580.159.04"}) {
+		t.Errorf("left behind in the store: %v", ents)
+	}
+	if err := s.Remove("../x"); err == nil {
+		t.Error("Remove accepted a path as version")
+	}
+}
+
+// TestNoEscape: a driver root whose files become symlinks to host files
+// after discovery (or that holds such links) never brings a host file into
+// the tree; the build fails whole and leaves nothing.
+func TestNoEscape(t *testing.T) {
+	const version = "580.159.04"
+	root, inv := fakeRoot(t, fakedriver.Options{Version: version})
+	outside := filepath.Join(t.TempDir(), "host-secret.so")
+	if err := os.WriteFile(outside, []byte("\x7fELF host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var cuda string
+	for _, l := range inv.Libraries {
+		if strings.HasPrefix(l.SONAME, "libcuda.so") {
+			cuda = l.HostPath
+		}
+	}
+	if cuda == "" {
+		t.Fatal("no libcuda in the inventory")
+	}
+	// Swap the real libcuda for a link to a host file (absolute target).
+	os.Remove(cuda)
+	if err := os.Symlink(outside, cuda); err != nil {
+		t.Fatal(err)
+	}
+	s := Store{Dir: t.TempDir()}
+	if tree, err := s.Ensure(inv); err == nil {
+		t.Fatalf("built a tree from a driver root whose libcuda points outside: %+v", tree)
+	} else if !strings.Contains(err.Error(), "libcuda") {
+		t.Errorf("error does not name the file: %v", err)
+	}
+	if vs, _ := s.Versions(); len(vs) != 0 {
+		t.Errorf("a tree was left: %q", vs)
+	}
+	ents, _ := os.ReadDir(s.Dir)
+	if len(ents) != 0 {
+		t.Errorf("build left %v", ents)
+	}
+
+	// Discovery on that root resolves the link inside the root: libcuda
+	// is missing, and the tree built from that inventory has no host file.
+	inv2, err := driver.Discover(driver.Options{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := s.Ensure(inv2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, _ := os.Stat(outside)
+	for _, e := range walk(t, tree.Path) {
+		name, _, _ := strings.Cut(e, " -> ")
+		st, err := os.Stat(filepath.Join(tree.Path, name))
+		if err != nil {
+			continue
+		}
+		if os.SameFile(st, secret) {
+			t.Errorf("%s is the host file", name)
+		}
+		b, _ := os.ReadFile(filepath.Join(tree.Path, name))
+		if strings.Contains(string(b), "host secret") {
+			t.Errorf("%s holds the host file's content", name)
+		}
+	}
+}
+
+// TestConcurrentEnsure: builders racing for one version all succeed and
+// leave one tree.
+func TestConcurrentEnsure(t *testing.T) {
+	_, inv := fakeRoot(t, fakedriver.Options{Version: "580.159.04"})
+	s := Store{Dir: t.TempDir()}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.Ensure(inv)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	if ents := names(t, s.Dir); !slices.Equal(ents, []string{".580.159.04.json", "580.159.04"}) {
+		t.Errorf("store holds %v", ents)
+	}
+}
+
+// TestCopyAcrossFilesystems copies when a hard link is impossible (here:
+// /dev/shm, a tmpfs, is another filesystem than the test's temp dir on
+// most hosts; skipped otherwise).
+func TestCopyAcrossFilesystems(t *testing.T) {
+	_, inv := fakeRoot(t, fakedriver.Options{Version: "580.159.04"})
+	dir, err := os.MkdirTemp("/dev/shm", "drivervol-")
+	if err != nil {
+		t.Skip("no /dev/shm")
+	}
+	defer os.RemoveAll(dir)
+	var a, b unixStat
+	if statDev(dir, &a) != nil || statDev(inv.Root, &b) != nil || a.Dev == b.Dev {
+		t.Skip("/dev/shm is on the driver root's filesystem")
+	}
+	tree, err := Store{Dir: dir}.Ensure(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads(t, tree.Path)
+}
+
+type unixStat = unix.Stat_t
+
+func statDev(p string, st *unix.Stat_t) error { return unix.Stat(p, st) }
+
+// TestProtect: a protected tree cannot be written, not even through a bind
+// mount made without ro, and so not through its hard links to the driver;
+// Remove takes the mount off and deletes the tree.
+func TestProtect(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	_, inv := fakeRoot(t, fakedriver.Options{Version: "580.159.04"})
+	s := Store{Dir: t.TempDir()}
+	tree, err := s.Ensure(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(tree.Path, "lib64", "libcuda.so.580.159.04")
+	if err := s.Protect("580.159.04"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Protect("580.159.04"); err != nil {
+		t.Fatalf("second Protect: %v", err)
+	}
+	if f, err := os.OpenFile(lib, os.O_WRONLY, 0); err == nil {
+		f.Close()
+		t.Fatal("a protected tree's library opens for writing")
+	} else if !errors.Is(err, unix.EROFS) {
+		t.Errorf("writing: %v, want EROFS", err)
+	}
+	// A rw bind of the tree, as Docker makes for a volume mounted without :ro.
+	ctr := t.TempDir()
+	if err := unix.Mount(tree.Path, ctr, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	_, werr := os.OpenFile(filepath.Join(ctr, "lib64", "libcuda.so.1"), os.O_WRONLY, 0)
+	unix.Unmount(ctr, unix.MNT_DETACH)
+	if werr == nil {
+		t.Fatal("a rw bind of the protected tree is writable")
+	}
+	if err := s.Remove("580.159.04"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tree.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("tree after Remove: %v", err)
+	}
+	if err := s.Protect("580.159.04"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Protect of a removed tree: %v", err)
+	}
+}
+
+// BenchmarkEnsureExisting is the cost of asking for a tree that exists (what
+// a runtime would pay per container before binding it): Load reads the
+// directories and each library's ELF header.
+func BenchmarkEnsureExisting(b *testing.B) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		b.Skip("gcc not installed")
+	}
+	root := filepath.Join(b.TempDir(), "driver")
+	if _, err := fakedriver.Build(root, fakedriver.Options{Version: "580.159.04"}); err != nil {
+		b.Fatal(err)
+	}
+	inv, err := driver.Discover(driver.Options{Root: root})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := Store{Dir: b.TempDir()}
+	if _, err := s.Ensure(inv); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := s.Ensure(inv); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

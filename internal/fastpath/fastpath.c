@@ -1,0 +1,361 @@
+//go:build cgo
+
+// The pass-through fast path of gantry-runtime, run by the dynamic loader
+// before the Go runtime starts (see doc.go). Every constant copied from Go
+// is pinned by constants_test.go.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fastpath.h"
+
+const char *const gantry_runtime_names[] = {"gantry-runtime", "nvidia-container-runtime", NULL};
+const char gantry_config_env[] = "GANTRY_CONFIG";               // config.EnvPath
+const char gantry_config_default[] = "/etc/gantry/config.toml"; // config.DefaultPath
+const char gantry_no_fastpath_env[] = "GANTRY_NO_FASTPATH";
+// shim.DefaultPath: where the low-level runtime is looked for without PATH.
+const char gantry_default_path[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const long long gantry_max_spec_size = 16 << 20; // ocibundle.MaxSpecSize
+
+// Text in config.json without which no container asks for a GPU under a
+// configuration of neutral keys only: the variables a request is read from
+// (NVIDIA_VISIBLE_DEVICES; CUDA_VERSION, which makes a legacy image ask for
+// all GPUs), the last element of the volume-mount device list's root (what
+// survives path.Clean) and the default CDI annotation prefix. Any backslash
+// means a JSON escape could spell one of them differently, so it counts
+// too. This is a superset test: a hit sends the container to Go, which decides.
+const char *const gantry_request_needles[] = {
+	"NVIDIA_VISIBLE_DEVICES", "CUDA_VERSION", "nvidia-container-devices", "cdi.k8s.io/", "\\", NULL};
+
+// Configuration keys (dotted from the top) that cannot make a container
+// ask for a GPU (they only narrow a request, or say where things are). A
+// configuration with any other key (cdi.annotation-prefixes,
+// runtime.swarm-resource, a key this list does not know) sends every create
+// to Go; constants_test.go classifies every key of config.Config.
+const char *const gantry_neutral_keys[] = {
+	"gpus", "driver-root", "dev-root", "library-search-paths", "log-level",
+	"runtime.low-level", "runtime.cache-dir", "runtime.accept-env-unprivileged",
+	"runtime.accept-volume-mounts", "runtime.log-file", "runtime.disable-require",
+	"runtime.kubernetes-env", "runtime.kubelet-dir", "runtime.no-cgroups",
+	"runtime.driver-layout", "runtime.driver-tree-dir", "runtime.driver-tree-path",
+	"cdi.kind", "cdi.spec-dirs", "cdi.hook-path", NULL};
+
+// runc's flags that take a value (shim's args.go has the same lists).
+const char *const gantry_global_value_flags[] = {"log", "log-format", "root", "criu", "rootless", NULL};
+const char *const gantry_create_value_flags[] = {"bundle", "b", "console-socket", "pidfd-socket", "pid-file", "preserve-fds", NULL};
+// create/run's boolean flags; any other flag leaves the line to Go.
+static const char *const create_bool_flags[] = {"detach", "d", "no-pivot", "no-new-keyring", "no-subreaper", "keep", NULL};
+
+static int in_list(const char *const *list, const char *s) {
+	for (int i = 0; list[i]; i++)
+		if (strcmp(list[i], s) == 0) return 1;
+	return 0;
+}
+
+static int is_runtime_name(const char *argv0) {
+	const char *base = strrchr(argv0, '/');
+	return in_list(gantry_runtime_names, base ? base + 1 : argv0);
+}
+
+// flag_name copies the name of flag a ("-x", "--x", "--x=v") into buf:
+// the length of the name, or 0 if it does not fit.
+static size_t flag_name(const char *a, char *buf, size_t size, const char **rest) {
+	const char *name = a + 1;
+	if (*name == '-') name++;
+	size_t n = strcspn(name, "=");
+	if (n >= size) return 0;
+	memcpy(buf, name, n);
+	buf[n] = 0;
+	*rest = name + n;
+	return n;
+}
+
+// subcommand returns the index of the runc subcommand, -1 if there is none
+// or the line is one we leave to Go (help, version, a flag missing its value).
+static int subcommand(int argc, char **argv) {
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--") == 0) return i + 1 < argc ? i + 1 : -1;
+		if (a[0] != '-' || a[1] == 0) return i;
+		char buf[32];
+		const char *rest;
+		if (!flag_name(a, buf, sizeof buf, &rest)) continue;
+		if (strcmp(buf, "h") == 0 || strcmp(buf, "help") == 0 || strcmp(buf, "v") == 0 || strcmp(buf, "version") == 0)
+			return -1;
+		if (*rest == '=' || !in_list(gantry_global_value_flags, buf)) continue;
+		if (i + 1 >= argc) return -1;
+		i++;
+	}
+	return -1;
+}
+
+static char *trim(char *s) {
+	while (*s == ' ' || *s == '\t') s++;
+	char *e = s + strlen(s);
+	while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) *--e = 0;
+	return s;
+}
+
+// bare reports whether s is a TOML bare key (dots allowed, no spaces).
+static int bare(const char *s) {
+	if (!*s || *s == '.') return 0;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-' || *s == '_' || *s == '.'))
+			return 0;
+	return 1;
+}
+
+// simple_string: a one-line quoted string without escapes at *p; moves *p
+// past it. 1 if so.
+static int simple_string(char **p) {
+	char q = **p;
+	if (q != '"' && q != '\'') return 0;
+	char *end = strchr(*p + 1, q);
+	if (!end || memchr(*p + 1, '\\', end - *p - 1)) return 0;
+	// """ and ''' open multi-line strings.
+	if (end == *p + 1 && end[1] == q) return 0;
+	*p = end + 1;
+	return 1;
+}
+
+// simple_value: a value the fast path understands fully: a simple string,
+// true or false, or a one-line array of simple strings; then nothing but a
+// comment.
+static int simple_value(char *v) {
+	if (strncmp(v, "true", 4) == 0) v += 4;
+	else if (strncmp(v, "false", 5) == 0) v += 5;
+	else if (*v == '[') {
+		v = trim(v + 1);
+		while (*v != ']') {
+			if (!simple_string(&v)) return 0;
+			v = trim(v);
+			if (*v == ',') v = trim(v + 1);
+			else if (*v != ']') return 0;
+		}
+		v++;
+	} else if (!simple_string(&v))
+		return 0;
+	v = trim(v);
+	return *v == 0 || *v == '#';
+}
+
+int gantry_parse_config(char *text, char *out, size_t size) {
+	int neutral = 1;
+	char table[64] = "";
+	if (size < sizeof "runc") return -1;
+	strcpy(out, "runc");
+	char *save = NULL;
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *s = trim(line);
+		if (*s == 0 || *s == '#') continue;
+		if (*s == '[') {
+			if (s[1] == '[') { neutral = 0; strcpy(table, "?"); continue; }
+			char *end = strchr(s, ']');
+			if (!end) return -1;
+			*end = 0;
+			char *rest = trim(end + 1);
+			char *name = trim(s + 1);
+			if (strlen(name) >= sizeof table) return -1;
+			strcpy(table, name);
+			if (!bare(name) || (*rest && *rest != '#') || (strcmp(name, "runtime") != 0 && strcmp(name, "cdi") != 0))
+				neutral = 0;
+			continue;
+		}
+		char *eq = strchr(s, '=');
+		if (!eq) return -1;
+		*eq = 0;
+		char *key = trim(s), *val = trim(eq + 1);
+		char full[192];
+		if (!bare(key) || strlen(table) + strlen(key) + 2 > sizeof full) {
+			neutral = 0;
+			full[0] = 0;
+		} else {
+			strcpy(full, table);
+			if (*table) strcat(full, ".");
+			strcat(full, key);
+		}
+		if (!in_list(gantry_neutral_keys, full) || !simple_value(val)) neutral = 0;
+		if (strcmp(full, "runtime.low-level") != 0) {
+			// Anything else that could set it in a way we do not parse.
+			if (strstr(key, "low-level") || (table[0] == 0 && strcmp(key, "runtime") == 0)) return -1;
+			continue;
+		}
+		char q = val[0];
+		if (q != '"' && q != '\'') return -1;
+		char *end = strchr(val + 1, q);
+		if (!end || end == val + 1 || memchr(val + 1, '\\', end - val - 1)) return -1;
+		char *rest = trim(end + 1);
+		if (*rest != 0 && *rest != '#') return -1;
+		size_t n = end - val - 1;
+		if (n >= size) return -1;
+		memcpy(out, val + 1, n);
+		out[n] = 0;
+	}
+	return neutral;
+}
+
+// low_level reads the configuration file: gantry_parse_config's answer.
+static int low_level(char *out, size_t size) {
+	const char *path = getenv(gantry_config_env);
+	int explicit = path && *path;
+	if (!explicit) path = gantry_config_default;
+	if (size < sizeof "runc") return -1;
+	strcpy(out, "runc");
+	// Not blocking on a FIFO, and only a regular file (or /dev/null, the
+	// defaults, as in Go): anything else is left to the Go side, which
+	// refuses it with an error naming it.
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) return !explicit && errno == ENOENT ? 1 : -1;
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		close(fd);
+		return -1;
+	}
+	if (S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3)) {
+		close(fd);
+		return 1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return -1;
+	}
+	static char buf[65536];
+	ssize_t len = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (len < 0 || len == (ssize_t)sizeof buf - 1 || memchr(buf, 0, len)) return -1;
+	buf[len] = 0;
+	return gantry_parse_config(buf, out, size);
+}
+
+// resolve finds name like Main's findRuntime: a path as given, else the
+// first executable in PATH (gantry_default_path when PATH is unset or
+// empty: engines such as Podman call delete and kill with an empty
+// environment) that is not this program.
+static int resolve(const char *name, char *out, size_t size) {
+	if (strchr(name, '/')) {
+		if (strlen(name) >= size || access(name, X_OK) != 0) return 0;
+		strcpy(out, name);
+		return 1;
+	}
+	struct stat self;
+	if (stat("/proc/self/exe", &self) != 0) return 0;
+	const char *path = getenv("PATH");
+	if (!path || !*path) path = gantry_default_path;
+	while (*path) {
+		size_t n = strcspn(path, ":");
+		const char *dir = n ? path : ".";
+		size_t dn = n ? n : 1;
+		if (dn + 1 + strlen(name) < size) {
+			memcpy(out, dir, dn);
+			out[dn] = '/';
+			strcpy(out + dn + 1, name);
+			struct stat st;
+			if (stat(out, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) &&
+			    !(st.st_dev == self.st_dev && st.st_ino == self.st_ino))
+				return 1;
+		}
+		path += n;
+		if (*path == ':') path++;
+	}
+	return 0;
+}
+
+int gantry_no_request(const char *buf, size_t len) {
+	if (len == 0 || memchr(buf, 0, len)) return 0;
+	for (int i = 0; gantry_request_needles[i]; i++)
+		if (memmem(buf, len, gantry_request_needles[i], strlen(gantry_request_needles[i]))) return 0;
+	return 1;
+}
+
+// create_bundle finds config.json of a create/run line whose subcommand is
+// argv[at]: 1 and out filled, or 0 to leave it to Go.
+static int create_bundle(int argc, char **argv, int at, char *out, size_t size) {
+	const char *bundle = NULL;
+	int ids = 0;
+	for (int i = at + 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--") == 0) { ids += argc - i - 1; break; }
+		if (a[0] != '-' || a[1] == 0) { ids++; continue; }
+		char buf[32];
+		const char *rest;
+		if (!flag_name(a, buf, sizeof buf, &rest)) return 0;
+		if (in_list(create_bool_flags, buf)) {
+			if (*rest == '=') return 0;
+			continue;
+		}
+		if (!in_list(gantry_create_value_flags, buf)) return 0;
+		const char *val = *rest == '=' ? rest + 1 : (i + 1 < argc ? argv[++i] : NULL);
+		if (!val) return 0;
+		if (strcmp(buf, "bundle") == 0 || strcmp(buf, "b") == 0) bundle = val;
+	}
+	if (ids != 1) return 0;
+	if (!bundle || !*bundle) bundle = ".";
+	if (strlen(bundle) + sizeof "/config.json" > size) return 0;
+	strcpy(out, bundle);
+	strcat(out, "/config.json");
+	return 1;
+}
+
+// spec_has_no_request: 1 when config.json (a regular file of at most
+// gantry_max_spec_size bytes, as Go's ocibundle reads it) cannot hold a
+// GPU request.
+static int spec_has_no_request(const char *path) {
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) return 0;
+	struct stat st;
+	int ok = 0;
+	// A usual config.json (a few KiB) is read into a static buffer: no
+	// malloc arena to set up (brk calls, page faults) before the exec.
+	static char small[256 << 10];
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && st.st_size <= gantry_max_spec_size) {
+		char *buf = st.st_size <= (off_t)sizeof small ? small : malloc(st.st_size);
+		if (buf) {
+			size_t got = 0;
+			ssize_t n;
+			while (got < (size_t)st.st_size && (n = read(fd, buf + got, st.st_size - got)) > 0) got += n;
+			ok = got == (size_t)st.st_size && gantry_no_request(buf, got);
+			if (buf != small) free(buf);
+		}
+	}
+	close(fd);
+	return ok;
+}
+
+// When the constructor ran, for the log's startup time.
+long long gantry_start_ns;
+
+long long gantry_now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+__attribute__((constructor)) static void gantry_runtime_fastpath(int argc, char **argv, char **envp) {
+	gantry_start_ns = gantry_now_ns();
+	if (argc < 2 || !argv || !argv[0] || !is_runtime_name(argv[0])) return;
+	const char *e = getenv(gantry_no_fastpath_env);
+	if (e && *e && strcmp(e, "0") != 0) return;
+	int at = subcommand(argc, argv);
+	if (at < 0) return;
+	const char *cmd = argv[at];
+	char name[PATH_MAX], path[PATH_MAX];
+	int conf = low_level(name, sizeof name);
+	if (conf < 0 || !resolve(name, path, sizeof path)) return;
+	if (strcmp(cmd, "create") == 0 || strcmp(cmd, "run") == 0) {
+		// A container that cannot be asking for a GPU goes straight to the
+		// low-level runtime too; anything else (a possible request, an
+		// unusual line or configuration) is Go's to decide.
+		char spec[PATH_MAX];
+		if (conf != 1 || !create_bundle(argc, argv, at, spec, sizeof spec) || !spec_has_no_request(spec)) return;
+	}
+	argv[0] = path;
+	execve(path, argv, envp);
+	// Failed: Main reports it properly.
+}

@@ -1,0 +1,248 @@
+package inject
+
+import (
+	"fmt"
+	"strings"
+
+	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/edits"
+	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/request"
+)
+
+// Options are what a front end decides about the pipeline; everything else
+// comes from the configuration and the request.
+type Options struct {
+	// CDI resolves the request's CDI names: those of the configured kind
+	// (cdi.kind, nvidia.com/gpu=1) become device IDs, the others are
+	// injected from the CDI spec directories by ApplyToSpec. Only a front
+	// end that writes config.json can do that; a hook runs after the
+	// engine resolved the names.
+	CDI bool
+	// FullGPUs asks for the full GPU discovery (brand and architecture,
+	// which NVIDIA_REQUIRE_* expressions judge): never cached.
+	FullGPUs bool
+	// ForwardCompat puts the image's CUDA forward-compatibility libraries
+	// first in its ld.so.cache when they are newer than the host driver.
+	ForwardCompat bool
+	// DeviceFlag, when set, names where the device request came from in a
+	// resolve error ("--device=1,2"); the request's own source otherwise.
+	DeviceFlag string
+	// Inventory, when set, trims the driver inventory before the edits are
+	// computed (nvidia-container-cli --no-persistenced).
+	Inventory func(*driver.Inventory)
+}
+
+// Plan is what one container gets: the request as resolved, the host it was
+// resolved on, and the edits. A front end applies Edits its own way (the
+// runtime to config.json with ApplyToSpec, the hooks through the mount
+// namespace), then calls FinishRootfs.
+type Plan struct {
+	Request   *request.Request
+	System    *gpu.System
+	Inventory *driver.Inventory
+	// Selected are the devices the request resolved to.
+	Selected []edits.Selected
+	// Edits are nil when the request names no device of ours (Void): only
+	// other vendors' CDI names, if any.
+	Edits *edits.Edits
+	// CDI are the CDI names of other kinds, for ApplyToSpec.
+	CDI []string
+	// Record is the front end's log record, filled in as the plan is made
+	// and applied.
+	Record *Record
+
+	cdiDirs []string
+	opts    Options
+	// inTree are the container paths of the driver files the driver tree's
+	// mount provides (runtime.driver-layout = "tree").
+	inTree []string
+	// noCgroups leaves the device cgroup rules out of the spec
+	// (runtime.no-cgroups, rootless engines).
+	noCgroups bool
+}
+
+// Already returns the devices named in spec's InjectedAnnotation, if
+// gantry-runtime injected GPUs into it before (a retried create, a hook
+// after the runtime): such a spec is left alone.
+func Already(annotations map[string]string) (string, bool) {
+	v, ok := annotations[edits.InjectedAnnotation]
+	return v, ok
+}
+
+// AlreadyNote is the record's note for a spec Already finds injected.
+func AlreadyNote(devices string) string {
+	return "GPUs " + devices + " already injected (annotation " + edits.InjectedAnnotation + "): left as is"
+}
+
+// ReadRequest reads the GPU request from spec (env, annotations, mounts),
+// by the host's rules in cfg, and adds its warnings to the record.
+func ReadRequest(spec *ocispecs.Spec, cfg config.Config, rec *Record) (*request.Request, error) {
+	req, err := request.Parse(request.InputFromSpec(spec), discover.RequestOptions(cfg))
+	if err != nil {
+		return nil, err
+	}
+	rec.Notes = append(rec.Notes, req.Warnings...)
+	return req, nil
+}
+
+// Prepare makes the plan for req on this host: the CDI names split by kind
+// (Options.CDI), the GPUs and the driver inventory (from the inventory
+// cache in runtime.cache-dir when it is current), the "driver incomplete"
+// refusal, the devices resolved once, and the edits (which check
+// NVIDIA_REQUIRE_* first). A request that names no device of ours gets a
+// plan without edits. req may be changed (CDI names of our kind move into
+// its devices).
+func Prepare(cfg config.Config, req *request.Request, opts Options, rec *Record) (*Plan, error) {
+	p := &Plan{Request: req, Record: rec, cdiDirs: cfg.CDI.SpecDirs, opts: opts, noCgroups: cfg.Runtime.NoCgroups}
+	rec.Changed, rec.Source = true, req.Source
+	if opts.CDI {
+		// Names of our own kind are device IDs; other kinds go to the CDI registry.
+		others, err := ownCDINames(req, cfg.CDI.Kind)
+		if err != nil {
+			return nil, err
+		}
+		p.CDI = others
+	}
+	if req.Devices.Mode == request.Void {
+		return p, nil
+	}
+	sys, inv, gpuSrc, invSrc, err := loadHost(cfg, opts.FullGPUs)
+	if err != nil {
+		return nil, err
+	}
+	rec.Phase("host")
+	rec.Inventory, rec.GPUs = string(invSrc), string(gpuSrc)
+	if len(inv.Missing) > 0 {
+		return nil, fmt.Errorf("the driver under %s is incomplete (missing %s): fix the installation or set driver-root in the Gantry configuration (%s, or the file in $%s)", inv.Root, strings.Join(inv.Missing, ", "), config.DefaultPath, config.EnvPath)
+	}
+	if opts.Inventory != nil {
+		opts.Inventory(inv)
+	}
+	p.System, p.Inventory = sys, inv
+	if p.Selected, err = edits.Resolve(sys, req.Devices); err != nil {
+		if opts.DeviceFlag != "" {
+			return nil, fmt.Errorf("%s: %w", opts.DeviceFlag, err)
+		}
+		return nil, err
+	}
+	for _, s := range p.Selected {
+		rec.Devices = append(rec.Devices, s.Name())
+	}
+	if p.Edits, err = edits.BuildSelected(sys, inv, req, p.Selected, edits.Options{DevRoot: cfg.EffectiveDevRoot()}); err != nil {
+		return nil, err
+	}
+	rec.Edits = p.Edits
+	rec.Phase("edits")
+	if cfg.Runtime.DriverLayout == config.DriverLayoutTree {
+		p.useTree(cfg)
+		rec.Phase("tree")
+	}
+	return p, nil
+}
+
+// Injected is the value of the spec's InjectedAnnotation: the devices, the
+// other CDI names, or the request's mode ("none") for driver files only.
+func (p *Plan) Injected() string {
+	injected := append(append([]string{}, p.Record.Devices...), p.CDI...)
+	if len(injected) == 0 {
+		injected = []string{p.Request.Devices.Mode.String()}
+	}
+	return strings.Join(injected, ",")
+}
+
+// ApplyToSpec applies the plan to an OCI spec: the edits (device nodes,
+// cgroup rules, mounts, env), the InjectedAnnotation, and the CDI devices
+// of other kinds from the spec directories.
+func (p *Plan) ApplyToSpec(spec *ocispecs.Spec) error {
+	if err := p.Edits.ApplyToSpecWith(spec, edits.SpecOptions{NoCgroups: p.noCgroups}); err != nil {
+		return err
+	}
+	if p.Edits != nil || len(p.CDI) > 0 {
+		if spec.Annotations == nil {
+			spec.Annotations = map[string]string{}
+		}
+		spec.Annotations[edits.InjectedAnnotation] = p.Injected()
+	}
+	if len(p.CDI) > 0 {
+		if err := injectCDI(spec, p.cdiDirs, p.CDI); err != nil {
+			return err
+		}
+		p.Record.CDI = p.CDI
+	}
+	return nil
+}
+
+// ownCDINames moves the request's CDI names of kind into its device
+// selection (nvidia.com/gpu=1 is device 1) and returns the other names.
+func ownCDINames(req *request.Request, kind string) ([]string, error) {
+	var ids, others []string
+	for _, n := range req.CDIDevices {
+		if id, ok := strings.CutPrefix(n, kind+"="); ok {
+			ids = append(ids, id)
+		} else {
+			others = append(others, n)
+		}
+	}
+	req.CDIDevices = others
+	if len(ids) == 0 {
+		return others, nil
+	}
+	sel, _, err := request.ParseSelection("CDI device "+kind, strings.Join(ids, ","))
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Devices.Mode == request.All || sel.Mode == request.All:
+		req.Devices = request.Selection{Mode: request.All}
+	case sel.Mode == request.List:
+		if req.Devices.Mode == request.List {
+			sel.IDs = append(append([]string(nil), req.Devices.IDs...), sel.IDs...)
+		}
+		req.Devices = sel
+	case req.Devices.Mode == request.Void:
+		req.Devices = sel
+	}
+	return others, nil
+}
+
+// injectCDI resolves CDI names of other vendors through the CDI registry.
+//
+// A hook of those specs that has no env of its own gets edits.HookEnv
+// before it is injected: runc and crun run a createContainer hook whose env
+// is empty with the container's process.env, so a spec written without one
+// (by another vendor's tool, or by an older gantry) would hand the image's
+// LD_PRELOAD to a root process that still sees the host. A hook that has an
+// env keeps it: the spec's author chose it.
+func injectCDI(spec *ocispecs.Spec, dirs []string, names []string) error {
+	cache, _ := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	for _, n := range names {
+		// The cache is this call's own: its devices can be edited in place.
+		if d := cache.GetDevice(n); d != nil {
+			setHookEnv(d.ContainerEdits.Hooks)
+			setHookEnv(d.GetSpec().ContainerEdits.Hooks)
+		}
+	}
+	if unresolved, err := cache.InjectDevices(spec, names...); err != nil {
+		if len(unresolved) > 0 {
+			return fmt.Errorf("CDI devices %s are not in any spec under %s: generate one (gantry cdi generate) or fix the names", strings.Join(unresolved, ", "), strings.Join(dirs, ", "))
+		}
+		return fmt.Errorf("injecting CDI devices %s: %w", strings.Join(names, ", "), err)
+	}
+	return nil
+}
+
+// setHookEnv gives every hook without an env the fixed hook environment.
+func setHookEnv(hooks []*cdispecs.Hook) {
+	for _, h := range hooks {
+		if h != nil && len(h.Env) == 0 {
+			h.Env = edits.HookEnv()
+		}
+	}
+}

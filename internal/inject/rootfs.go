@@ -1,0 +1,134 @@
+package inject
+
+import (
+	"path"
+
+	"github.com/gantry-gpu/gantry/internal/containerhook"
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/edits"
+	"github.com/gantry-gpu/gantry/internal/rootfs"
+)
+
+// NeedsRootfs reports whether e holds changes that must land inside the
+// container's root filesystem (FinishRootfs), which neither config.json nor
+// the mount namespace can carry: SONAME links and ld.so.cache entries.
+// Every field of edits.Edits is classified in rootfsFields or specFields;
+// TestEveryEditIsClassified fails for a new field that is in neither, so a
+// new kind of edit cannot be skipped silently by the front ends' "is there
+// anything to do in the rootfs" test.
+func NeedsRootfs(e *edits.Edits) bool {
+	return e != nil && (len(e.Symlinks) > 0 || len(e.LibraryDirs) > 0)
+}
+
+// rootfsFields are the fields of edits.Edits that FinishRootfs applies
+// (NeedsRootfs must see them); specFields those that config.json
+// (edits.ApplyToSpec) or the mount namespace (nsmount) carry. Mounts are
+// both: a mounted library's ld.so.cache entry is made by FinishRootfs, and
+// edits.Common always names its directory in LibraryDirs.
+var (
+	rootfsFields = []string{"Symlinks", "LibraryDirs"}
+	specFields   = []string{"Env", "DeviceNodes", "Mounts"}
+)
+
+// FinishRootfs makes the part of the plan's edits that must land inside the
+// container's root filesystem, when there is one (NeedsRootfs): open is
+// then called for the root (the bundle's rootfs for the runtime, the
+// container's view of it through /proc/PID/root for the hooks) and the root
+// is closed afterwards. Decisions and warnings go to the record's notes and
+// to note, if not nil.
+func (p *Plan) FinishRootfs(open func() (*rootfs.Root, error), note func(string)) error {
+	if p == nil || !NeedsRootfs(p.Edits) {
+		return nil
+	}
+	root, err := open()
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return applyEdits(root, p.Edits, p.Inventory, p.inTree, p.opts.ForwardCompat, func(s string) {
+		p.Record.Notes = append(p.Record.Notes, s)
+		if note != nil {
+			note(s)
+		}
+	})
+}
+
+// ApplyEdits makes the part of e that must land inside the container's root
+// filesystem: the SONAME links, and ld.so.cache entries for every injected
+// library under its SONAME, 64-bit and (compat32) 32-bit, known from inv, so
+// the libraries need not be mounted yet. When forwardCompat is set and the
+// 64-bit libcuda is injected, the image's CUDA forward-compatibility
+// libraries go first if they are newer than the host driver
+// (containerhook.ForwardCompat). note receives decisions and warnings worth
+// a log line.
+func ApplyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, forwardCompat bool, note func(string)) error {
+	return applyEdits(root, e, inv, nil, forwardCompat, note)
+}
+
+// applyEdits is ApplyEdits; inTree are the container paths of the files the
+// driver tree's mount provides (Plan.useTree).
+func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree []string, forwardCompat bool, note func(string)) error {
+	if e == nil || inv == nil {
+		return nil
+	}
+	if note == nil {
+		note = func(string) {}
+	}
+	links := make([]containerhook.Link, 0, len(e.Symlinks))
+	for _, s := range e.Symlinks {
+		links = append(links, containerhook.Link{Target: s.Target, Link: s.Link})
+	}
+	if err := containerhook.CreateSymlinks(root, links); err != nil {
+		return err
+	}
+
+	byPath := make(map[string]driver.File, len(inv.Libraries))
+	for _, f := range inv.Libraries {
+		byPath[f.ContainerPath] = f
+	}
+	var libs []containerhook.Library
+	cuda := false
+	// The injected libraries: mounted at their container path, or (driver
+	// tree layout, edits.UseTree) linked there into the tree's mount.
+	injected := make([]string, 0, len(e.Mounts)+len(inTree))
+	for _, m := range e.Mounts {
+		injected = append(injected, m.ContainerPath)
+	}
+	injected = append(injected, inTree...)
+	for _, p := range injected {
+		f, ok := byPath[p]
+		if !ok || f.SONAME == "" {
+			continue
+		}
+		// The inventory marks every 32-bit library Compat32: the bits
+		// come from there, and nothing is read from the library here.
+		bits32 := f.Capability == driver.Compat32
+		libs = append(libs, containerhook.Library{SONAME: f.SONAME, Path: path.Join(path.Dir(p), f.SONAME), Compat32: bits32})
+		cuda = cuda || (f.SONAME == "libcuda.so.1" && !bits32)
+	}
+	if len(libs) == 0 {
+		return nil
+	}
+	dirs := append([]string(nil), e.LibraryDirs...)
+	if len(dirs) == 0 {
+		seen := map[string]bool{}
+		for _, l := range libs {
+			if d := path.Dir(l.Path); !seen[d] {
+				seen[d] = true
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	if forwardCompat && cuda && inv.Version != "" {
+		compat, why, err := containerhook.ForwardCompat(root, inv.Version)
+		if err != nil {
+			return err
+		}
+		if len(compat) > 0 {
+			libs = append(compat, libs...)
+			dirs = append([]string{containerhook.CompatDir}, dirs...)
+			note("CUDA forward compatibility: " + why)
+		}
+	}
+	return containerhook.AddToLDCache(root, libs, dirs, note)
+}

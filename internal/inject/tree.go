@@ -1,0 +1,215 @@
+package inject
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"syscall"
+
+	"github.com/gantry-gpu/gantry/internal/atomicfile"
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/drivervol"
+	"github.com/gantry-gpu/gantry/internal/edits"
+)
+
+// treeFormat changes whenever treeCache's meaning changes.
+const treeFormat = 2
+
+// treeCache is what the runtime keeps of a driver tree between containers,
+// so that a create in the tree layout costs one small file read and one
+// stat: the tree's directory and, for each driver file it holds, where.
+type treeCache struct {
+	Format  int               `json:"format"`
+	Dir     string            `json:"dir"`
+	Root    string            `json:"root"`
+	Version string            `json:"version"`
+	Path    string            `json:"path"`
+	Files   map[string]string `json:"files"`
+	Links   []string          `json:"links,omitempty"`
+}
+
+// useTree switches the plan's edits to the driver tree layout
+// (runtime.driver-layout = "tree"): the driver's programs and libraries as
+// one read-only mount of the tree of this driver version (package
+// drivervol, built on first use) with a link at each file's usual path.
+// Whatever stands in the way (no tree can be built, a file the mount would
+// hide) keeps the per-file layout, with a note saying why: a container is
+// never refused for its layout.
+func (p *Plan) useTree(cfg config.Config) {
+	if cfg.Runtime.DriverLayout != config.DriverLayoutTree || p.Edits == nil || p.Inventory == nil {
+		return
+	}
+	t, err := loadTree(cfg, p.Inventory)
+	if err != nil {
+		p.Record.Notes = append(p.Record.Notes, "driver tree layout not used (a mount per file instead): "+err.Error())
+		return
+	}
+	links := make(map[string]bool, len(t.Links))
+	for _, l := range t.Links {
+		links[l] = true
+	}
+	provided, ok := p.Edits.UseTree(edits.Tree{HostPath: t.Path, ContainerPath: cfg.Runtime.DriverTreePath, Files: t.Files, Links: links})
+	if !ok {
+		p.Record.Notes = append(p.Record.Notes, "driver tree layout not used (a mount per file instead): other injected files are at or below "+cfg.Runtime.DriverTreePath)
+		return
+	}
+	p.inTree = provided
+	p.Record.Layout = config.DriverLayoutTree
+}
+
+// loadTree returns the tree of inv's driver version and the files it holds:
+// from runtime.cache-dir while the tree is there, otherwise from the tree
+// itself (built when missing), then cached.
+func loadTree(cfg config.Config, inv *driver.Inventory) (*treeCache, error) {
+	store := drivervol.Store{Dir: cfg.Runtime.DriverTreeDir}
+	want := treeCache{Format: treeFormat, Dir: store.Dir, Root: inv.Root, Version: inv.Version}
+	var cachePath string
+	if cfg.Runtime.CacheDir != "" {
+		h := sha256.Sum256([]byte(store.Dir + "\x00" + inv.Root + "\x00" + inv.Version))
+		cachePath = filepath.Join(cfg.Runtime.CacheDir, "tree-"+hex.EncodeToString(h[:6])+".json")
+		if c := readTreeCache(cachePath, want); c != nil {
+			return c, nil
+		}
+	}
+	t, err := store.Ensure(inv)
+	if err != nil {
+		return nil, err
+	}
+	c := want
+	c.Path, c.Files, c.Links = t.Path, treeFiles(t, inv), treeLinks(t.Path)
+	if len(c.Files) == 0 {
+		return nil, fmt.Errorf("the driver tree %s holds none of the driver's files", t.Path)
+	}
+	if cachePath != "" {
+		if b, err := json.Marshal(c); err == nil {
+			// A cache that cannot be written costs speed, not correctness.
+			_ = os.MkdirAll(cfg.Runtime.CacheDir, 0o700)
+			_ = atomicfile.Write(cachePath, b, atomicfile.Options{Mode: 0o600})
+		}
+	}
+	return &c, nil
+}
+
+// readTreeCache returns the cached tree if the file is ours (as readCache
+// judges the inventory's: its paths become mounts), matches want, and the
+// tree's directory is still there (`docker volume rm` removes it).
+func readTreeCache(p string, want treeCache) *treeCache {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o022 != 0 || st.Size() > 1<<20 {
+		return nil
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != os.Geteuid() {
+		return nil
+	}
+	var c treeCache
+	if json.NewDecoder(f).Decode(&c) != nil || c.Format != want.Format || c.Dir != want.Dir ||
+		c.Root != want.Root || c.Version != want.Version || len(c.Files) == 0 {
+		return nil
+	}
+	if st, err := os.Stat(c.Path); err != nil || !st.IsDir() {
+		return nil
+	}
+	return &c
+}
+
+// treeFiles maps each of inv's programs and libraries that the tree holds
+// to its place there (drivervol's layout: bin/NAME, lib64/FILE, lib/FILE for
+// 32-bit). A file is taken only when the tree's copy is the same file (the
+// hard link drivervol makes on one filesystem) or has the same bytes (its
+// copy across filesystems); anything else keeps its own mount.
+func treeFiles(t *drivervol.Tree, inv *driver.Inventory) map[string]string {
+	have := map[string]bool{}
+	for _, b := range t.Binaries {
+		have[path.Join(drivervol.BinDir, b)] = true
+	}
+	for _, l := range t.Libraries {
+		have[l.Path] = true
+	}
+	files := map[string]string{}
+	add := func(f driver.File, rel string) {
+		if have[rel] && sameFile(f.HostPath, filepath.Join(t.Path, rel)) {
+			files[f.HostPath] = rel
+		}
+	}
+	for _, f := range inv.Binaries {
+		add(f, path.Join(drivervol.BinDir, path.Base(f.ContainerPath)))
+	}
+	for _, f := range inv.Libraries {
+		dir := drivervol.Lib64Dir
+		if f.Capability == driver.Compat32 {
+			dir = drivervol.LibDir
+		}
+		add(f, path.Join(dir, path.Base(f.HostPath)))
+	}
+	return files
+}
+
+// treeLinks lists the symbolic links in the tree's directories (SONAME
+// links and the like), relative to the tree.
+func treeLinks(dir string) []string {
+	var links []string
+	for _, d := range []string{drivervol.BinDir, drivervol.Lib64Dir, drivervol.LibDir} {
+		ents, _ := os.ReadDir(filepath.Join(dir, d))
+		for _, e := range ents {
+			if e.Type()&os.ModeSymlink != 0 {
+				links = append(links, path.Join(d, e.Name()))
+			}
+		}
+	}
+	return links
+}
+
+// sameFile reports whether a and b are one file, or two of equal bytes.
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	if err != nil || !sa.Mode().IsRegular() || !sb.Mode().IsRegular() {
+		return false
+	}
+	if os.SameFile(sa, sb) {
+		return true
+	}
+	if sa.Size() != sb.Size() {
+		return false
+	}
+	fa, err := os.Open(a)
+	if err != nil {
+		return false
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		return false
+	}
+	defer fb.Close()
+	ba, bb := make([]byte, 1<<16), make([]byte, 1<<16)
+	for {
+		na, ea := io.ReadFull(fa, ba)
+		nb, eb := io.ReadFull(fb, bb)
+		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
+			return false
+		}
+		if errors.Is(ea, io.EOF) || errors.Is(ea, io.ErrUnexpectedEOF) {
+			return errors.Is(eb, io.EOF) || errors.Is(eb, io.ErrUnexpectedEOF)
+		}
+		if ea != nil || eb != nil {
+			return false
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package inject
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/request"
+)
+
+// The driver tree layout on both driver layouts Gantry meets: a
+// distribution's (libraries in /usr/lib/x86_64-linux-gnu, linked into the
+// tree) and GKE's (the driver already under /usr/local/nvidia, where the tree
+// goes: no link needed, the tree's own SONAME links replace the per-file
+// ones, including libcuda.so -> libcuda.so.1). Either way one mount from the
+// tree directory, nothing else mounted or linked below the tree's path, and
+// the libraries still due in ld.so.cache.
+func TestPrepareDriverTree(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the fake driver's device nodes")
+	}
+	for _, layout := range []string{fakedriver.LayoutStandard, fakedriver.LayoutGKE} {
+		t.Run(layout, func(t *testing.T) {
+			dir := t.TempDir()
+			root := filepath.Join(dir, "driver")
+			if _, err := fakedriver.Build(root, fakedriver.Options{Layout: layout, DeviceNodes: true}); err != nil {
+				t.Fatal(err)
+			}
+			cfg := config.Default()
+			cfg.GPUs, cfg.DriverRoot = "sim:h100x1", root
+			cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+			cfg.Runtime.DriverLayout = config.DriverLayoutTree
+			cfg.Runtime.DriverTreeDir = filepath.Join(dir, "trees")
+			for round := 1; round <= 2; round++ { // the second from the tree cache
+				req, err := request.Parse(request.Input{Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}}, discover.RequestOptions(cfg))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rec := NewRecord(FrontEndRuntime, "c", "")
+				p, err := Prepare(cfg, req, Options{}, rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.Layout != config.DriverLayoutTree {
+					t.Fatalf("round %d: layout %q, notes %v: want the tree", round, rec.Layout, rec.Notes)
+				}
+				at := cfg.Runtime.DriverTreePath
+				var tree int
+				for _, m := range p.Edits.Mounts {
+					switch {
+					case m.ContainerPath == at:
+						tree++
+						if !strings.HasPrefix(m.HostPath, cfg.Runtime.DriverTreeDir+"/") {
+							t.Errorf("tree mount from %s, want below %s", m.HostPath, cfg.Runtime.DriverTreeDir)
+						}
+					case strings.HasPrefix(m.ContainerPath, at+"/"):
+						t.Errorf("round %d: %s mounted inside the tree's mount", round, m.ContainerPath)
+					case strings.Contains(m.ContainerPath, ".so"):
+						t.Errorf("round %d: library %s still has a mount of its own", round, m.ContainerPath)
+					}
+				}
+				if tree != 1 {
+					t.Errorf("round %d: %d mounts at %s, want 1", round, tree, at)
+				}
+				for _, s := range p.Edits.Symlinks {
+					if strings.HasPrefix(s.Link, at+"/") {
+						t.Errorf("round %d: link %s -> %s made below the tree's mount (hidden by it)", round, s.Link, s.Target)
+					}
+				}
+				if !slices.ContainsFunc(p.inTree, func(c string) bool { return strings.Contains(c, "libcuda.so.") }) {
+					t.Errorf("round %d: libcuda not among the files the tree provides (%v): no ld.so.cache entry would be made", round, p.inTree)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,120 @@
+package shim
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/edits"
+)
+
+// runtime.driver-layout = "tree": the driver's programs and libraries reach
+// the container as one read-only mount of the driver tree, and the image
+// still finds libcuda through its ld.so.cache at the usual path, nvidia-smi
+// in /usr/bin, and the tree at /usr/local/nvidia, under real runc.
+func TestDriverTreeLayout(t *testing.T) {
+	trees := filepath.Join(t.TempDir(), "trees")
+	script := `probe; echo ---; ` +
+		`readlink ` + libDir + `/libcuda.so.1; ` +
+		`ls /usr/local/nvidia/lib64 | grep -c '^libcuda.so'; ` +
+		`/usr/bin/nvidia-smi -L >/dev/null && echo smi=ok || echo smi=missing; readlink /usr/bin/nvidia-smi; ` +
+		`touch /usr/local/nvidia/lib64/x 2>/dev/null && echo tree=writable || echo tree=readonly`
+	for round := 1; round <= 2; round++ {
+		c := newContainer(t, opts{
+			env:    []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
+			args:   []string{"sh", "-c", script},
+			config: fmt.Sprintf("driver-layout = \"tree\"\ndriver-tree-dir = %q\n", trees),
+		})
+		if round == 2 {
+			// The second container finds the tree through the cache.
+			if err := os.MkdirAll(filepath.Join(filepath.Dir(c.config), "cache"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, stderr, err := c.run()
+		if err != nil {
+			t.Fatalf("round %d: gantry-runtime run: %v\nstdout:\n%s\nstderr:\n%s", round, err, out, stderr)
+		}
+		wantProbe := fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", c.f.driver.CUDAVersion, libDir)
+		for _, want := range []string{wantProbe, "smi=ok", "tree=readonly"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("round %d: want %q in the container's output:\n%s", round, want, out)
+			}
+		}
+		var spec ocispecs.Spec
+		if err := json.Unmarshal(c.configJSON(), &spec); err != nil {
+			t.Fatal(err)
+		}
+		var tree []ocispecs.Mount
+		for _, m := range spec.Mounts {
+			if strings.HasPrefix(m.Source, c.f.driver.Root) && !strings.HasPrefix(m.Source, filepath.Join(c.f.driver.Root, "dev")) &&
+				strings.Contains(m.Source, "lib") && strings.HasSuffix(m.Source, ".so") || strings.Contains(m.Source, ".so.") {
+				t.Errorf("round %d: a library still has a mount of its own: %s -> %s", round, m.Source, m.Destination)
+			}
+			if m.Destination == edits.DefaultTreePath {
+				tree = append(tree, m)
+			}
+		}
+		if len(tree) != 1 || !strings.HasPrefix(tree[0].Source, trees+"/") {
+			t.Fatalf("round %d: mounts at %s: %+v, want one from %s", round, edits.DefaultTreePath, tree, trees)
+		}
+		logged, err := os.ReadFile(filepath.Join(filepath.Dir(c.config), "gantry.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(logged), `"layout":"tree"`) {
+			t.Errorf("round %d: log line %s: want layout tree", round, logged)
+		}
+	}
+	if d := config.Default().Runtime.DriverTreeDir; d != "/var/lib/nvidia-docker/volumes/nvidia_driver" {
+		t.Errorf("default driver-tree-dir %s: want nvidia-docker-plugin's volume directory", d)
+	}
+}
+
+// An image whose /usr/local/nvidia is a symlink pointing out of its root
+// filesystem: the tree's mount (and the links into it) stay inside the
+// container's root; nothing appears at the host path the link names.
+func TestDriverTreeHostileMountPoint(t *testing.T) {
+	escape := filepath.Join(t.TempDir(), "escape")
+	if err := os.MkdirAll(escape, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	trees := filepath.Join(t.TempDir(), "trees")
+	c := newContainer(t, opts{
+		env:    []string{"NVIDIA_VISIBLE_DEVICES=0"},
+		args:   []string{"sh", "-c", "probe"},
+		config: fmt.Sprintf("driver-layout = \"tree\"\ndriver-tree-dir = %q\n", trees),
+		mutate: func(rootfs string) {
+			if err := os.MkdirAll(filepath.Join(rootfs, "usr/local"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("/../../../../../../../.."+escape, filepath.Join(rootfs, "usr/local/nvidia")); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	out, stderr, err := c.run()
+	if err != nil {
+		t.Logf("refused (acceptable): %v\n%s\n%s", err, out, stderr)
+	}
+	ents, err := os.ReadDir(escape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 0 {
+		t.Fatalf("the host directory the image's link names got %d entries: the tree was mounted or linked outside the container", len(ents))
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mi), escape) {
+		t.Fatalf("a mount at %s on the host", escape)
+	}
+}
