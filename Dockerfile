@@ -34,7 +34,7 @@ COPY . .
 ARG VERSION=dev
 ENV CGO_ENABLED=1 \
     CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
-RUN set -e; for cmd in gantry gantry-runtime gantry-device-plugin; do \
+RUN set -e; for cmd in gantry gantry-runtime gantry-device-plugin gantry-dra-plugin; do \
       go build -tags grpcnotrace -trimpath \
         -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=${VERSION}" \
         -o /out/usr/bin/$cmd ./cmd/$cmd; \

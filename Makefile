@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci gpu-cluster all build build-device-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install clean
+.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install clean
 
 all: build
 
@@ -35,6 +35,11 @@ build:
 # keeps every exported method alive in the linker: 3 MB of binary and of RSS.
 build-device-plugin:
 	$(GO) build -tags grpcnotrace -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-device-plugin ./cmd/gantry-device-plugin
+
+# The Kubernetes DRA kubelet plugin: a binary of its own (client-go and the
+# kubeletplugin library, which the device plugin does without).
+build-dra-plugin:
+	$(GO) build -tags grpcnotrace -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/gantry-dra-plugin ./cmd/gantry-dra-plugin
 
 # The container image the DaemonSet and the Helm chart run
 # (ghcr.io/gantry-gpu/gantry:<chart appVersion>), built offline: no registry,

@@ -91,7 +91,11 @@ func stripComments(doc []byte) []byte {
 // by kind.
 func check(t *testing.T, objs []runtime.Object) map[string][]runtime.Object {
 	t.Helper()
+	objs, dra := splitDRA(objs)
 	byKind := map[string][]runtime.Object{}
+	if len(dra) > 0 {
+		byKind["dra"] = dra
+	}
 	for _, o := range objs {
 		kind := fmt.Sprintf("%T", o)
 		if u, ok := o.(*unstructured.Unstructured); ok {
@@ -135,7 +139,7 @@ func check(t *testing.T, objs []runtime.Object) map[string][]runtime.Object {
 	if !strings.HasPrefix(c.Image, "ghcr.io/gantry-gpu/gantry:") || len(c.Command) == 0 || c.Command[0] != "gantry-device-plugin" {
 		t.Errorf("container image %q command %v", c.Image, c.Command)
 	}
-	for _, p := range imageProblems(readImage(t), pod.Spec) {
+	for _, p := range imageProblems(readImage(t), pod.Spec, true) {
 		t.Error(p)
 	}
 	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
@@ -201,7 +205,14 @@ func TestStaticManifests(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
-			check(t, objs)
+			if filepath.Base(f) == "gantry-dra-plugin.yaml" {
+				rest, dra := splitDRA(objs)
+				checkDRA(t, dra, rest, true)
+				return
+			}
+			if byKind := check(t, objs); len(byKind["dra"]) != 0 {
+				t.Errorf("%s holds DRA plugin objects; they belong in gantry-dra-plugin.yaml", f)
+			}
 		})
 	}
 }
@@ -234,7 +245,7 @@ func checkMPSDaemon(t *testing.T, ds *appsv1.DaemonSet, byKind map[string][]runt
 	if !slices.Equal(c.Command, []string{"gantry-device-plugin", "mps-control-daemon"}) || !slices.Contains(c.Args, "--config=/etc/gantry/config.yaml") {
 		t.Errorf("MPS daemon command %v args %v", c.Command, c.Args)
 	}
-	for _, p := range imageProblems(readImage(t), corev1.PodSpec{InitContainers: pod.Containers}) {
+	for _, p := range imageProblems(readImage(t), corev1.PodSpec{InitContainers: pod.Containers}, false) {
 		t.Error(p)
 	}
 	if !pod.HostPID || c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
@@ -342,6 +353,8 @@ func TestHelmTemplate(t *testing.T) {
 		"service-monitor": {"metrics.serviceMonitor.enabled=true"},
 		"feature-file":    {"labels.output=file"},
 		"time-slicing":    {"config.sharing.strategy=time-slicing", "config.sharing.replicas=4", "config.migStrategy=mixed"},
+		"dra":             {"dra.enabled=true"},
+		"dra-sim":         {"dra.enabled=true", "dra.gpus=sim:h100x8", "dra.deviceClasses=false", "dra.devices=4\\,5"},
 		"mps":             {"config.sharing.strategy=mps", "config.sharing.replicas=4"},
 		"mps-own-root":    {"config.sharing.strategy=mps", "config.sharing.replicas=2", "mps.root=/var/lib/mps"},
 	} {
@@ -360,6 +373,24 @@ func TestHelmTemplate(t *testing.T) {
 			}
 			if name == "defaults" && len(byKind["ServiceMonitor"]) != 0 {
 				t.Errorf("ServiceMonitor rendered by default")
+			}
+			if dra := byKind["dra"]; strings.HasPrefix(name, "dra") {
+				others, _ := splitDRA(objs)
+				checkDRA(t, dra, others, name == "dra")
+				if name == "dra-sim" {
+					ds := draDaemonSet(t, dra)
+					if ds.Spec.Template.Spec.RuntimeClassName != nil {
+						t.Errorf("simulated GPUs need no nvidia runtime, got runtimeClassName %s", *ds.Spec.Template.Spec.RuntimeClassName)
+					}
+					if v := envValue(ds.Spec.Template.Spec.Containers[0], "GANTRY_GPUS"); v != "sim:h100x8" {
+						t.Errorf("GANTRY_GPUS=%q, want sim:h100x8", v)
+					}
+					if v := envValue(ds.Spec.Template.Spec.Containers[0], "GANTRY_DRA_DEVICES"); v != "4,5" {
+						t.Errorf("GANTRY_DRA_DEVICES=%q, want 4,5", v)
+					}
+				}
+			} else if len(dra) != 0 {
+				t.Errorf("DRA plugin objects rendered with dra.enabled=false: %d", len(dra))
 			}
 			if mps := byKind[mpsKind]; (len(mps) == 1) != strings.HasPrefix(name, "mps") {
 				t.Errorf("%d MPS control daemon DaemonSets", len(mps))
@@ -388,6 +419,8 @@ func TestHelmTemplate(t *testing.T) {
 		"config.sharing.strategy=mps,config.sharing.replicas=49":                 "at most 48 clients",
 		"config.sharing.strategy=mps,config.sharing.replicas=2,mps.root=run/mps": `mps.root "run/mps"`,
 		"labels.output=configmap":                                                `labels.output "configmap"`,
+		"dra.enabled=true,dra.hookPath=gantry-cdi-hook":                          `dra.hookPath "gantry-cdi-hook"`,
+		"dra.enabled=true,dra.gpus=h100x8":                                       `dra.gpus "h100x8"`,
 	} {
 		if _, err := render(t, set); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--set %s: error %v, want one containing %q", set, err, want)
@@ -455,9 +488,9 @@ func readImage(t *testing.T) image {
 // imageProblems: every program a container of the pod runs (command,
 // or the image's entrypoint when there is none; exec probes; lifecycle
 // hooks) is one the image has, by name through its PATH or by its path, and
-// the main container's command is the image's entrypoint, so that `docker
-// run IMAGE` starts what the DaemonSet starts.
-func imageProblems(img image, pod corev1.PodSpec) []string {
+// (with entrypoint) the main container's command is the image's entrypoint,
+// so that `docker run IMAGE` starts what the device plugin DaemonSet starts.
+func imageProblems(img image, pod corev1.PodSpec, entrypoint bool) []string {
 	var problems []string
 	has := func(prog string) bool {
 		if dir, name := filepath.Split(prog); dir != "" {
@@ -492,7 +525,7 @@ func imageProblems(img image, pod corev1.PodSpec) []string {
 			}
 		}
 	}
-	if len(pod.Containers) > 0 && len(pod.Containers[0].Command) > 0 &&
+	if entrypoint && len(pod.Containers) > 0 && len(pod.Containers[0].Command) > 0 &&
 		filepath.Base(pod.Containers[0].Command[0]) != filepath.Base(img.entrypoint) {
 		problems = append(problems, fmt.Sprintf("the DaemonSet runs %s, the image's entrypoint is %s: `docker run IMAGE` would start something else", pod.Containers[0].Command[0], img.entrypoint))
 	}
@@ -512,13 +545,17 @@ func TestImageTagIsAppVersion(t *testing.T) {
 	if err := sigsyaml.Unmarshal(chart, &meta); err != nil || meta.AppVersion == "" {
 		t.Fatalf("Chart.yaml appVersion: %q %v", meta.AppVersion, err)
 	}
-	data, err := os.ReadFile("static/gantry-device-plugin.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decodeAll(data)
-	if err != nil {
-		t.Fatal(err)
+	var objs []runtime.Object
+	for _, f := range []string{"static/gantry-device-plugin.yaml", "static/gantry-dra-plugin.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := decodeAll(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, o...)
 	}
 	for _, o := range objs {
 		if ds, ok := o.(*appsv1.DaemonSet); ok {
@@ -539,7 +576,7 @@ func TestImageProgramsCheckCanFail(t *testing.T) {
 		c.Name, c.Image = "x", "ghcr.io/gantry-gpu/gantry:0.1.0"
 		return corev1.PodSpec{Containers: []corev1.Container{c}}
 	}
-	if p := imageProblems(img, pod(corev1.Container{Command: []string{"gantry-device-plugin"}})); len(p) != 0 {
+	if p := imageProblems(img, pod(corev1.Container{Command: []string{"gantry-device-plugin"}}), true); len(p) != 0 {
 		t.Fatalf("the DaemonSet's own command fails the check: %v", p)
 	}
 	for name, c := range map[string]corev1.Container{
@@ -549,7 +586,7 @@ func TestImageProgramsCheckCanFail(t *testing.T) {
 		"args only":        {Args: []string{"--config=/etc/gantry/config.yaml"}},
 		"probe":            {Command: []string{"gantry-device-plugin"}, LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "true"}}}}},
 	} {
-		if p := imageProblems(img, pod(c)); len(p) == 0 {
+		if p := imageProblems(img, pod(c), true); len(p) == 0 {
 			t.Errorf("%s: %+v passed the check", name, c)
 		}
 	}

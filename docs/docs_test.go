@@ -48,8 +48,8 @@ import (
 	"github.com/gantry-gpu/gantry/internal/doctor"
 )
 
-// binDir holds gantry, gantry-runtime, gantry-device-plugin, gantry-cdi-hook
-// and bundlesplit (make bundlesplit), built from this tree by TestMain, and
+// binDir holds gantry, gantry-runtime, gantry-device-plugin, gantry-dra-plugin,
+// gantry-cdi-hook and bundlesplit (make bundlesplit), built from this tree by TestMain, and
 // the names make install links to them.
 var binDir string
 
@@ -73,7 +73,7 @@ func TestMain(m *testing.M) {
 	binDir = filepath.Join(dir, "bin")
 	code := func() int {
 		defer os.RemoveAll(dir)
-		for _, pkg := range []string{"cmd/gantry", "cmd/gantry-runtime", "cmd/gantry-device-plugin", "cmd/gantry-cdi-hook", "bench/bundlesplit"} {
+		for _, pkg := range []string{"cmd/gantry", "cmd/gantry-runtime", "cmd/gantry-device-plugin", "cmd/gantry-dra-plugin", "cmd/gantry-cdi-hook", "bench/bundlesplit"} {
 			pkg, dir := filepath.Base(pkg), filepath.Dir(pkg)
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, pkg), "./"+dir+"/"+pkg)
 			cmd.Dir = repoRoot
@@ -635,8 +635,8 @@ func checkCommand(t *testing.T, words []string, targets map[string]bool) (ours b
 	switch {
 	case base == "gantry" && (prog == "gantry" || strings.HasSuffix(prog, "bin/gantry")):
 		return true, checkGantry(t, args)
-	case base == "gantry-device-plugin":
-		return true, checkFlagsAgainst(t, "gantry-device-plugin", args)
+	case base == "gantry-device-plugin" || base == "gantry-dra-plugin":
+		return true, checkFlagsAgainst(t, base, args)
 	case base == "gantry-hook" || base == "nvidia-container-runtime-hook":
 		return true, checkFlagsAgainst(t, base, args)
 	case base == "gantry-runtime" || base == "nvidia-container-runtime":

@@ -62,17 +62,10 @@ func Generate(sys *gpu.System, inv *driver.Inventory, opts Options) (*specs.Spec
 
 	spec := &specs.Spec{Kind: kind}
 	all := &edits.Edits{}
-	addDevice := func(names []string, sel request.Selection) error {
-		selected, e, err := edits.ForDevices(sys, sel, opts.DevRoot)
+	addDevice := func(names []string, id string) error {
+		_, e, err := deviceEdits(sys, id, caps, opts.DevRoot)
 		if err != nil {
 			return err
-		}
-		if slices.Contains(caps, driver.Graphics) || slices.Contains(caps, driver.Display) {
-			dri, err := edits.DRINodes(selected, opts.DevRoot)
-			if err != nil {
-				return err
-			}
-			e.Merge(dri)
 		}
 		all.Merge(e)
 		ce := e.CDI(opts.HookPath)
@@ -86,13 +79,13 @@ func Generate(sys *gpu.System, inv *driver.Inventory, opts Options) (*specs.Spec
 			continue
 		}
 		id := strconv.Itoa(d.Index)
-		if err := addDevice([]string{id, d.UUID}, request.Selection{Mode: request.List, IDs: []string{id}}); err != nil {
+		if err := addDevice([]string{id, d.UUID}, id); err != nil {
 			return nil, err
 		}
 	}
 	for _, d := range sys.Devices {
 		for _, m := range d.MIGDevices {
-			if err := addDevice([]string{m.Name(), m.UUID}, request.Selection{Mode: request.List, IDs: []string{m.Name()}}); err != nil {
+			if err := addDevice([]string{m.Name(), m.UUID}, m.Name()); err != nil {
 				return nil, err
 			}
 		}
@@ -102,10 +95,7 @@ func Generate(sys *gpu.System, inv *driver.Inventory, opts Options) (*specs.Spec
 	}
 	spec.Devices = append(spec.Devices, specs.Device{Name: "all", ContainerEdits: all.CDI(opts.HookPath)})
 
-	common := edits.Common(inv, caps)
-	common.Merge(&edits.Edits{Env: []string{edits.VisibleDevicesVoid}})
-	spec.ContainerEdits = common.CDI(opts.HookPath)
-	addForwardCompat(&spec.ContainerEdits, opts.HookPath, inv.Version)
+	spec.ContainerEdits = CommonEdits(inv, opts)
 
 	v, err := specs.MinimumRequiredVersion(spec)
 	if err != nil {
@@ -116,6 +106,58 @@ func Generate(sys *gpu.System, inv *driver.Inventory, opts Options) (*specs.Spec
 		return nil, err
 	}
 	return spec, nil
+}
+
+// CommonEdits returns the spec-wide container edits Generate writes: the
+// driver files of opts.Capabilities (all when nil), the control device
+// nodes, the createContainer hooks (when opts.HookPath is set, with CUDA
+// forward compatibility for inv's driver version) and
+// NVIDIA_VISIBLE_DEVICES=void. Other spec writers (the DRA plugin's
+// per-claim specs) use it so that every CDI spec Gantry writes gives a
+// container the same driver files.
+func CommonEdits(inv *driver.Inventory, opts Options) specs.ContainerEdits {
+	caps := opts.Capabilities
+	if caps == nil {
+		caps = driver.AllCapabilities
+	}
+	common := edits.Common(inv, caps)
+	common.Merge(&edits.Edits{Env: []string{edits.VisibleDevicesVoid}})
+	ce := common.CDI(opts.HookPath)
+	if inv != nil {
+		addForwardCompat(&ce, opts.HookPath, inv.Version)
+	}
+	return ce
+}
+
+// DeviceEdits returns the container edits of one device of sys, named by
+// GPU index ("0") or MIG name ("1:0"), as Generate writes them for that
+// device: its device nodes stat'ed under opts.DevRoot (and its DRI nodes
+// when graphics or display is among opts.Capabilities).
+func DeviceEdits(sys *gpu.System, id string, opts Options) (specs.ContainerEdits, error) {
+	caps := opts.Capabilities
+	if caps == nil {
+		caps = driver.AllCapabilities
+	}
+	_, e, err := deviceEdits(sys, id, caps, opts.DevRoot)
+	if err != nil {
+		return specs.ContainerEdits{}, err
+	}
+	return e.CDI(opts.HookPath), nil
+}
+
+func deviceEdits(sys *gpu.System, id string, caps []driver.Capability, devRoot string) ([]edits.Selected, *edits.Edits, error) {
+	selected, e, err := edits.ForDevices(sys, request.Selection{Mode: request.List, IDs: []string{id}}, devRoot)
+	if err != nil {
+		return nil, nil, err
+	}
+	if slices.Contains(caps, driver.Graphics) || slices.Contains(caps, driver.Display) {
+		dri, err := edits.DRINodes(selected, devRoot)
+		if err != nil {
+			return nil, nil, err
+		}
+		e.Merge(dri)
+	}
+	return selected, e, nil
 }
 
 // copyEdits gives each named alias of a device its own edits, so that a

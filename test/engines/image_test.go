@@ -152,6 +152,8 @@ func testImageDocker(t *testing.T, ds daemonSetContainer, archive, version strin
 		{"daemonset command", ds.Command[0], []string{"--gpus", "sim:h100x8", "--dry-run"}, []string{"nvidia.com/gpu"}},
 		{"gantry version", "gantry", []string{"--version"}, []string{"gantry " + version}},
 		{"gantry info", "gantry", []string{"--gpus", "sim:h100x8", "info"}, []string{"NVIDIA H100"}},
+		// The DRA DaemonSet's command (deployments/static/gantry-dra-plugin.yaml).
+		{"dra plugin", "gantry-dra-plugin", []string{"--gpus", "sim:h100x8", "--node-name", "n", "--dry-run"}, []string{"kind: ResourceSlice", "driver: gpu.nvidia.com"}},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -175,7 +177,7 @@ func testImageDocker(t *testing.T, ds daemonSetContainer, archive, version strin
 	}
 
 	// The image holds nothing that could run a program from elsewhere: no
-	// shell, and only the three binaries in its bin directory.
+	// shell, and only our binaries in its bin directory.
 	if out, err := run("/bin/sh", "-c", "true"); err == nil {
 		t.Errorf("the image has a shell:\n%s", out)
 	}
@@ -202,8 +204,8 @@ func testImageDocker(t *testing.T, ds daemonSetContainer, archive, version strin
 		}
 	}
 	slices.Sort(bins)
-	if got := fmt.Sprint(bins); got != "[gantry gantry-cdi-hook gantry-device-plugin gantry-runtime]" {
-		t.Errorf("usr/bin of the image: %s, want gantry, gantry-cdi-hook, gantry-device-plugin and gantry-runtime", got)
+	if got := fmt.Sprint(bins); got != "[gantry gantry-cdi-hook gantry-device-plugin gantry-dra-plugin gantry-runtime]" {
+		t.Errorf("usr/bin of the image: %s, want gantry, gantry-cdi-hook, gantry-device-plugin, gantry-dra-plugin and gantry-runtime", got)
 	}
 }
 

@@ -37,3 +37,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/name: {{ include "gantry.name" . }}-mps-control-daemon
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{/* The DRA plugin's pods: not matched by the device plugin's selector. */}}
+{{- define "gantry.draSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gantry.name" . }}-dra
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
