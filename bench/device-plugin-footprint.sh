@@ -23,7 +23,8 @@
 # kubelet's, so that needs root and a host without a kubelet. It runs with
 # --pass-device-specs and the envvar strategy (its cdi-annotations strategy
 # needs nvidia-ctk). --fakekubelet takes a prebuilt bench/fakekubelet (for a
-# host without Go).
+# host without Go). With --gpus nvml and bin/nvmlrss (make gpu-e2e) it also
+# prints what NVML alone holds once initialised: the floor under both plugins.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 gpus=sim:h100x8 allocations=200 bin= max_rss=25 max_stripped=20 anchor= fakekubelet=
@@ -130,6 +131,13 @@ GANTRY_LABELS=file GANTRY_FEATURE_FILE=$WORK/features GANTRY_METRICS_ADDR=127.0.
 measure "gantry-device-plugin (every feature on)" "$WORK/kubelet" "$WORK/kubelet/nvidia-gpu.sock" "$WORK/plugin.log"
 if [ "$max_rss" -gt 0 ] && [ "$rss" -gt $((max_rss * 1024)) ]; then
   echo "FAIL: VmRSS $(mib "$rss") MiB over $max_rss MiB"; fail=1
+fi
+
+# With real NVML: what NVML alone holds (bin/nvmlrss, from make gpu-e2e), the
+# floor under any plugin that uses it.
+if [ "$gpus" = nvml ] && [ -x "$REPO/bin/nvmlrss" ]; then
+  echo "== NVML alone (bin/nvmlrss: load, init, every GPU's handle and UUID)"
+  "$REPO/bin/nvmlrss" | tail -1
 fi
 
 if [ -n "$anchor" ]; then
