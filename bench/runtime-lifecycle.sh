@@ -13,6 +13,8 @@
 #   gantry-all    gantry-runtime, NVIDIA_VISIBLE_DEVICES=all
 #   gantry-tree   gantry-runtime, NVIDIA_VISIBLE_DEVICES=all, runtime.driver-layout = "tree"
 #                 (the driver as one mount of its tree), with --tree
+#   hook-all      plain runc with Gantry's prestart hook (Docker's --gpus path),
+#                 NVIDIA_VISIBLE_DEVICES=all; hook-tree the same in the tree layout (--tree)
 #   runc-tree     plain runc on the bundle gantry-tree produced (with --tree)
 #   runc-gpu      plain runc on the bundle gantry-all produced (the GPU container's
 #                 mounts and nodes without Gantry): gantry-all - runc-gpu is Gantry's own cost
@@ -70,6 +72,20 @@ declare -A RT=([runc]=$RUNC [gantry-none]=$GANTRY_RUNTIME [gantry-all]=$GANTRY_R
 make_bundle "$WORK/tpl-runc" -- /bin/true
 make_bundle "$WORK/tpl-gantry-none" -- /bin/true
 make_bundle "$WORK/tpl-gantry-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+# hook-all: Docker's --gpus path, plain runc with Gantry's prestart hook
+# (nvidia-container-runtime-hook: the same binary as the runtime) in config.json.
+HOOK=$WORK/nvidia-container-runtime-hook
+ln -sf "$(readlink "$GANTRY_RUNTIME")" "$HOOK"
+# add_hook DIR CONFIG: the prestart hook Docker adds, with CONFIG as its GANTRY_CONFIG.
+add_hook() {
+  local hooks="\"hooks\": {\"prestart\": [{\"path\": \"$HOOK\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"GANTRY_CONFIG=$2\"]}]},"
+  HOOKS=$hooks awk '{ print } /"ociVersion"/ && !done { print ENVIRON["HOOKS"]; done = 1 }' "$1/config.json" >"$1/config.json.new" &&
+    mv "$1/config.json.new" "$1/config.json"
+}
+variants+=(hook-all)
+RT[hook-all]=$RUNC
+make_bundle "$WORK/tpl-hook-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+add_hook "$WORK/tpl-hook-all" "$GANTRY_CONFIG"
 # CFG[variant]: a Gantry configuration of its own (set by a bash prefix
 # assignment: no process in the timed window).
 declare -A CFG=()
@@ -80,6 +96,10 @@ if [ -n "$tree" ]; then
   sed 's/^\[runtime\]$/[runtime]\ndriver-layout = "tree"\ndriver-tree-dir = "'"${WORK//\//\\/}"'\/trees"/' "$GANTRY_CONFIG" >"${CFG[gantry-tree]}"
   grep -q 'driver-layout = "tree"' "${CFG[gantry-tree]}" || die "could not write ${CFG[gantry-tree]}"
   make_bundle "$WORK/tpl-gantry-tree" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+  variants+=(hook-tree)
+  RT[hook-tree]=$RUNC
+  make_bundle "$WORK/tpl-hook-tree" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+  add_hook "$WORK/tpl-hook-tree" "${CFG[gantry-tree]}"
 fi
 if [ -n "${NVIDIA_RUNTIME:-}" ]; then
   [ -x "$NVIDIA_RUNTIME" ] || die "NVIDIA_RUNTIME=$NVIDIA_RUNTIME is not an executable"
@@ -235,18 +255,22 @@ if [ -n "$trace" ]; then
     done
   fi
 fi
+awk -v a="$(median "$WORK/hook-all.total")" -v r="$(median "$WORK/runc.total")" \
+  'BEGIN { printf "hook-all - runc (--gpus path): %+.1f ms median lifecycle\n", a - r }'
 if [ -n "$tree" ]; then
+  awk -v a="$(median "$WORK/hook-tree.total")" -v r="$(median "$WORK/runc.total")" \
+    'BEGIN { printf "hook-tree - runc (--gpus path, tree layout): %+.1f ms median lifecycle\n", a - r }'
   awk -v a="$(median "$WORK/gantry-tree.total")" -v r="$(median "$WORK/runc.total")" -v c="$(median "$WORK/gantry-tree.create")" -v rc="$(median "$WORK/runc.create")" \
     'BEGIN { printf "gantry-tree - runc: %+.1f ms median lifecycle (%+.1f ms of it in create)\n", a - r, c - rc }'
 fi
 # Where gantry-runtime's own time goes on create, from its log (gantry-all runs):
 # startup = exec to Main (loader, Go runtime, package init), modify = all of its work.
 if [ -s "$WORK/gantry.log" ]; then
-  grep '"changed":true' "$WORK/gantry.log" | sed -n 's/.*"startup_ms":\([0-9.]*\).*/\1/p' >"$WORK/startup.ms"
-  grep '"changed":true' "$WORK/gantry.log" | sed -n 's/.*"took_ms":\([0-9.]*\).*/\1/p' >"$WORK/took.ms"
+  grep '"changed":true' "$WORK/gantry.log" | grep '"front-end":"gantry-runtime"' | sed -n 's/.*"startup_ms":\([0-9.]*\).*/\1/p' >"$WORK/startup.ms"
+  grep '"changed":true' "$WORK/gantry.log" | grep '"front-end":"gantry-runtime"' | sed -n 's/.*"took_ms":\([0-9.]*\).*/\1/p' >"$WORK/took.ms"
   if [ -s "$WORK/startup.ms" ] && [ -s "$WORK/took.ms" ]; then
     printf 'gantry-runtime create, in process (median ms): startup %s, modify %s\n' \
       "$(median "$WORK/startup.ms" | tr -d ' ')" "$(median "$WORK/took.ms" | tr -d ' ')"
-    grep '"changed":true' "$WORK/gantry.log" | tail -1 | sed -n 's/.*"phases_ms":\({[^}]*}\).*/last create, phases (ms): \1/p'
+    grep '"changed":true' "$WORK/gantry.log" | grep '"front-end":"gantry-runtime"' | tail -1 | sed -n 's/.*"phases_ms":\({[^}]*}\).*/last create, phases (ms): \1/p'
   fi
 fi
