@@ -445,14 +445,21 @@ func (r *Root) symlinkAt(pfd int, target, base, link string, replace bool) error
 	if target == "" || strings.IndexByte(target, 0) >= 0 {
 		return r.pathErr("symlink", link, fmt.Errorf("invalid target %q", target))
 	}
-	if cur, err := readlinkat(pfd, base); err == nil && cur == target {
+	cur, err := readlinkat(pfd, base)
+	if err == nil && cur == target {
 		return nil
 	}
-	if !replace {
-		if err := unix.Symlinkat(target, pfd, base); err != nil {
+	if !replace || errors.Is(err, unix.ENOENT) {
+		// Nothing there (the usual case in a fresh root filesystem): one
+		// symlinkat. Replacing goes through a temporary name and a rename
+		// only when something is there, or appeared since.
+		err := unix.Symlinkat(target, pfd, base)
+		if err == nil {
+			return nil
+		}
+		if !replace || !errors.Is(err, unix.EEXIST) {
 			return r.pathErr("symlink", link, err)
 		}
-		return nil
 	}
 	tmp := tmpName(base)
 	if err := unix.Symlinkat(target, pfd, tmp); err != nil {
