@@ -388,6 +388,19 @@ else
   fi
 fi
 
+if [ "${DRIVER_LAYOUT:-files}" = tree ]; then
+  echo "== the driver tree layout (DRIVER_LAYOUT=tree)"
+  # Every GPU create above logged which layout it got; a fall back to the
+  # per-file layout says why in its notes.
+  # (check i's container asks for another vendor's CDI device only: no driver files)
+  n=$(grep '"front-end":"gantry-runtime"' "$WORK/gantry.log" | grep '"changed":true' | grep -c '"devices":\[')
+  t=$(grep '"front-end":"gantry-runtime"' "$WORK/gantry.log" | grep '"devices":\[' | grep -c '"layout":"tree"')
+  if [ "$n" -gt 0 ] && [ "$t" -eq "$n" ]; then
+    PASS "tree layout: all $n GPU creates of gantry-runtime got the driver as one mount of $(ls "$WORK/trees" | grep -v '^\.' | head -1)"
+  else
+    FAIL "tree layout: $t of $n GPU creates used it: $(grep -o '"notes":\[[^]]*driver tree[^]]*\]' "$WORK/gantry.log" | sort -u | head -2)"
+  fi
+fi
 echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"
 if [ $fail -gt 0 ] && [ -s "$WORK/gantry.log" ]; then
   echo "== gantry.log (last 20 lines)"
