@@ -11,6 +11,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/driver"
@@ -44,6 +45,13 @@ type treeCache struct {
 func (p *Plan) useTree(cfg config.Config) {
 	if cfg.Runtime.DriverLayout != config.DriverLayoutTree || p.Edits == nil || p.Inventory == nil {
 		return
+	}
+	at := path.Clean(cfg.Runtime.DriverTreePath)
+	for _, m := range p.opts.SpecMounts {
+		if c := path.Clean("/" + m); c == at || strings.HasPrefix(c, at+"/") {
+			p.Record.Notes = append(p.Record.Notes, "driver tree layout not used (a mount per file instead): the container mounts "+m+", which the tree's mount at "+at+" would hide")
+			return
+		}
 	}
 	t, err := loadTree(cfg, p.Inventory)
 	if err != nil {
