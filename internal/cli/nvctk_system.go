@@ -146,7 +146,7 @@ func charMajors() (map[string]uint32, error) {
 type controlNode struct {
 	path         string
 	major, minor uint32
-	mode         uint32 // permission bits; 0 means 0666
+	mode         uint32 // permission bits
 }
 
 func controlNodes() ([]controlNode, error) {
@@ -166,10 +166,10 @@ func controlNodes() ([]controlNode, error) {
 		return nil, fmt.Errorf("%s lists no nvidia-uvm major: the nvidia-uvm module is not loaded (add --load-kernel-modules, or modprobe nvidia-uvm)", procDevices)
 	}
 	return []controlNode{
-		{"dev/nvidiactl", nv, nvidiaCtlMinor, 0},
-		{"dev/nvidia-modeset", nv, nvidiaModesetMinor, 0},
-		{"dev/nvidia-uvm", uvm, uvmMinor, 0},
-		{"dev/nvidia-uvm-tools", uvm, uvmToolsMinor, 0},
+		{"dev/nvidiactl", nv, nvidiaCtlMinor, 0o666},
+		{"dev/nvidia-modeset", nv, nvidiaModesetMinor, 0o666},
+		{"dev/nvidia-uvm", uvm, uvmMinor, 0o666},
+		{"dev/nvidia-uvm-tools", uvm, uvmToolsMinor, 0o666},
 	}, nil
 }
 
@@ -219,9 +219,6 @@ func makeNodes(c *nvCtx, devRoot string, nodes []controlNode, dryRun bool) error
 	for _, n := range nodes {
 		dev := unix.Mkdev(n.major, n.minor)
 		mode := n.mode
-		if mode == 0 {
-			mode = 0o666
-		}
 		if fi, err := r.Lstat(n.path); err == nil {
 			st := fi.Sys().(*unix.Stat_t)
 			if st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == dev && st.Mode&0o7777 == mode {

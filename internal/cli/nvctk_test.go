@@ -564,6 +564,15 @@ func TestNVCTKSystem(t *testing.T) {
 	if got, want := capNodes(), map[string]string{"nvidia-cap1": "236:1 400", "nvidia-cap2": "236:2 444", "nvidia-cap3": "236:3 444", "nvidia-cap4": "236:4 444"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("--mig-devices caps %v; want %v (the existing instances only)", got, want)
 	}
+	// DeviceFileMode 0 (root only) is the driver's choice too, not "unset".
+	writeFileT(t, filepath.Join(capsDir, "mig", "monitor"), "DeviceFileMinor: 2\nDeviceFileMode: 0\nDeviceFileModify: 1\n")
+	if _, errOut, code := ctk("system", "create-device-nodes", "--control-devices", "--dev-root="+migRoot); code != 0 {
+		t.Fatalf("create-device-nodes, monitor mode 0: exit %d: %s", code, errOut)
+	}
+	if got := capNodes()["nvidia-cap2"]; got != "236:2 0" {
+		t.Errorf("monitor node with DeviceFileMode 0: %s; want 236:2 0", got)
+	}
+	writeFileT(t, filepath.Join(capsDir, "mig", "monitor"), "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
 	migChar := filepath.Join(tmp, "mig-char")
 	if _, errOut, code := ctk("system", "create-dev-char-symlinks", "--create-all", "--driver-root="+migRoot, "--dev-char-path="+migChar); code != 0 {
 		t.Fatalf("--create-all with MIG: exit %d: %s", code, errOut)

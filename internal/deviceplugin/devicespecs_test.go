@@ -131,3 +131,35 @@ func TestAllocateConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// The control devices present when the plugin starts are in every answer,
+// also one given while another Allocate is still looking for them (it won
+// the recheck, so this one does not look itself).
+func TestPassDeviceSpecsWhileAnotherLooks(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "dev", "nvidiactl"), nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Flags.Plugin.PassDeviceSpecs = true
+	cfg.Flags.NvidiaDevRoot = root
+	sys := loadSim(t, "h100x8")
+	p, err := New(Options{Config: cfg, System: sys, Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another Allocate's recheck is under way.
+	p.controlNext.Store(time.Now().Add(time.Hour).UnixNano())
+	s := p.servers[0]
+	devs, err := s.lookup([]string{sys.Devices[0].UUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.deviceSpecs(devs)
+	if len(got) == 0 || got[0].ContainerPath != "/dev/nvidiactl" {
+		t.Errorf("Devices = %v, want /dev/nvidiactl first", got)
+	}
+}

@@ -524,3 +524,38 @@ func TestMPSSomeDevicesNoRename(t *testing.T) {
 		t.Errorf("daemon specs %+v, want GPU 0 only", specs)
 	}
 }
+
+// With deviceListStrategy volume-mounts (the deny-by-default setup), an MPS
+// client still gets the daemon's pipe directory and shm beside the mounts
+// that list its devices.
+func TestMPSVolumeMounts(t *testing.T) {
+	sys := loadSim(t, "h100x8")
+	cfg := DefaultConfig()
+	cfg.Flags.MpsRoot = "/run/mps-test"
+	cfg.Flags.Plugin.DeviceListStrategy = StrategyList{ListVolumeMounts}
+	cfg.Sharing.MPS = &ReplicatedResources{Resources: []ReplicatedResource{{Name: "gpu", Replicas: 2}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Options{Config: cfg, System: sys, Log: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := p.servers[0]
+	devs, err := s.lookup([]string{sys.Devices[1].UUID + "::0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.containerResponse(devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range r.Mounts {
+		got = append(got, m.ContainerPath)
+	}
+	want := []string{"/mps/nvidia.com/gpu/pipe", "/dev/shm", filepath.Join(volumeMountsRoot, sys.Devices[1].UUID)}
+	if !slices.Equal(got, want) {
+		t.Errorf("mounts %v, want %v", got, want)
+	}
+}

@@ -151,15 +151,11 @@ func (m *MPSManager) manage(ctx context.Context, s MPSDaemonSpec) {
 // env is the daemon's (and its clients', the control program's) environment.
 func (m *MPSManager) env(s MPSDaemonSpec) []string {
 	paths := mpsPathsFor(m.Root, s.Resource)
-	uuids := make([]string, len(s.GPUs))
-	for i, g := range s.GPUs {
-		uuids[i] = g.UUID
-	}
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		envMPSPipeDir + "=" + paths.pipe,
 		envMPSLogDir + "=" + paths.log,
-		"CUDA_VISIBLE_DEVICES=" + strings.Join(uuids, ","),
+		"CUDA_VISIBLE_DEVICES=" + strings.Join(gpuUUIDs(s), ","),
 	}
 	return append(env, m.Env...)
 }

@@ -113,6 +113,12 @@ func New(opts Options) (*Plugin, error) {
 	if p.resync <= 0 {
 		p.resync = 5 * time.Second
 	}
+	if cfg.Flags.Plugin.PassDeviceSpecs {
+		// Looked for once now: an Allocate that finds another one's
+		// recheck under way answers with what is known, which must then
+		// already hold the control devices present at start.
+		p.refreshControl(cfg.DevRoot())
+	}
 	for _, r := range res {
 		p.servers = append(p.servers, newServer(p, r))
 		for _, d := range r.Devices {

@@ -177,9 +177,10 @@ func (s *server) containerResponse(devs []*Device) (*pluginapi.ContainerAllocate
 		// The list lives in the mounts; the variable only points there, so an
 		// image's own NVIDIA_VISIBLE_DEVICES is overridden either way.
 		r.Envs[envVisibleDevices] = volumeMountsRoot
-		r.Mounts = make([]*pluginapi.Mount, len(ids))
-		for i, id := range ids {
-			r.Mounts[i] = s.mounts[id]
+		// Appended: an MPS client's pipe and shm mounts (addMPS) stay.
+		r.Mounts = slices.Grow(r.Mounts, len(ids))
+		for _, id := range ids {
+			r.Mounts = append(r.Mounts, s.mounts[id])
 		}
 	}
 	if cfg.Flags.Plugin.PassDeviceSpecs {

@@ -144,6 +144,7 @@ func TestParseConfig(t *testing.T) {
 		{"array of tables", "[[cdi]]\nkind = \"a/b\"\n", "runc", true, false},
 		{"escape in a value", "gpus = \"sim:\\u0068100x8\"\n", "runc", true, false},
 		{"multi-line string", "gpus = \"\"\"\nnvml\"\"\"\n", "", false, false},
+		{"low-level inside a multi-line string", "[runtime]\nlog-file = '''\nlow-level = \"/bin/evil\"\na = '''\n", "", false, false},
 		{"number", "log-level = 3\n", "runc", true, false},
 		{"multi-line array", "[cdi]\nspec-dirs = [\n\"/etc/cdi\",\n]\n", "", false, false},
 		{"low-level with escape", "[runtime]\nlow-level = \"\\u0072unc\"\n", "", false, false},

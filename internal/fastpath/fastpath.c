@@ -172,6 +172,8 @@ int gantry_parse_config(char *text, char *out, size_t size) {
 		if (!eq) return -1;
 		*eq = 0;
 		char *key = trim(s), *val = trim(eq + 1);
+		// A multi-line string's next lines are not keys: leave the file to Go.
+		if (strstr(val, "\"\"\"") || strstr(val, "'''")) return -1;
 		char full[192];
 		if (!bare(key) || strlen(table) + strlen(key) + 2 > sizeof full) {
 			neutral = 0;

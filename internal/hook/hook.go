@@ -180,7 +180,7 @@ func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*inject.Record, 
 	if req.Devices.Mode == request.Void {
 		return rec, cfg, nil
 	}
-	plan, err := inject.Prepare(cfg, req, inject.Options{ForwardCompat: true}, rec)
+	plan, err := inject.Prepare(cfg, req, inject.Options{ForwardCompat: true, SpecMounts: inject.MountPaths(spec)}, rec)
 	if err != nil {
 		return rec, cfg, err
 	}

@@ -171,18 +171,11 @@ func fileStamp(p string) string {
 // user, not writable by others: its paths are bind-mounted into containers)
 // and its key matches; nil otherwise.
 func readCache(path string, key cacheKey) *cacheFile {
-	f, err := os.Open(path)
-	if err != nil {
+	f := openCache(path)
+	if f == nil {
 		return nil
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o022 != 0 {
-		return nil
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != os.Geteuid() {
-		return nil
-	}
 	var c cacheFile
 	if err := json.NewDecoder(f).Decode(&c); err != nil || c.Inventory == nil {
 		return nil
@@ -206,9 +199,33 @@ func sameKey(a, b cacheKey) bool {
 	return true
 }
 
-// writeCache writes c to path through a temporary file and a rename, so
-// concurrent creates never read half a file.
-func writeCache(path string, c cacheFile) error {
+// maxCacheSize bounds what openCache accepts: an inventory or a tree's
+// file list is a few tens of KiB.
+const maxCacheSize = 4 << 20
+
+// openCache opens the cache file p if it is ours: a regular file owned by
+// this user, not writable by others (its paths become mounts), of at most
+// maxCacheSize bytes. Nil otherwise.
+func openCache(p string) *os.File {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o022 != 0 || st.Size() > maxCacheSize {
+		f.Close()
+		return nil
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != os.Geteuid() {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// writeCache writes c (JSON) to path through a temporary file and a rename,
+// so concurrent creates never read half a file.
+func writeCache(path string, c any) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

@@ -37,6 +37,20 @@ type Options struct {
 	// Inventory, when set, trims the driver inventory before the edits are
 	// computed (nvidia-container-cli --no-persistenced).
 	Inventory func(*driver.Inventory)
+	// SpecMounts are the container paths of the container's own mounts
+	// (config.json's, MountPaths): one at or below runtime.driver-tree-path
+	// keeps the per-file layout, as the tree's mount would hide it.
+	SpecMounts []string
+}
+
+// MountPaths are the container paths of spec's mounts, for
+// Options.SpecMounts.
+func MountPaths(spec *ocispecs.Spec) []string {
+	out := make([]string, 0, len(spec.Mounts))
+	for _, m := range spec.Mounts {
+		out = append(out, m.Destination)
+	}
+	return out
 }
 
 // Plan is what one container gets: the request as resolved, the host it was

@@ -11,9 +11,8 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"syscall"
+	"strings"
 
-	"github.com/gantry-gpu/gantry/internal/atomicfile"
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/drivervol"
@@ -46,6 +45,13 @@ type treeCache struct {
 func (p *Plan) useTree(cfg config.Config) {
 	if cfg.Runtime.DriverLayout != config.DriverLayoutTree || p.Edits == nil || p.Inventory == nil {
 		return
+	}
+	at := path.Clean(cfg.Runtime.DriverTreePath)
+	for _, m := range p.opts.SpecMounts {
+		if c := path.Clean("/" + m); c == at || strings.HasPrefix(c, at+"/") {
+			p.Record.Notes = append(p.Record.Notes, "driver tree layout not used (a mount per file instead): the container mounts "+m+", which the tree's mount at "+at+" would hide")
+			return
+		}
 	}
 	t, err := loadTree(cfg, p.Inventory)
 	if err != nil {
@@ -89,31 +95,21 @@ func loadTree(cfg config.Config, inv *driver.Inventory) (*treeCache, error) {
 		return nil, fmt.Errorf("the driver tree %s holds none of the driver's files", t.Path)
 	}
 	if cachePath != "" {
-		if b, err := json.Marshal(c); err == nil {
-			// A cache that cannot be written costs speed, not correctness.
-			_ = os.MkdirAll(cfg.Runtime.CacheDir, 0o700)
-			_ = atomicfile.Write(cachePath, b, atomicfile.Options{Mode: 0o600})
-		}
+		// A cache that cannot be written costs speed, not correctness.
+		_ = writeCache(cachePath, c)
 	}
 	return &c, nil
 }
 
-// readTreeCache returns the cached tree if the file is ours (as readCache
-// judges the inventory's: its paths become mounts), matches want, and the
+// readTreeCache returns the cached tree if the file is ours (openCache, as
+// for the inventory's: its paths become mounts), matches want, and the
 // tree's directory is still there (`docker volume rm` removes it).
 func readTreeCache(p string, want treeCache) *treeCache {
-	f, err := os.Open(p)
-	if err != nil {
+	f := openCache(p)
+	if f == nil {
 		return nil
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o022 != 0 || st.Size() > 1<<20 {
-		return nil
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); !ok || int(sys.Uid) != os.Geteuid() {
-		return nil
-	}
 	var c treeCache
 	if json.NewDecoder(f).Decode(&c) != nil || c.Format != want.Format || c.Dir != want.Dir ||
 		c.Root != want.Root || c.Version != want.Version || len(c.Files) == 0 {

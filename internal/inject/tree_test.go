@@ -83,3 +83,57 @@ func TestPrepareDriverTree(t *testing.T) {
 		})
 	}
 }
+
+// A container that mounts something of its own at or below the tree's path
+// keeps the per-file layout: the tree's mount, made after the container's
+// own, would hide it. A mount above the path does not stand in the way.
+func TestPrepareDriverTreeSpecMounts(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the fake driver's device nodes")
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "driver")
+	if _, err := fakedriver.Build(root, fakedriver.Options{DeviceNodes: true}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.GPUs, cfg.DriverRoot = "sim:h100x1", root
+	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+	cfg.Runtime.DriverLayout = config.DriverLayoutTree
+	cfg.Runtime.DriverTreeDir = filepath.Join(dir, "trees")
+	for _, tc := range []struct {
+		mount string
+		tree  bool
+	}{
+		{"/usr/local/nvidia/data", false},
+		{"/usr/local/nvidia/", false},
+		{"/usr/local", true},
+		{"/usr/local/nvidia-other", true},
+	} {
+		req, err := request.Parse(request.Input{Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}}, discover.RequestOptions(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := NewRecord(FrontEndRuntime, "c", "")
+		p, err := Prepare(cfg, req, Options{SpecMounts: []string{"/proc", tc.mount}}, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.Layout == config.DriverLayoutTree; got != tc.tree {
+			t.Errorf("container mount %s: tree layout %v, want %v (notes %v)", tc.mount, got, tc.tree, rec.Notes)
+		}
+		if !tc.tree {
+			if !slices.ContainsFunc(rec.Notes, func(n string) bool { return strings.Contains(n, tc.mount) }) {
+				t.Errorf("container mount %s: no note names it: %v", tc.mount, rec.Notes)
+			}
+			for _, m := range p.Edits.Mounts {
+				if m.ContainerPath == cfg.Runtime.DriverTreePath {
+					t.Errorf("container mount %s: the tree is mounted over it", tc.mount)
+				}
+			}
+		}
+	}
+}

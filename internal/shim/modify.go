@@ -74,7 +74,7 @@ func modify(rec *inject.Record, bundle string, cfg config.Config) error {
 		}
 	}
 
-	plan, err := inject.Prepare(cfg, req, inject.Options{CDI: true, ForwardCompat: true}, rec)
+	plan, err := inject.Prepare(cfg, req, inject.Options{CDI: true, ForwardCompat: true, SpecMounts: inject.MountPaths(&spec)}, rec)
 	if err != nil {
 		return err
 	}
