@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/driver"
@@ -20,7 +21,7 @@ import (
 )
 
 // treeFormat changes whenever treeCache's meaning changes.
-const treeFormat = 2
+const treeFormat = 3
 
 // treeCache is what the runtime keeps of a driver tree between containers,
 // so that a create in the tree layout costs one small file read and one
@@ -33,6 +34,38 @@ type treeCache struct {
 	Path    string            `json:"path"`
 	Files   map[string]string `json:"files"`
 	Links   []string          `json:"links,omitempty"`
+	// Tree is the tree directory's identity when the map was made: a tree
+	// removed and built again (another driver root of the same version)
+	// is not the one the map describes.
+	Tree stamp `json:"tree"`
+	// Stamps identify each mapped file on both sides (host path, then the
+	// tree's file) when it was compared, so the map kept beside the tree
+	// (verifiedName) is trusted again after a reboot empties cache-dir by
+	// a stat of each, not a byte-for-byte comparison of a copied tree.
+	Stamps map[string][2]stamp `json:"stamps,omitempty"`
+}
+
+// stamp is what a stat says of a file's identity and content.
+type stamp struct {
+	Dev, Ino  uint64
+	Size      int64
+	MtimeNsec int64
+	CtimeNsec int64
+}
+
+func stampOf(p string) (stamp, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return stamp{}, false
+	}
+	return stamp{Dev: st.Dev, Ino: st.Ino, Size: st.Size, MtimeNsec: st.Mtim.Nano(), CtimeNsec: st.Ctim.Nano()}, true
+}
+
+// verifiedName is the file beside the trees (in driver-tree-dir, which
+// outlives a reboot, unlike cache-dir) that keeps a version's verified map.
+func verifiedName(store drivervol.Store, root, version string) string {
+	h := sha256.Sum256([]byte(root))
+	return filepath.Join(store.Dir, ".gantry-files-"+version+"-"+hex.EncodeToString(h[:6])+".json")
 }
 
 // useTree switches the plan's edits to the driver tree layout
@@ -89,16 +122,46 @@ func loadTree(cfg config.Config, inv *driver.Inventory) (*treeCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := want
-	c.Path, c.Files, c.Links = t.Path, treeFiles(t, inv), treeLinks(t.Path)
-	if len(c.Files) == 0 {
-		return nil, fmt.Errorf("the driver tree %s holds none of the driver's files", t.Path)
+	verified := verifiedName(store, inv.Root, inv.Version)
+	c := readVerified(verified, want, t.Path)
+	if c == nil {
+		c = &want
+		c.Path, c.Links = t.Path, treeLinks(t.Path)
+		c.Files, c.Stamps = treeFiles(t, inv)
+		if len(c.Files) == 0 {
+			return nil, fmt.Errorf("the driver tree %s holds none of the driver's files", t.Path)
+		}
+		c.Tree, _ = stampOf(t.Path)
+		_ = writeCache(verified, c)
 	}
 	if cachePath != "" {
 		// A cache that cannot be written costs speed, not correctness.
 		_ = writeCache(cachePath, c)
 	}
-	return &c, nil
+	return c, nil
+}
+
+// readVerified returns the map kept beside the tree when it matches want,
+// describes the tree at path as it is now, and every file on both sides
+// still has the stamp it had when compared.
+func readVerified(p string, want treeCache, path string) *treeCache {
+	c := readTreeCache(p, want)
+	if c == nil || c.Path != path || len(c.Stamps) != len(c.Files) {
+		return nil
+	}
+	for host, rel := range c.Files {
+		st, ok := c.Stamps[host]
+		if !ok {
+			return nil
+		}
+		if now, ok := stampOf(host); !ok || now != st[0] {
+			return nil
+		}
+		if now, ok := stampOf(filepath.Join(c.Path, rel)); !ok || now != st[1] {
+			return nil
+		}
+	}
+	return c
 }
 
 // readTreeCache returns the cached tree if the file is ours (openCache, as
@@ -115,7 +178,7 @@ func readTreeCache(p string, want treeCache) *treeCache {
 		c.Root != want.Root || c.Version != want.Version || len(c.Files) == 0 {
 		return nil
 	}
-	if st, err := os.Stat(c.Path); err != nil || !st.IsDir() {
+	if now, ok := stampOf(c.Path); !ok || now.Dev != c.Tree.Dev || now.Ino != c.Tree.Ino || now.CtimeNsec != c.Tree.CtimeNsec {
 		return nil
 	}
 	return &c
@@ -125,8 +188,9 @@ func readTreeCache(p string, want treeCache) *treeCache {
 // to its place there (drivervol's layout: bin/NAME, lib64/FILE, lib/FILE for
 // 32-bit). A file is taken only when the tree's copy is the same file (the
 // hard link drivervol makes on one filesystem) or has the same bytes (its
-// copy across filesystems); anything else keeps its own mount.
-func treeFiles(t *drivervol.Tree, inv *driver.Inventory) map[string]string {
+// copy across filesystems); anything else keeps its own mount. The stamps
+// of both sides of each mapped file come with the map.
+func treeFiles(t *drivervol.Tree, inv *driver.Inventory) (map[string]string, map[string][2]stamp) {
 	have := map[string]bool{}
 	for _, b := range t.Binaries {
 		have[path.Join(drivervol.BinDir, b)] = true
@@ -135,9 +199,17 @@ func treeFiles(t *drivervol.Tree, inv *driver.Inventory) map[string]string {
 		have[l.Path] = true
 	}
 	files := map[string]string{}
+	stamps := map[string][2]stamp{}
 	add := func(f driver.File, rel string) {
-		if have[rel] && sameFile(f.HostPath, filepath.Join(t.Path, rel)) {
+		in := filepath.Join(t.Path, rel)
+		if !have[rel] || !sameFile(f.HostPath, in) {
+			return
+		}
+		a, aok := stampOf(f.HostPath)
+		b, bok := stampOf(in)
+		if aok && bok {
 			files[f.HostPath] = rel
+			stamps[f.HostPath] = [2]stamp{a, b}
 		}
 	}
 	for _, f := range inv.Binaries {
@@ -150,7 +222,7 @@ func treeFiles(t *drivervol.Tree, inv *driver.Inventory) map[string]string {
 		}
 		add(f, path.Join(dir, path.Base(f.HostPath)))
 	}
-	return files
+	return files, stamps
 }
 
 // treeLinks lists the symbolic links in the tree's directories (SONAME

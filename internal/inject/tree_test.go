@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/drivervol"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/request"
 )
@@ -134,6 +136,77 @@ func TestPrepareDriverTreeSpecMounts(t *testing.T) {
 					t.Errorf("container mount %s: the tree is mounted over it", tc.mount)
 				}
 			}
+		}
+	}
+}
+
+// The tree's file map outlives a reboot (cache-dir is a tmpfs) beside the
+// trees, trusted again only while every file on both sides has the stamp it
+// had when compared; a tree removed and built again is mapped anew.
+func TestTreeMapKeptBesideTree(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the fake driver's device nodes")
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "driver")
+	if _, err := fakedriver.Build(root, fakedriver.Options{DeviceNodes: true}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.GPUs, cfg.DriverRoot = "sim:h100x1", root
+	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+	cfg.Runtime.DriverLayout = config.DriverLayoutTree
+	cfg.Runtime.DriverTreeDir = filepath.Join(dir, "trees")
+	inv, err := discover.Driver(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := loadTree(cfg, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verified := verifiedName(drivervol.Store{Dir: cfg.Runtime.DriverTreeDir}, inv.Root, inv.Version)
+	if got := readVerified(verified, treeCache{Format: treeFormat, Dir: cfg.Runtime.DriverTreeDir, Root: inv.Root, Version: inv.Version}, first.Path); got == nil || len(got.Files) != len(first.Files) {
+		t.Fatalf("the verified map beside the tree: %v, want the %d files", got, len(first.Files))
+	}
+	// A file changed since the comparison: the kept map is not trusted.
+	var host string
+	for h := range first.Files {
+		host = h
+		break
+	}
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(host, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if got := readVerified(verified, treeCache{Format: treeFormat, Dir: cfg.Runtime.DriverTreeDir, Root: inv.Root, Version: inv.Version}, first.Path); got != nil {
+		t.Fatal("the kept map was trusted after a driver file changed")
+	}
+	// A reboot (cache-dir emptied): mapped again, correctly.
+	if err := os.RemoveAll(cfg.Runtime.CacheDir); err != nil {
+		t.Fatal(err)
+	}
+	again, err := loadTree(cfg, inv)
+	if err != nil || len(again.Files) != len(first.Files) {
+		t.Fatalf("after the cache was emptied: %v, %v", again, err)
+	}
+	// The tree removed and built again: the cached map is not the new tree's.
+	if err := os.RemoveAll(first.Path); err != nil {
+		t.Fatal(err)
+	}
+	rebuilt, err := loadTree(cfg, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rebuilt.Tree == first.Tree {
+		t.Fatal("the map of the removed tree was used for the rebuilt one")
+	}
+	for _, rel := range rebuilt.Files {
+		if _, err := os.Stat(filepath.Join(rebuilt.Path, rel)); err != nil {
+			t.Errorf("mapped file missing from the rebuilt tree: %v", err)
 		}
 	}
 }
