@@ -208,7 +208,17 @@ func runConfigure(c *ctx, sets []setting, operands []string) error {
 // mounts and nodes in the mount namespace of the container's process, then
 // the root filesystem's links and loader cache.
 func configure(c *ctx, cfg config.Config, r configureRequest, standalone bool, rec *inject.Record) error {
+	// The container's own mounts (LXC's, in its process's mount namespace):
+	// the driver tree's mount must not hide one. Read only for that layout.
+	var own []string
+	if cfg.Runtime.DriverLayout == config.DriverLayoutTree {
+		var err error
+		if own, err = nsmount.MountPoints(r.pid, r.rootfs); err != nil {
+			return fmt.Errorf("reading the mounts of process %d: %w", r.pid, err)
+		}
+	}
 	plan, err := inject.Prepare(cfg, &r.req, inject.Options{
+		SpecMounts: own,
 		// Requirements judge each GPU's brand and architecture, which
 		// only the full discovery reports.
 		FullGPUs:      len(r.req.Requirements) > 0,
