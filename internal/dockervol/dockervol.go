@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gantry-gpu/gantry/internal/driver"
@@ -305,7 +306,12 @@ func Listen(dir string) (net.Listener, error) {
 			return nil, fmt.Errorf("removing the stale socket %s: %w", p, err)
 		}
 	}
+	// The socket is made with mode 0600 (umask 0177 around bind), so no
+	// other user can connect between its creation and the chmod below; the
+	// process's umask is a process-wide setting, restored at once.
+	old := syscall.Umask(0o177)
 	ln, err := net.Listen("unix", p)
+	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", p, err)
 	}
