@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -230,6 +231,10 @@ func (s Store) Protect(version string) error {
 	if err := checkVersion(version); err != nil {
 		return err
 	}
+	// One check-then-mount at a time in this process (the volume plugin
+	// serves Mount requests concurrently): no stacked bind mounts.
+	protectMu.Lock()
+	defer protectMu.Unlock()
 	p := s.Path(version)
 	const want = unix.ST_RDONLY | unix.ST_NOSUID | unix.ST_NODEV
 	var st unix.Statfs_t
@@ -253,7 +258,12 @@ func (s Store) Protect(version string) error {
 }
 
 // unprotect takes Protect's mounts off the tree at p (none: nothing to do).
+// protectMu serialises Protect and Remove's unprotect.
+var protectMu sync.Mutex
+
 func unprotect(p string) {
+	protectMu.Lock()
+	defer protectMu.Unlock()
 	for i := 0; i < 16; i++ {
 		if unix.Unmount(p, unix.MNT_DETACH) != nil {
 			return
