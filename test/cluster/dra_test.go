@@ -39,7 +39,42 @@ func newDRA(t *testing.T) *kube {
 	if _, err := k.run("get", "daemonset", "-n", "kube-system", "gantry-dra"); err != nil {
 		t.Skip("the cluster runs no DRA plugin: bring it up with test/cluster/up.sh --dra (make e2e-cluster-dra)")
 	}
+	// The pods go gracefully before newKube's forced deletion: the API
+	// server drops a pod only once the kubelet has stopped it and
+	// unprepared its claims. A forced deletion drops it at once; the
+	// scheduler may then give its device to a new claim before the
+	// kubelet has unprepared the old one, and the plugin refuses the
+	// device until then (the kubelet retries, after a back-off of up to
+	// a minute).
+	t.Cleanup(func() {
+		uids, _ := k.run("get", "resourceclaims", "-n", k.ns, "-o", "jsonpath={.items[*].metadata.uid}")
+		k.run("delete", "pods", "--all", "-n", k.ns, "--wait=true", "--timeout=90s")
+		for _, uid := range strings.Fields(uids) {
+			k.waitUnprepared(uid)
+		}
+	})
+	// After a kubelet restart the kubelet deletes the node's slices until
+	// the plugin registers again.
+	k.eventually(90*time.Second, "the DRA plugin's ResourceSlices", func() string {
+		if len(k.draDevices()) == 0 {
+			return "no device of " + draDriver + " published for " + nodeName
+		}
+		return ""
+	})
 	return k
+}
+
+// waitUnprepared waits until the claim's CDI spec is gone: the kubelet has
+// unprepared it. (It does so after the pod is gone from the API server;
+// until then the plugin refuses the claim's devices to other claims.)
+func (k *kube) waitUnprepared(uid string) {
+	k.t.Helper()
+	k.eventually(90*time.Second, "claim "+uid+" unprepared", func() string {
+		if _, err := os.Stat(specPath(uid)); err == nil {
+			return specPath(uid) + " is still there"
+		}
+		return ""
+	})
 }
 
 // draDevice is one device of the node's ResourceSlices, with the
@@ -412,7 +447,11 @@ func TestDRAMIGDevice(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() {
-		k.run("delete", "pods", "--all", "-n", k.ns, "--grace-period=0", "--force", "--wait=true")
+		uids, _ := k.run("get", "resourceclaims", "-n", k.ns, "-o", "jsonpath={.items[*].metadata.uid}")
+		k.run("delete", "pods", "--all", "-n", k.ns, "--wait=true", "--timeout=90s")
+		for _, uid := range strings.Fields(uids) {
+			k.waitUnprepared(uid)
+		}
 		k.setDRAEnv(func(d []draDevice) string {
 			if len(d) != len(before) {
 				return fmt.Sprintf("%d devices, want the %d of before", len(d), len(before))
@@ -549,8 +588,9 @@ func TestDRAKubeletRestart(t *testing.T) {
 		t.Fatalf("the plugin logged %d \"prepared\" for claim %s before the restart, want 1", n, uid)
 	}
 
+	many := len(k.draDevices()) > 1
 	restartKubelet(t)
-	if len(k.draDevices()) > 1 {
+	if many {
 		// A new pod with a claim runs: the kubelet is back and talks to the plugin.
 		k.apply(claimPod{name: "after", template: "one"}.yaml())
 		k.logsUntil("after", "== end", 120*time.Second)
@@ -581,7 +621,7 @@ func TestDRAKubeletRestart(t *testing.T) {
 		t.Errorf("the running pod's GPU after the restart: %q %v", out, err)
 	}
 
-	k.must("delete", "pod", "-n", k.ns, "keeper", "--grace-period=0", "--force", "--wait=true")
+	k.must("delete", "pod", "-n", k.ns, "keeper", "--wait=true")
 	k.eventually(90*time.Second, "the claim's CDI spec removed after the pod's deletion", func() string {
 		if _, err := os.Stat(spec); err == nil {
 			return spec + " is still there"
@@ -669,7 +709,9 @@ func TestDRAPrepareLatencyAndRSS(t *testing.T) {
 		name := fmt.Sprintf("p%d", i)
 		k.apply(claimPod{name: name, template: "one", script: "echo '== end'; sleep 3600"}.yaml())
 		k.logsUntil(name, "== end", 120*time.Second)
-		k.must("delete", "pod", "-n", k.ns, name, "--grace-period=0", "--force", "--wait=true")
+		uid := k.claim(k.claimOf(name)).Metadata.UID
+		k.must("delete", "pod", "-n", k.ns, name, "--wait=true")
+		k.waitUnprepared(uid)
 	}
 	var took []time.Duration
 	for _, m := range regexp.MustCompile(`msg=prepared .* took=([0-9.]+[µmn]?s)`).FindAllStringSubmatch(k.draPluginLog(), -1) {
