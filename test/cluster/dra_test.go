@@ -52,6 +52,7 @@ func newDRA(t *testing.T) *kube {
 		for _, uid := range strings.Fields(uids) {
 			k.waitUnprepared(uid)
 		}
+		k.run("delete", "resourceclaims", "--all", "-n", k.ns, "--wait=true", "--timeout=60s")
 	})
 	// After a kubelet restart the kubelet deletes the node's slices until
 	// the plugin registers again.
@@ -655,6 +656,13 @@ func TestDRABesideDevicePlugin(t *testing.T) {
 	if dp+len(draUUIDs) != len(host) {
 		t.Errorf("%d nvidia.com/gpu + %d DRA GPUs, want the node's %d GPUs", dp, len(draUUIDs), len(host))
 	}
+	// Every DRA device free (claims of earlier tests deallocated): the
+	// scheduler tries a pod it found unschedulable again only on the
+	// events it watches for, or after minutes.
+	k.eventually(90*time.Second, "no claim allocated on the node", func() string {
+		out, _ := k.run("get", "resourceclaims", "-A", "-o", `jsonpath={range .items[?(@.status.allocation)]}{.metadata.namespace}/{.metadata.name} {end}`)
+		return strings.TrimSpace(out)
+	})
 	k.apply(podSpec{name: "dp", image: probeImage, gpus: dp, runtimeClass: true, script: gpuScript}.yaml())
 	k.apply(claimYAML(true, "all", "gpu.nvidia.com", "", 0))
 	k.apply(claimPod{name: "dra", template: "all"}.yaml())
