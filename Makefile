@@ -135,7 +135,7 @@ install: build build-device-plugin
 #   make e2e-cluster     up, every scenario test of test/cluster, down
 #   make e2e-cluster-ci  the same with scenarios 1-3 (what .ci/run runs)
 #   make e2e-cluster-dra up with the DRA plugin beside the device plugin (up.sh --dra),
-#                        the DRA scenarios (TestDRA*), down
+#                        the DRA scenarios (TestDRA*; E2E_CLUSTER_DRA_RUN picks others), down
 #   make gpu-cluster     bin/cluster.tar.xz for a GPU host: test/cluster/gpu-e2e.sh bin/cluster.tar.xz
 cluster-bin: test-deps
 	test/cluster/build.sh
@@ -144,6 +144,7 @@ cluster-up: cluster-bin
 cluster-down:
 	test/cluster/down.sh
 E2E_CLUSTER_RUN ?= .
+E2E_CLUSTER_DRA_RUN ?= ^TestDRA
 e2e-cluster: cluster-bin
 	@test/cluster/down.sh >/dev/null 2>&1 || true
 	test/cluster/up.sh
@@ -152,7 +153,7 @@ e2e-cluster: cluster-bin
 e2e-cluster-dra: cluster-bin
 	@test/cluster/down.sh >/dev/null 2>&1 || true
 	test/cluster/up.sh --dra
-	GANTRY_CLUSTER=1 GANTRY_CLUSTER_DRA=1 $(GO) test -count=1 -v -run '$(or $(E2E_CLUSTER_RUN),^TestDRA)' ./test/cluster; st=$$?; \
+	GANTRY_CLUSTER=1 $(GO) test -count=1 -v -run '$(E2E_CLUSTER_DRA_RUN)' ./test/cluster; st=$$?; \
 	test/cluster/down.sh; exit $$st
 e2e-cluster-ci:
 	$(MAKE) e2e-cluster E2E_CLUSTER_RUN='^Test(NodeAdvertisesGPUs|PodGetsTwoGPUs|NoRequestNoGPU)$$'
