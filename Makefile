@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install clean
+.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install clean
 
 all: build
 
@@ -134,6 +134,8 @@ install: build build-device-plugin
 #   make cluster-down    stops it and removes everything it made
 #   make e2e-cluster     up, every scenario test of test/cluster, down
 #   make e2e-cluster-ci  the same with scenarios 1-3 (what .ci/run runs)
+#   make e2e-cluster-dra up with the DRA plugin beside the device plugin (up.sh --dra),
+#                        the DRA scenarios (TestDRA*; E2E_CLUSTER_DRA_RUN picks others), down
 #   make gpu-cluster     bin/cluster.tar.xz for a GPU host: test/cluster/gpu-e2e.sh bin/cluster.tar.xz
 cluster-bin: test-deps
 	test/cluster/build.sh
@@ -142,10 +144,16 @@ cluster-up: cluster-bin
 cluster-down:
 	test/cluster/down.sh
 E2E_CLUSTER_RUN ?= .
+E2E_CLUSTER_DRA_RUN ?= ^TestDRA
 e2e-cluster: cluster-bin
 	@test/cluster/down.sh >/dev/null 2>&1 || true
 	test/cluster/up.sh
 	GANTRY_CLUSTER=1 $(GO) test -count=1 -v -run '$(E2E_CLUSTER_RUN)' ./test/cluster; st=$$?; \
+	test/cluster/down.sh; exit $$st
+e2e-cluster-dra: cluster-bin
+	@test/cluster/down.sh >/dev/null 2>&1 || true
+	test/cluster/up.sh --dra
+	GANTRY_CLUSTER=1 $(GO) test -count=1 -v -run '$(E2E_CLUSTER_DRA_RUN)' ./test/cluster; st=$$?; \
 	test/cluster/down.sh; exit $$st
 e2e-cluster-ci:
 	$(MAKE) e2e-cluster E2E_CLUSTER_RUN='^Test(NodeAdvertisesGPUs|PodGetsTwoGPUs|NoRequestNoGPU)$$'

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -161,6 +162,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var added []string
 	for _, c := range claims {
+		start := time.Now()
 		pc, fresh, err := d.prepare(c)
 		if err != nil {
 			d.log.Warn("prepare failed", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", err)
@@ -170,7 +172,8 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		if fresh {
 			d.cp.Claims[string(c.UID)] = pc
 			added = append(added, string(c.UID))
-			d.log.Info("prepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "devices", len(pc.Devices), "spec", pc.Spec)
+			d.log.Info("prepared", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "devices", len(pc.Devices), "spec", pc.Spec,
+				"took", time.Since(start).Round(time.Microsecond))
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: result(pc)}
 	}

@@ -11,6 +11,11 @@
 //
 //	GANTRY_CLUSTER=1 go test -count=1 -v ./test/cluster
 //
+// The DRA scenarios (TestDRA*, dra_test.go) need the DRA plugin beside the
+// device plugin (up.sh --dra) and skip without it:
+//
+//	make e2e-cluster-dra
+//
 // KUBECONFIG defaults to /etc/gantry-k8s/admin.conf and the binaries to
 // bin/cluster (GANTRY_CLUSTER_BIN).
 package cluster

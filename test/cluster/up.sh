@@ -18,6 +18,12 @@
 #   --driver-root DIR  where the driver is (--nvml; default /, or /usr/local/nvidia's
 #                      parent layout is found by Gantry itself)
 #   --bin DIR          the binaries (default bin/cluster)
+#   --dra              also Gantry's DRA plugin (deployments/static/gantry-dra-plugin.yaml,
+#                      its DeviceClasses), side by side with the device plugin on
+#                      the node: the device plugin keeps the first half of the GPUs,
+#                      the DRA plugin publishes the rest (--devices); on a one-GPU
+#                      host the DRA plugin gets the GPU and the device plugin is not
+#                      installed. GANTRY_CLUSTER_DRA=1 does the same.
 # Everything lives under /var/lib/gantry-k8s, /run/gantry-k8s, /etc/gantry-k8s and
 # /var/lib/kubelet; logs in /var/lib/gantry-k8s/log. The node's address
 # (10.199.0.1) and the kubernetes Service's (10.96.0.1) are added to lo, pods
@@ -27,13 +33,14 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 . test/cluster/lib.sh
 
-mode= profile=h100x8 driver_root= bin=$repo/bin/cluster
+mode= profile=h100x8 driver_root= bin=$repo/bin/cluster dra=${GANTRY_CLUSTER_DRA:-}
 while [ $# -gt 0 ]; do
   case "$1" in
     --sim) mode=sim; profile=${2:?--sim needs a profile (gantry sim profiles)}; shift 2 ;;
     --nvml) mode=nvml; shift ;;
     --driver-root) driver_root=${2:?--driver-root needs a directory}; shift 2 ;;
     --bin) bin=$(cd "${2:?--bin needs a directory}" && pwd); shift 2 ;;
+    --dra) dra=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) gk_die "up.sh: unknown argument $1 (see test/cluster/up.sh --help)" ;;
   esac
@@ -75,6 +82,7 @@ pods_log() {
     KUBECONFIG=$GK_KUBECONFIG "$bin/kubectl" describe pods -n kube-system | tail -40
     for prev in --previous ""; do
       KUBECONFIG=$GK_KUBECONFIG "$bin/kubectl" logs -n kube-system -l app.kubernetes.io/name=gantry --tail=40 $prev
+      [ -z "$dra" ] || KUBECONFIG=$GK_KUBECONFIG "$bin/kubectl" logs -n kube-system -l app.kubernetes.io/name=gantry-dra --tail=40 $prev
     done
   } >"$GK_LOG/pods.log" 2>&1
   tail -60 "$GK_LOG/pods.log" >&2
@@ -254,23 +262,85 @@ start kubelet "$bin/kubelet" --config "$GK_ETC/kubelet.yaml" --kubeconfig "$GK_E
   --hostname-override "$GK_NODE" --node-ip "$GK_NODE_IP" --node-labels nvidia.com/gpu.present=true
 gk_wait 120 "node $GK_NODE Ready" sh -c "$bin/kubectl get node $GK_NODE -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 
-gk_log "Gantry: RuntimeClass and device plugin DaemonSet (deployments/static)"
-manifest=$GK_ETC/gantry-device-plugin.yaml
-cp deployments/static/gantry-device-plugin.yaml "$manifest"
-if [ "$mode" = sim ]; then
-  # The manifest's own configuration, set the way a user sets it: the
-  # ConfigMap's gantry section selects simulated GPUs. (Faults are injected
-  # through the plugin's socket, /proc/PID/root/run/gantry/sim-health.sock.)
-  # A 20 s recovery quiet period instead of 10 minutes, so that a GPU made
-  # unhealthy by an injected XID comes back within a test.
-  awk -v prof="$profile" '{print} /^    version: v1$/ && !done {print "    gantry:"; print "      gpus: sim:" prof;
-    print "      health:"; print "        recoveryQuietPeriod: 20s"; done=1}' \
-    deployments/static/gantry-device-plugin.yaml >"$manifest"
+gpus=$("$bin/gantry" --config "$GK_ETC/gantry.toml" info --json | grep -c '"uuid": *"GPU-' || true)
+# With --dra the node's GPUs are split between the two plugins the way an
+# admin splits them (docs/guide.md, "Beside the device plugin"): the device
+# plugin's pod sees only the first half, the DRA plugin publishes the rest.
+dp_gpus=$gpus
+if [ -n "$dra" ]; then
+  dp_gpus=$((gpus / 2))
+  dra_devices=$(seq -s, "$dp_gpus" $((gpus - 1)))
 fi
-"$bin/kubectl" apply -f "$manifest" >"$GK_LOG/apply.log"
-want=$("$bin/gantry" --config "$GK_ETC/gantry.toml" info --json | grep -c '"uuid"' || true)
-gk_wait "${GK_WAIT:-180}" "nvidia.com/gpu on $GK_NODE" sh -c \
-  "$bin/kubectl get node $GK_NODE -o jsonpath='{.status.allocatable.nvidia\.com/gpu}' | grep -qx '[1-9][0-9]*'"
+
+if [ "$dp_gpus" -gt 0 ]; then
+  gk_log "Gantry: RuntimeClass and device plugin DaemonSet (deployments/static)"
+  manifest=$GK_ETC/gantry-device-plugin.yaml
+  cp deployments/static/gantry-device-plugin.yaml "$manifest"
+  if [ "$mode" = sim ]; then
+    # The manifest's own configuration, set the way a user sets it: the
+    # ConfigMap's gantry section selects simulated GPUs. (Faults are injected
+    # through the plugin's socket, /proc/PID/root/run/gantry/sim-health.sock.)
+    # A 20 s recovery quiet period instead of 10 minutes, so that a GPU made
+    # unhealthy by an injected XID comes back within a test.
+    sim=sim:$profile
+    if [ "$dp_gpus" != "$gpus" ]; then
+      # Beside the DRA plugin: a simulated host of the profile's first
+      # $dp_gpus GPUs (the same seed, so the same UUIDs), as a second key of
+      # the ConfigMap, which the pod sees in /etc/gantry.
+      sim=sim:/etc/gantry/dp-gpus.yaml
+    fi
+    awk -v sim="$sim" -v n="$dp_gpus" -v all="$gpus" -v prof="$profile" -v pfile="internal/gpu/sim/profiles/$profile.yaml" '
+      /^data:$/ && n != all { print; print "  dp-gpus.yaml: |"; print "    seed: " prof; d = -1
+        while ((getline l < pfile) > 0) {
+          if (l ~ /^#/) continue
+          if (l ~ /^- /) d++
+          if (d < n) print "    " l
+        }
+        next }
+      {print} /^    version: v1$/ && !done {print "    gantry:"; print "      gpus: " sim;
+        print "      health:"; print "        recoveryQuietPeriod: 20s"; done=1}' \
+      deployments/static/gantry-device-plugin.yaml >"$manifest"
+  elif [ "$dp_gpus" != "$gpus" ]; then
+    # Real GPUs: the runtime gives the plugin's pod only these GPUs, so NVML
+    # in it sees only them.
+    awk -v list="$(seq -s, 0 $((dp_gpus - 1)))" '
+      prev ~ /name: NVIDIA_VISIBLE_DEVICES$/ { sub(/value: .*/, "value: \"" list "\"") } {print; prev = $0}' \
+      deployments/static/gantry-device-plugin.yaml >"$manifest"
+  fi
+  "$bin/kubectl" apply -f "$manifest" >"$GK_LOG/apply.log"
+fi
+
+if [ -n "$dra" ]; then
+  gk_log "Gantry: DRA plugin DaemonSet and DeviceClasses (deployments/static/gantry-dra-plugin.yaml), devices $dra_devices"
+  manifest=$GK_ETC/gantry-dra-plugin.yaml
+  # The manifest's environment, set for this node: the GPUs (simulated or
+  # NVML), the driver root, the hook where build.sh put it, and the devices
+  # the DRA plugin publishes. The host's / is mounted with HostToContainer
+  # propagation, which containerd allows only where / is a shared or slave
+  # mount; on a host whose / is private (containers, some VMs) the mount is
+  # made without it (driver roots mounted later would not be seen).
+  private=
+  [ "$(findmnt -no PROPAGATION / 2>/dev/null)" != private ] || private=1
+  dra_gpus=
+  [ "$mode" != sim ] || dra_gpus=sim:$profile
+  awk -v gpus="$dra_gpus" -v devs="$dra_devices" -v root="${driver_root:-/}" -v hook="$bin/gantry-cdi-hook" -v private="$private" '
+    private && /mountPropagation: HostToContainer/ { next }
+    prev ~ /name: NVIDIA_DRIVER_ROOT$/ { sub(/value: .*/, "value: \"" root "\"") }
+    prev ~ /name: GANTRY_CDI_HOOK_PATH$/ { sub(/value: .*/, "value: \"" hook "\"") }
+    { print; prev = $0 }
+    /^ *env:$/ { ind = $0; sub(/env:$/, "", ind)
+      if (gpus != "") { print ind "  - name: GANTRY_GPUS"; print ind "    value: \"" gpus "\"" }
+      print ind "  - name: GANTRY_DRA_DEVICES"; print ind "    value: \"" devs "\"" }' \
+    deployments/static/gantry-dra-plugin.yaml >"$manifest"
+  "$bin/kubectl" apply -f "$manifest" >"$GK_LOG/apply-dra.log"
+  want_dra=$(($(echo "$dra_devices" | tr , '\n' | wc -l)))
+  gk_wait "${GK_WAIT:-180}" "$want_dra DRA devices of $GK_NODE in ResourceSlices" sh -c \
+    "$bin/kubectl get resourceslices --field-selector spec.nodeName=$GK_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\n\"}{end}' | grep -c . | grep -qx $want_dra"
+fi
+if [ "$dp_gpus" -gt 0 ]; then
+  gk_wait "${GK_WAIT:-180}" "nvidia.com/gpu on $GK_NODE" sh -c \
+    "$bin/kubectl get node $GK_NODE -o jsonpath='{.status.allocatable.nvidia\.com/gpu}' | grep -qx '[1-9][0-9]*'"
+fi
 trap - EXIT
-gk_log "up: node $GK_NODE, $("$bin/kubectl" get node $GK_NODE -o jsonpath='{.status.allocatable.nvidia\.com/gpu}') nvidia.com/gpu (Gantry sees $want GPUs)"
+gk_log "up: node $GK_NODE, $("$bin/kubectl" get node $GK_NODE -o jsonpath='{.status.allocatable.nvidia\.com/gpu}') nvidia.com/gpu${dra:+, DRA devices $dra_devices} (Gantry sees $gpus GPUs)"
 echo "export KUBECONFIG=$GK_KUBECONFIG PATH=$bin:\$PATH"

@@ -1,0 +1,774 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The DRA scenarios run on a cluster brought up with the DRA plugin beside
+// the device plugin (test/cluster/up.sh --dra, make e2e-cluster-dra): the
+// device plugin offers the first half of the node's GPUs as nvidia.com/gpu,
+// the DRA plugin publishes the rest as ResourceSlices of driver
+// gpu.nvidia.com. Pods with claims run with no runtime class: the
+// kubelet hands the claim's CDI device IDs to containerd, which applies the
+// plugin's per-claim spec.
+
+const (
+	draDriver = "gpu.nvidia.com"
+	draCDIDir = "/var/run/cdi"
+)
+
+// newDRA is newKube for a cluster with the DRA plugin; the test skips
+// without it.
+func newDRA(t *testing.T) *kube {
+	t.Helper()
+	k := newKube(t)
+	if _, err := k.run("get", "daemonset", "-n", "kube-system", "gantry-dra"); err != nil {
+		t.Skip("the cluster runs no DRA plugin: bring it up with test/cluster/up.sh --dra (make e2e-cluster-dra)")
+	}
+	// The pods go gracefully before newKube's forced deletion: the API
+	// server drops a pod only once the kubelet has stopped it and
+	// unprepared its claims. A forced deletion drops it at once; the
+	// scheduler may then give its device to a new claim before the
+	// kubelet has unprepared the old one, and the plugin refuses the
+	// device until then (the kubelet retries, after a back-off of up to
+	// a minute).
+	t.Cleanup(func() {
+		uids, _ := k.run("get", "resourceclaims", "-n", k.ns, "-o", "jsonpath={.items[*].metadata.uid}")
+		k.run("delete", "pods", "--all", "-n", k.ns, "--wait=true", "--timeout=90s")
+		for _, uid := range strings.Fields(uids) {
+			k.waitUnprepared(uid)
+		}
+		k.run("delete", "resourceclaims", "--all", "-n", k.ns, "--wait=true", "--timeout=60s")
+	})
+	// After a kubelet restart the kubelet deletes the node's slices until
+	// the plugin registers again.
+	k.eventually(90*time.Second, "the DRA plugin's ResourceSlices", func() string {
+		if len(k.draDevices()) == 0 {
+			return "no device of " + draDriver + " published for " + nodeName
+		}
+		return ""
+	})
+	return k
+}
+
+// waitUnprepared waits until the claim's CDI spec is gone: the kubelet has
+// unprepared it. (It does so after the pod is gone from the API server;
+// until then the plugin refuses the claim's devices to other claims.)
+func (k *kube) waitUnprepared(uid string) {
+	k.t.Helper()
+	k.eventually(90*time.Second, "claim "+uid+" unprepared", func() string {
+		if _, err := os.Stat(specPath(uid)); err == nil {
+			return specPath(uid) + " is still there"
+		}
+		return ""
+	})
+}
+
+// draDevice is one device of the node's ResourceSlices, with the
+// attributes the tests read.
+type draDevice struct {
+	Name, UUID, Type, Product, Profile, ParentUUID string
+	Minor, ParentMinor                             int
+	Memory                                         string
+}
+
+// draDevices lists the devices the DRA plugin publishes for the node.
+func (k *kube) draDevices() []draDevice {
+	k.t.Helper()
+	type attr struct {
+		String *string `json:"string"`
+		Int    *int64  `json:"int"`
+	}
+	var list struct {
+		Items []struct {
+			Spec struct {
+				Driver   string `json:"driver"`
+				NodeName string `json:"nodeName"`
+				Devices  []struct {
+					Name       string          `json:"name"`
+					Attributes map[string]attr `json:"attributes"`
+					Capacity   map[string]struct {
+						Value string `json:"value"`
+					} `json:"capacity"`
+				} `json:"devices"`
+			} `json:"spec"`
+		} `json:"items"`
+	}
+	k.getJSON(&list, "resourceslices")
+	str := func(a map[string]attr, key string) string {
+		if v, ok := a[key]; ok && v.String != nil {
+			return *v.String
+		}
+		return ""
+	}
+	num := func(a map[string]attr, key string) int {
+		if v, ok := a[key]; ok && v.Int != nil {
+			return int(*v.Int)
+		}
+		return -1
+	}
+	var out []draDevice
+	for _, s := range list.Items {
+		if s.Spec.Driver != draDriver || s.Spec.NodeName != nodeName {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			out = append(out, draDevice{
+				Name: d.Name, UUID: str(d.Attributes, "uuid"), Type: str(d.Attributes, "type"),
+				Product: str(d.Attributes, "productName"), Profile: str(d.Attributes, "profile"),
+				ParentUUID: str(d.Attributes, "parentUUID"), Minor: num(d.Attributes, "minor"),
+				ParentMinor: num(d.Attributes, "parentMinor"), Memory: d.Capacity["memory"].Value,
+			})
+		}
+	}
+	return out
+}
+
+func findDevice(devs []draDevice, name string) (draDevice, bool) {
+	for _, d := range devs {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return draDevice{}, false
+}
+
+// claimPod is a pod whose container uses one claim: from a template
+// (template set) or an existing ResourceClaim (claim set).
+type claimPod struct {
+	name, template, claim, script string
+}
+
+func (p claimPod) yaml() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n", p.name)
+	b.WriteString("  resourceClaims:\n  - name: gpu\n")
+	if p.template != "" {
+		fmt.Fprintf(&b, "    resourceClaimTemplateName: %s\n", p.template)
+	} else {
+		fmt.Fprintf(&b, "    resourceClaimName: %s\n", p.claim)
+	}
+	script := p.script
+	if script == "" {
+		script = gpuScript
+	}
+	b.WriteString(podSpec{image: probeImage, script: script}.container())
+	b.WriteString("    resources:\n      claims:\n      - name: gpu\n")
+	return b.String()
+}
+
+// claimYAML is a ResourceClaimTemplate (template) or ResourceClaim with one
+// request of class for count devices (0: all of them) and a CEL selector
+// (none if empty).
+func claimYAML(template bool, name, class, cel string, count int) string {
+	var b strings.Builder
+	ind := "  "
+	if template {
+		fmt.Fprintf(&b, "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata:\n  name: %s\nspec:\n  spec:\n", name)
+		ind = "    "
+	} else {
+		fmt.Fprintf(&b, "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: %s\nspec:\n", name)
+	}
+	fmt.Fprintf(&b, "%sdevices:\n%s  requests:\n%s  - name: gpu\n%s    exactly:\n%s      deviceClassName: %s\n", ind, ind, ind, ind, ind, class)
+	if count == 0 {
+		fmt.Fprintf(&b, "%s      allocationMode: All\n", ind)
+	} else {
+		fmt.Fprintf(&b, "%s      count: %d\n", ind, count)
+	}
+	if cel != "" {
+		q, _ := json.Marshal(cel)
+		fmt.Fprintf(&b, "%s      selectors:\n%s      - cel:\n%s          expression: %s\n", ind, ind, ind, q)
+	}
+	return b.String()
+}
+
+// claimOf is the name of the ResourceClaim behind the pod's claim "gpu"
+// (made from a template) once the controller has made it.
+func (k *kube) claimOf(pod string) string {
+	k.t.Helper()
+	var name string
+	k.eventually(60*time.Second, "the claim of pod "+pod, func() string {
+		out, _ := k.run("get", "pod", "-n", k.ns, pod, "-o", `jsonpath={.status.resourceClaimStatuses[?(@.name=="gpu")].resourceClaimName}`)
+		name = strings.TrimSpace(out)
+		if name == "" {
+			return k.podState(pod)
+		}
+		return ""
+	})
+	return name
+}
+
+// claim is the part of a ResourceClaim the tests read.
+type claim struct {
+	Metadata struct {
+		UID string `json:"uid"`
+	} `json:"metadata"`
+	Status struct {
+		Allocation *struct {
+			Devices struct {
+				Results []struct {
+					Driver, Pool, Device string
+				} `json:"results"`
+			} `json:"devices"`
+		} `json:"allocation"`
+		ReservedFor []struct {
+			Name string `json:"name"`
+		} `json:"reservedFor"`
+	} `json:"status"`
+}
+
+func (k *kube) claim(name string) claim {
+	k.t.Helper()
+	var c claim
+	k.getJSON(&c, "resourceclaim", "-n", k.ns, name)
+	return c
+}
+
+// allocated is the devices of driver gpu.nvidia.com allocated to the claim.
+func (c claim) allocated() []string {
+	var out []string
+	if c.Status.Allocation != nil {
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver == draDriver && r.Pool == nodeName {
+				out = append(out, r.Device)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// specPath is where the plugin writes the claim's CDI spec.
+func specPath(uid string) string {
+	return draCDIDir + "/k8s." + draDriver + "-claim_" + uid + ".json"
+}
+
+// smiUUIDs is the GPU UUIDs the fake (or real) nvidia-smi -L listed.
+func smiUUIDs(smi []string) []string {
+	var out []string
+	for _, l := range smi {
+		if m := regexp.MustCompile(`\(UUID: (GPU-[0-9a-f-]+)\)`).FindStringSubmatch(l); m != nil {
+			out = append(out, m[1])
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkSeesGPU checks a pod's gpuScript sections: exactly the device nodes
+// of want (the GPU itself or a MIG device's parent), nvidia-smi naming
+// that GPU, and libcuda loaded from the injected driver.
+func checkSeesGPU(t *testing.T, pod string, sec map[string][]string, wantMinor int, wantUUID string) {
+	t.Helper()
+	if g := gpuNodes(sec["dev"]); len(g) != 1 || g[0] != "nvidia"+strconv.Itoa(wantMinor) {
+		t.Errorf("%s: GPU nodes %v, want exactly nvidia%d (/dev: %v)", pod, g, wantMinor, sec["dev"])
+	}
+	if wantUUID != "" {
+		if u := smiUUIDs(sec["smi"]); len(u) != 1 || u[0] != wantUUID {
+			t.Errorf("%s: nvidia-smi -L lists %v, want exactly %s (%q)", pod, u, wantUUID, sec["smi"])
+		}
+	}
+	if len(sec["probe"]) < 2 || !strings.HasPrefix(sec["probe"][0], "cuda ") || !strings.HasPrefix(sec["probe"][1], "nvml ") {
+		t.Errorf("%s: probe should load libcuda.so.1 and libnvidia-ml.so.1 from the injected driver, got %q", pod, sec["probe"])
+	}
+	if v := envValue(sec["env"], "NVIDIA_VISIBLE_DEVICES"); v != "void" {
+		t.Errorf("%s: NVIDIA_VISIBLE_DEVICES=%q, want void (the claim's CDI spec sets it)", pod, v)
+	}
+}
+
+// DRA scenario 1: a ResourceClaimTemplate whose CEL selector asks for the
+// product and at least its memory gets one matching GPU of the DRA plugin;
+// the pod sees exactly that GPU (its device node and UUID) and loads
+// libcuda; the claim's CDI spec is on the node.
+func TestDRAClaimSelectsGPUByCEL(t *testing.T) {
+	k := newDRA(t)
+	devs := k.draDevices()
+	var gpus []draDevice
+	for _, d := range devs {
+		if d.Type == "gpu" {
+			gpus = append(gpus, d)
+		}
+	}
+	if len(gpus) == 0 {
+		t.Fatalf("the DRA plugin publishes no GPU: %+v", devs)
+	}
+	product, memory := gpus[0].Product, gpus[0].Memory
+	cel := fmt.Sprintf("device.attributes['%s'].productName == %q && device.capacity['%s'].memory.compareTo(quantity(%q)) >= 0",
+		draDriver, product, draDriver, memory)
+	k.apply(claimYAML(true, "by-cel", "gpu.nvidia.com", cel, 1))
+	k.apply(claimPod{name: "cel", template: "by-cel"}.yaml())
+	sec := sections(k.logsUntil("cel", "== end", 120*time.Second))
+	t.Logf("pod log: %v", sec)
+
+	c := k.claim(k.claimOf("cel"))
+	got := c.allocated()
+	if len(got) != 1 {
+		t.Fatalf("claim allocated %v, want one device of %s", got, draDriver)
+	}
+	d, ok := findDevice(devs, got[0])
+	if !ok || d.Type != "gpu" || d.Product != product {
+		t.Fatalf("allocated %s (%+v): not a published GPU of product %q", got[0], d, product)
+	}
+	checkSeesGPU(t, "cel", sec, d.Minor, d.UUID)
+	if _, err := os.Stat(specPath(c.Metadata.UID)); err != nil {
+		t.Errorf("the claim's CDI spec: %v", err)
+	}
+}
+
+// DRA scenario 2: one ResourceClaim used by two pods: one allocation,
+// reserved for both, and both pods see the same GPU.
+func TestDRASharedClaim(t *testing.T) {
+	k := newDRA(t)
+	k.apply(claimYAML(false, "shared", "gpu.nvidia.com", "", 1))
+	k.apply(claimPod{name: "first", claim: "shared"}.yaml())
+	k.apply(claimPod{name: "second", claim: "shared"}.yaml())
+	a := sections(k.logsUntil("first", "== end", 120*time.Second))
+	b := sections(k.logsUntil("second", "== end", 120*time.Second))
+	c := k.claim("shared")
+	got := c.allocated()
+	if len(got) != 1 {
+		t.Fatalf("claim allocated %v, want one device", got)
+	}
+	d, ok := findDevice(k.draDevices(), got[0])
+	if !ok {
+		t.Fatalf("allocated %s is not a published device", got[0])
+	}
+	checkSeesGPU(t, "first", a, d.Minor, d.UUID)
+	checkSeesGPU(t, "second", b, d.Minor, d.UUID)
+	var users []string
+	for _, r := range c.Status.ReservedFor {
+		users = append(users, r.Name)
+	}
+	sort.Strings(users)
+	if strings.Join(users, ",") != "first,second" {
+		t.Errorf("claim reserved for %v, want first and second", users)
+	}
+}
+
+// setDRAEnv changes the DRA DaemonSet's environment (kubectl set env
+// syntax, NAME=VALUE or NAME- to drop) and waits until the node's
+// ResourceSlices list devices that satisfy ready.
+func (k *kube) setDRAEnv(ready func([]draDevice) string, env ...string) {
+	k.t.Helper()
+	k.must(append([]string{"set", "env", "-n", "kube-system", "daemonset/gantry-dra"}, env...)...)
+	k.must("rollout", "status", "-n", "kube-system", "daemonset/gantry-dra", "--timeout=120s")
+	k.eventually(90*time.Second, "the DRA plugin's ResourceSlices after set env "+strings.Join(env, " "), func() string {
+		return ready(k.draDevices())
+	})
+}
+
+// DRA scenario 3: a claim for a MIG device (class mig.nvidia.com, a
+// 1g.5gb profile) on simulated A100s in MIG mode. The node's simulated
+// GPUs are H100s, so the DRA plugin is switched to a copy of the
+// a100x2-mig profile for this test only, its two GPUs at minors 4 and 5
+// (device nodes the node's fake driver root has and the device plugin
+// does not offer); it is switched back at the end.
+func TestDRAMIGDevice(t *testing.T) {
+	k := newDRA(t)
+	if !strings.Contains(readFile(t, gantryConfig), `gpus = "sim:`) {
+		t.Skip("MIG is tested on simulated GPUs (sim:a100x2-mig); this node has real ones")
+	}
+	prof, err := os.ReadFile("../../internal/gpu/sim/profiles/a100x2-mig.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The profile with seed a100x2-mig (its UUIDs) and minors 4 and 5.
+	var b strings.Builder
+	b.WriteString("seed: a100x2-mig\n")
+	minor := 4
+	for _, l := range strings.Split(string(prof), "\n") {
+		b.WriteString(l + "\n")
+		if strings.HasPrefix(l, "- name:") {
+			fmt.Fprintf(&b, "  minor: %d\n", minor)
+			minor++
+		}
+	}
+	file := "/etc/gantry-k8s/dra-a100x2-mig.yaml"
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The MIG devices' capability nodes, which a MIG-mode driver makes,
+	// in the node's fake driver root (it has only config and monitor,
+	// nvidia-cap1 and -cap2): with their major, as the driver would.
+	m := regexp.MustCompile(`(?m)^driver-root = "(.*)"`).FindStringSubmatch(readFile(t, gantryConfig))
+	if m == nil {
+		t.Fatalf("no driver-root in %s", gantryConfig)
+	}
+	caps := m[1] + "/dev/nvidia-caps/"
+	var cap1 syscall.Stat_t
+	if err := syscall.Stat(caps+"nvidia-cap1", &cap1); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(filepath.Join(k.bin, "gantry"), "--gpus", "sim:"+file, "info", "--json").Output()
+	if err != nil {
+		t.Fatalf("gantry --gpus sim:%s info --json: %v", file, err)
+	}
+	for _, mm := range regexp.MustCompile(`"(?:gi|ci)CapMinor": *([0-9]+)`).FindAllStringSubmatch(string(out), -1) {
+		minor, _ := strconv.Atoi(mm[1])
+		p := caps + "nvidia-cap" + mm[1]
+		if _, err := os.Stat(p); err == nil {
+			continue
+		}
+		if err := unix.Mknod(p, cap1.Mode, int(unix.Mkdev(unix.Major(cap1.Rdev), uint32(minor)))); err != nil {
+			t.Fatalf("mknod %s: %v", p, err)
+		}
+		t.Cleanup(func() { os.Remove(p) })
+	}
+	var saved struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Containers []struct {
+						Env []struct{ Name, Value string } `json:"env"`
+					} `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	k.getJSON(&saved, "daemonset", "-n", "kube-system", "gantry-dra")
+	var restore []string
+	before := k.draDevices()
+	for _, e := range saved.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "GANTRY_GPUS" || e.Name == "GANTRY_DRA_DEVICES" {
+			restore = append(restore, e.Name+"="+e.Value)
+		}
+	}
+	t.Cleanup(func() {
+		uids, _ := k.run("get", "resourceclaims", "-n", k.ns, "-o", "jsonpath={.items[*].metadata.uid}")
+		k.run("delete", "pods", "--all", "-n", k.ns, "--wait=true", "--timeout=90s")
+		for _, uid := range strings.Fields(uids) {
+			k.waitUnprepared(uid)
+		}
+		k.setDRAEnv(func(d []draDevice) string {
+			if len(d) != len(before) {
+				return fmt.Sprintf("%d devices, want the %d of before", len(d), len(before))
+			}
+			return ""
+		}, restore...)
+		os.Remove(file)
+	})
+	k.setDRAEnv(func(d []draDevice) string {
+		n := 0
+		for _, x := range d {
+			if x.Type == "mig" {
+				n++
+			}
+		}
+		if n != 10 {
+			return fmt.Sprintf("%d MIG devices, want a100x2-mig's 10: %+v", n, d)
+		}
+		return ""
+	}, "GANTRY_GPUS=sim:/host"+file, "GANTRY_DRA_DEVICES-")
+
+	cel := fmt.Sprintf("device.attributes['%s'].profile == '1g.5gb'", draDriver)
+	k.apply(claimYAML(true, "mig", "mig.nvidia.com", cel, 1))
+	k.apply(claimPod{name: "mig", template: "mig"}.yaml())
+	sec := sections(k.logsUntil("mig", "== end", 120*time.Second))
+	t.Logf("pod log: %v", sec)
+	c := k.claim(k.claimOf("mig"))
+	got := c.allocated()
+	if len(got) != 1 {
+		t.Fatalf("claim allocated %v, want one MIG device", got)
+	}
+	d, ok := findDevice(k.draDevices(), got[0])
+	if !ok || d.Type != "mig" || d.Profile != "1g.5gb" || d.ParentMinor < 4 {
+		t.Fatalf("allocated %s (%+v): want a published 1g.5gb MIG device of GPU 4 or 5", got[0], d)
+	}
+	// The pod has its parent GPU's node and the MIG device's capability
+	// nodes, which the spec lists; the spec names the MIG device.
+	checkSeesGPU(t, "mig", sec, d.ParentMinor, "")
+	spec := readFile(t, specPath(c.Metadata.UID))
+	if !strings.Contains(spec, fmt.Sprintf(`"/dev/nvidia%d"`, d.ParentMinor)) || !strings.Contains(spec, "nvidia-caps") {
+		t.Errorf("the claim's CDI spec lacks /dev/nvidia%d or the MIG capability nodes:\n%s", d.ParentMinor, spec)
+	}
+	for _, l := range regexp.MustCompile(`"(/dev/nvidia-caps/nvidia-cap[0-9]+)"`).FindAllStringSubmatch(spec, -1) {
+		name := strings.TrimPrefix(l[1], "/dev/")
+		out, err := k.run("exec", "-n", k.ns, "mig", "--", "ls", "/dev/"+name)
+		if err != nil {
+			t.Errorf("the pod lacks %s, which the spec lists: %v %s", l[1], err, out)
+		}
+	}
+}
+
+// DRA scenario 4: a claim no device can satisfy (more memory than any GPU
+// has) leaves its pod Pending, unschedulable, with the scheduler's reason
+// in the PodScheduled condition and a FailedScheduling event.
+func TestDRAUnsatisfiableClaimPending(t *testing.T) {
+	k := newDRA(t)
+	cel := fmt.Sprintf("device.capacity['%s'].memory.compareTo(quantity('4Ti')) >= 0", draDriver)
+	k.apply(claimYAML(true, "huge", "gpu.nvidia.com", cel, 1))
+	k.apply(claimPod{name: "huge", template: "huge"}.yaml())
+	var msg string
+	k.eventually(60*time.Second, "PodScheduled=False, Unschedulable", func() string {
+		out, _ := k.run("get", "pod", "-n", k.ns, "huge", "-o",
+			`jsonpath={.status.phase}|{.status.conditions[?(@.type=="PodScheduled")].status}|{.status.conditions[?(@.type=="PodScheduled")].reason}|{.status.conditions[?(@.type=="PodScheduled")].message}`)
+		f := strings.SplitN(out, "|", 4)
+		if len(f) < 4 || f[0] != "Pending" || f[1] != "False" || f[2] != "Unschedulable" {
+			return "pod: " + out
+		}
+		msg = f[3]
+		return ""
+	})
+	t.Logf("the scheduler's reason: %s", msg)
+	if !strings.Contains(msg, "cannot allocate all claims") {
+		t.Errorf("PodScheduled message %q does not give the DRA reason (cannot allocate all claims)", msg)
+	}
+	ev := k.must("get", "events", "-n", k.ns, "--field-selector", "involvedObject.name=huge,reason=FailedScheduling", "-o", "jsonpath={.items[*].message}")
+	if !strings.Contains(ev, "cannot allocate all claims") {
+		t.Errorf("FailedScheduling events: %q", ev)
+	}
+	// And it stays so.
+	time.Sleep(5 * time.Second)
+	if ph := k.must("get", "pod", "-n", k.ns, "huge", "-o", "jsonpath={.status.phase} {.spec.nodeName}"); strings.TrimSpace(ph) != "Pending" {
+		t.Errorf("pod after 5 s: %q, want Pending with no node", ph)
+	}
+	if c := k.claim(k.claimOf("huge")); c.Status.Allocation != nil {
+		t.Errorf("the claim is allocated: %v", c.allocated())
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// draPluginLog is the DRA plugin pod's log (all of its runs).
+func (k *kube) draPluginLog() string {
+	k.t.Helper()
+	out, _ := k.run("logs", "-n", "kube-system", "-l", "app.kubernetes.io/name=gantry-dra", "--tail=-1")
+	return out
+}
+
+// fileID is a file's inode and modification time.
+func fileID(t *testing.T, path string) string {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return fmt.Sprintf("inode %d mtime %d.%09d", st.Ino, st.Mtim.Sec, st.Mtim.Nsec)
+}
+
+// DRA scenario 5: the kubelet restarts while a pod holds a prepared claim:
+// the claim is not prepared again (its spec file keeps its inode and
+// mtime, the plugin logs one "prepared" for it), the pod keeps running,
+// and new claims are prepared after the restart. Deleting the pod
+// unprepares the claim: its CDI spec is removed.
+func TestDRAKubeletRestart(t *testing.T) {
+	k := newDRA(t)
+	k.apply(claimYAML(true, "one", "gpu.nvidia.com", "", 1))
+	k.apply(claimPod{name: "keeper", template: "one"}.yaml())
+	k.logsUntil("keeper", "== end", 120*time.Second)
+	c := k.claim(k.claimOf("keeper"))
+	uid := c.Metadata.UID
+	spec := specPath(uid)
+	id := fileID(t, spec)
+	keeperID := k.must("get", "pod", "-n", k.ns, "keeper", "-o", "jsonpath={.status.containerStatuses[0].containerID}")
+	prepared := func(uid string) int {
+		return len(regexp.MustCompile(`msg=prepared .*uid=`+uid).FindAllString(k.draPluginLog(), -1))
+	}
+	if n := prepared(uid); n != 1 {
+		t.Fatalf("the plugin logged %d \"prepared\" for claim %s before the restart, want 1", n, uid)
+	}
+
+	many := len(k.draDevices()) > 1
+	restartKubelet(t)
+	if many {
+		// A new pod with a claim runs: the kubelet is back and talks to the plugin.
+		k.apply(claimPod{name: "after", template: "one"}.yaml())
+		k.logsUntil("after", "== end", 120*time.Second)
+		if n := prepared(k.claim(k.claimOf("after")).Metadata.UID); n != 1 {
+			t.Errorf("the claim of a pod started after the restart: %d \"prepared\", want 1", n)
+		}
+	} else {
+		// The keeper holds the only device: wait for the kubelet to
+		// answer, and give it time to resync its pods.
+		k.eventually(60*time.Second, "the kubelet back", func() string {
+			if _, err := k.run("get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/healthz"); err != nil {
+				return err.Error()
+			}
+			return ""
+		})
+		time.Sleep(15 * time.Second)
+	}
+	if n := prepared(uid); n != 1 {
+		t.Errorf("after the kubelet restart the plugin logged %d \"prepared\" for the running pod's claim, want 1 (prepared again)", n)
+	}
+	if got := fileID(t, spec); got != id {
+		t.Errorf("the claim's CDI spec was rewritten across the restart: %s, was %s", got, id)
+	}
+	if st := k.must("get", "pod", "-n", k.ns, "keeper", "-o", "jsonpath={.status.containerStatuses[0].containerID} {.status.phase}"); st != keeperID+" Running" {
+		t.Errorf("the running pod was disturbed: %q, was %q Running", st, keeperID)
+	}
+	if out, err := k.run("exec", "-n", k.ns, "keeper", "--", "sh", "-c", "ls /dev | grep '^nvidia[0-9]'"); err != nil || strings.TrimSpace(out) == "" {
+		t.Errorf("the running pod's GPU after the restart: %q %v", out, err)
+	}
+
+	k.must("delete", "pod", "-n", k.ns, "keeper", "--wait=true")
+	k.eventually(90*time.Second, "the claim's CDI spec removed after the pod's deletion", func() string {
+		if _, err := os.Stat(spec); err == nil {
+			return spec + " is still there"
+		}
+		if !regexp.MustCompile(`msg=unprepared .*uid=` + uid).MatchString(k.draPluginLog()) {
+			return "no \"unprepared\" for " + uid + " in the plugin's log"
+		}
+		return ""
+	})
+}
+
+// DRA scenario 6: the device plugin and the DRA plugin side by side on the
+// node, each with its own GPUs: the Node's nvidia.com/gpu and the
+// ResourceSlices add up to the node's GPUs with no UUID in both; a pod
+// holding every nvidia.com/gpu and a pod whose claim holds every DRA GPU
+// run at once and see disjoint GPUs; then neither plugin has a GPU left to
+// give.
+func TestDRABesideDevicePlugin(t *testing.T) {
+	k := newDRA(t)
+	host := k.hostGPUs()
+	dp, _ := strconv.Atoi(k.allocatable())
+	var draUUIDs []string
+	for _, d := range k.draDevices() {
+		if d.Type == "gpu" {
+			draUUIDs = append(draUUIDs, d.UUID)
+		}
+	}
+	if dp == 0 || len(draUUIDs) == 0 {
+		t.Skipf("needs both plugins on the node (%d nvidia.com/gpu, %d DRA GPUs; a one-GPU node runs the DRA plugin alone)", dp, len(draUUIDs))
+	}
+	if dp+len(draUUIDs) != len(host) {
+		t.Errorf("%d nvidia.com/gpu + %d DRA GPUs, want the node's %d GPUs", dp, len(draUUIDs), len(host))
+	}
+	// Every DRA device free (claims of earlier tests deallocated): the
+	// scheduler tries a pod it found unschedulable again only on the
+	// events it watches for, or after minutes.
+	k.eventually(90*time.Second, "no claim allocated on the node", func() string {
+		out, _ := k.run("get", "resourceclaims", "-A", "-o", `jsonpath={range .items[?(@.status.allocation)]}{.metadata.namespace}/{.metadata.name} {end}`)
+		return strings.TrimSpace(out)
+	})
+	k.apply(podSpec{name: "dp", image: probeImage, gpus: dp, runtimeClass: true, script: gpuScript}.yaml())
+	k.apply(claimYAML(true, "all", "gpu.nvidia.com", "", 0))
+	k.apply(claimPod{name: "dra", template: "all"}.yaml())
+	a := sections(k.logsUntil("dp", "== end", 120*time.Second))
+	b := sections(k.logsUntil("dra", "== end", 120*time.Second))
+	dpUUIDs, draSeen := smiUUIDs(a["smi"]), smiUUIDs(b["smi"])
+	t.Logf("device plugin pod: %v %v; DRA pod: %v %v", gpuNodes(a["dev"]), dpUUIDs, gpuNodes(b["dev"]), draSeen)
+	sort.Strings(draUUIDs)
+	if strings.Join(draSeen, ",") != strings.Join(draUUIDs, ",") {
+		t.Errorf("the DRA pod sees %v, want the DRA plugin's GPUs %v", draSeen, draUUIDs)
+	}
+	if len(dpUUIDs) != dp {
+		t.Errorf("the device plugin pod sees %v, want %d GPUs", dpUUIDs, dp)
+	}
+	for _, u := range dpUUIDs {
+		if slices.Contains(draUUIDs, u) {
+			t.Errorf("GPU %s handed out by both plugins", u)
+		}
+	}
+	for _, n := range gpuNodes(a["dev"]) {
+		if slices.Contains(gpuNodes(b["dev"]), n) {
+			t.Errorf("/dev/%s in both pods", n)
+		}
+	}
+	// Nothing left: one more GPU from either plugin waits.
+	k.apply(podSpec{name: "dp-more", image: probeImage, gpus: 1, runtimeClass: true, script: gpuScript}.yaml())
+	k.apply(claimYAML(true, "one", "gpu.nvidia.com", "", 1))
+	k.apply(claimPod{name: "dra-more", template: "one"}.yaml())
+	for _, p := range []string{"dp-more", "dra-more"} {
+		k.eventually(60*time.Second, p+" unschedulable", func() string {
+			out, _ := k.run("get", "pod", "-n", k.ns, p, "-o", `jsonpath={.status.phase} {.status.conditions[?(@.type=="PodScheduled")].reason}`)
+			if out != "Pending Unschedulable" {
+				return "pod: " + out
+			}
+			return ""
+		})
+	}
+}
+
+// TestDRAPrepareLatencyAndRSS runs last: it reports the plugin's prepare
+// time per claim (the "took" of its "prepared" lines over this run's
+// claims, p50 and max), the kubelet's NodePrepareResources round trips
+// (dra_operations_duration_seconds) and the plugin's resident memory. It
+// fails only if there is nothing to measure.
+func TestDRAPrepareLatencyAndRSS(t *testing.T) {
+	k := newDRA(t)
+	// Some claims of its own, one after another, so the figure has a few
+	// samples even when run alone.
+	const rounds = 8
+	k.apply(claimYAML(true, "one", "gpu.nvidia.com", "", 1))
+	for i := range rounds {
+		name := fmt.Sprintf("p%d", i)
+		k.apply(claimPod{name: name, template: "one", script: "echo '== end'; sleep 3600"}.yaml())
+		k.logsUntil(name, "== end", 120*time.Second)
+		uid := k.claim(k.claimOf(name)).Metadata.UID
+		k.must("delete", "pod", "-n", k.ns, name, "--wait=true")
+		k.waitUnprepared(uid)
+	}
+	var took []time.Duration
+	for _, m := range regexp.MustCompile(`msg=prepared .* took=([0-9.]+[µmn]?s)`).FindAllStringSubmatch(k.draPluginLog(), -1) {
+		d, err := time.ParseDuration(strings.Replace(m[1], "µ", "u", 1))
+		if err == nil {
+			took = append(took, d)
+		}
+	}
+	if len(took) < rounds {
+		t.Fatalf("%d \"prepared ... took=\" lines in the plugin's log, want at least %d", len(took), rounds)
+	}
+	slices.Sort(took)
+	t.Logf("plugin prepare time over %d claims: p50 %v, max %v", len(took), took[len(took)/2], took[len(took)-1])
+
+	metrics := k.must("get", "--raw", "/api/v1/nodes/"+nodeName+"/proxy/metrics")
+	var sum, count float64
+	for _, l := range strings.Split(metrics, "\n") {
+		if !strings.Contains(l, `operation_name="PrepareResources"`) {
+			continue
+		}
+		f := strings.Fields(l)
+		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+		switch {
+		case strings.HasPrefix(l, "dra_operations_duration_seconds_sum"):
+			sum += v
+		case strings.HasPrefix(l, "dra_operations_duration_seconds_count"):
+			count += v
+		}
+	}
+	if count > 0 {
+		t.Logf("kubelet PrepareResources (dra_operations_duration_seconds): %v calls, mean %.1f ms", count, 1000*sum/count)
+	}
+
+	pid := 0
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		b, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err == nil && strings.HasPrefix(string(b), "gantry-dra-plugin\x00") {
+			pid, _ = strconv.Atoi(d.Name())
+		}
+	}
+	if pid == 0 {
+		t.Fatal("no gantry-dra-plugin process on this host")
+	}
+	status := readFile(t, fmt.Sprintf("/proc/%d/status", pid))
+	if m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindStringSubmatch(status); m != nil {
+		kb, _ := strconv.Atoi(m[1])
+		t.Logf("gantry-dra-plugin RSS: %.1f MiB (pid %d)", float64(kb)/1024, pid)
+	} else {
+		t.Errorf("no VmRSS in /proc/%d/status", pid)
+	}
+}
