@@ -15,6 +15,7 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -86,6 +87,9 @@ type Driver struct {
 
 	mu sync.Mutex
 	cp *checkpoint
+	// lookup reads a claim from the API server (set by Start); nil: the
+	// claims holding devices are never looked up.
+	lookup func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
 
 	healthSrc  health.Source
 	hmu        sync.Mutex
@@ -163,7 +167,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	var added []string
 	for _, c := range claims {
 		start := time.Now()
-		pc, fresh, err := d.prepare(c)
+		pc, fresh, err := d.prepare(ctx, c)
 		if err != nil {
 			d.log.Warn("prepare failed", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", err)
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
@@ -202,7 +206,7 @@ func result(pc preparedClaim) []kubeletplugin.Device {
 }
 
 // prepare prepares one claim; fresh says whether the checkpoint must record it.
-func (d *Driver) prepare(c *resourceapi.ResourceClaim) (preparedClaim, bool, error) {
+func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (preparedClaim, bool, error) {
 	if pc, ok := d.cp.Claims[string(c.UID)]; ok {
 		if pc.Spec == "" {
 			return pc, false, nil // none of our devices: no spec
@@ -233,7 +237,7 @@ func (d *Driver) prepare(c *resourceapi.ResourceClaim) (preparedClaim, bool, err
 			return preparedClaim{}, false, fmt.Errorf("claim %s/%s: device %q is not a device this plugin publishes on this node (it has %d; were the GPUs, their MIG layout or --devices changed since the claim was allocated?)", c.Namespace, c.Name, r.Device, len(d.devices))
 		}
 		admin := r.AdminAccess != nil && *r.AdminAccess
-		if other, ok := d.holder(r.Device, string(c.UID), admin); ok {
+		if uid, other, ok := d.holder(r.Device, string(c.UID), admin); ok && !d.releaseStale(ctx, uid, r.Device) {
 			return preparedClaim{}, false, fmt.Errorf("claim %s/%s: %s: %w (%s)", c.Namespace, c.Name, r.Device, ErrDeviceInUse, other)
 		}
 		cdiName := string(c.UID) + "-" + r.Device
@@ -294,20 +298,70 @@ func (d *Driver) unroot(ce *specs.ContainerEdits) {
 	}
 }
 
-// holder names another claim that holds device, unless both that claim's
-// use and this one are admin access (monitoring next to a workload).
-func (d *Driver) holder(device, uid string, admin bool) (string, bool) {
+// holder returns the UID and a description of another claim that holds
+// device, unless both that claim's use and this one are admin access
+// (monitoring next to a workload).
+func (d *Driver) holder(device, uid string, admin bool) (string, string, bool) {
 	for other, pc := range d.cp.Claims {
 		if other == uid {
 			continue
 		}
 		for _, pd := range pc.Devices {
 			if pd.Device == device && !(admin && pd.AdminAccess) {
-				return "claim " + pc.Namespace + "/" + pc.Name + " uid " + other, true
+				return other, "claim " + pc.Namespace + "/" + pc.Name + " uid " + other, true
 			}
 		}
 	}
-	return "", false
+	return "", "", false
+}
+
+// releaseStale unprepares the prepared claim uid when the API server says it
+// no longer holds device: deleted, replaced by a new claim of the same name,
+// or no longer allocated that device. The kubelet unprepares a deleted pod's
+// claims only once the pod is gone from the API server, and the scheduler
+// may hand the device to a new claim before that; refusing it would stall
+// the new pod until the kubelet's next retry, about a minute later. When
+// the API server cannot be asked, the device stays taken.
+func (d *Driver) releaseStale(ctx context.Context, uid, device string) bool {
+	pc, ok := d.cp.Claims[uid]
+	if !ok || d.lookup == nil {
+		return false
+	}
+	cur, err := d.lookup(ctx, pc.Namespace, pc.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return false
+	case string(cur.UID) != uid:
+	case allocates(cur, d.name, d.pool, device):
+		return false
+	}
+	delete(d.cp.Claims, uid)
+	if err := d.cp.write(d.cpPath); err != nil {
+		d.cp.Claims[uid] = pc
+		return false
+	}
+	if pc.Spec != "" {
+		if err := os.Remove(pc.Spec); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.log.Warn("removing a stale claim's CDI spec", "spec", pc.Spec, "err", err)
+		}
+	}
+	d.log.Info("released a claim the API server no longer allocates", "claim", pc.Namespace+"/"+pc.Name, "uid", uid, "device", device)
+	return true
+}
+
+// allocates reports whether claim c's allocation holds device of driver
+// name in pool.
+func allocates(c *resourceapi.ResourceClaim, name, pool, device string) bool {
+	if c.Status.Allocation == nil {
+		return false
+	}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == name && r.Pool == pool && r.Device == device {
+			return true
+		}
+	}
+	return false
 }
 
 // UnprepareResourceClaims removes each claim's CDI spec and forgets it. A

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -265,6 +267,9 @@ func Start(ctx context.Context, d *Driver, client kubernetes.Interface, pluginDi
 		kubeletplugin.PluginDataDirectoryPath(pluginDir),
 		kubeletplugin.RegistrarDirectoryPath(registryDir),
 		kubeletplugin.HealthService(d.healthSrc != nil),
+	}
+	d.lookup = func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+		return client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Server{cancel: cancel, done: make(chan struct{})}

@@ -639,3 +639,52 @@ func TestCheckpointWriteFails(t *testing.T) {
 		t.Errorf("prepared after unprepare: %v", got)
 	}
 }
+
+// A pod deleted: the kubelet unprepares its claims only once the pod is gone
+// from the API server, and the scheduler may give the device to a new claim
+// before that. The plugin asks the API server about the claim holding the
+// device: deleted (or no longer allocated it), it is released and the new
+// claim prepared at once; still allocated, the device stays taken.
+func TestPrepareReleasesStaleClaim(t *testing.T) {
+	e := newEnv(t, "h100x8")
+	old := e.claim("old", "gpu-3")
+	cdiIDs(t, e.prepare(old), old)
+	oldSpec := e.drv.SpecPath(old.UID)
+
+	// Still allocated in the API: refused.
+	early := e.claim("early", "gpu-3")
+	if r := e.prepare(early).Claims[string(early.UID)]; r == nil || !strings.Contains(r.Error, ErrDeviceInUse.Error()) {
+		t.Fatalf("claim on a device another live claim holds: %+v, want in use", r)
+	}
+	// Deallocated (its pods gone, the claim kept): released.
+	old.Status.Allocation = nil
+	if _, err := e.client.ResourceV1().ResourceClaims("default").UpdateStatus(context.Background(), old, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ids := cdiIDs(t, e.prepare(early), early)
+	inject(t, e.cdiRoot, ids)
+	if _, err := os.Stat(oldSpec); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the released claim's spec is still there: %v", err)
+	}
+	// The kubelet's late unprepare of the old claim is no error and leaves
+	// the new claim alone.
+	if r := e.unprepare(old).Claims[string(old.UID)]; r == nil || r.Error != "" {
+		t.Fatalf("late unprepare of the released claim: %+v", r)
+	}
+	if _, err := os.Stat(e.drv.SpecPath(early.UID)); err != nil {
+		t.Fatalf("the new claim's spec went with the old claim's unprepare: %v", err)
+	}
+
+	// Deleted from the API server: released too; and the release outlives
+	// a restart (the checkpoint no longer has it).
+	if err := e.client.ResourceV1().ResourceClaims("default").Delete(context.Background(), "early", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next := e.claim("next", "gpu-3")
+	cdiIDs(t, e.prepare(next), next)
+	e.stop()
+	e.start()
+	if got := e.drv.Prepared(); slices.Contains(got, string(early.UID)) {
+		t.Errorf("after a restart the released claim is prepared again: %v", got)
+	}
+}
