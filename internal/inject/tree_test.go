@@ -16,6 +16,30 @@ import (
 	"github.com/gantry-gpu/gantry/internal/request"
 )
 
+// treeConfig builds a fake driver root of layout (real ELF libraries, real
+// device nodes) and returns a configuration of the tree layout over it, with
+// its cache and tree directories in a new temporary directory.
+func treeConfig(t *testing.T, layout string) config.Config {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the fake driver's device nodes")
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "driver")
+	if _, err := fakedriver.Build(root, fakedriver.Options{Layout: layout, DeviceNodes: true}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.GPUs, cfg.DriverRoot = "sim:h100x1", root
+	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+	cfg.Runtime.DriverLayout = config.DriverLayoutTree
+	cfg.Runtime.DriverTreeDir = filepath.Join(dir, "trees")
+	return cfg
+}
+
 // The driver tree layout on both driver layouts Gantry meets: a
 // distribution's (libraries in /usr/lib/x86_64-linux-gnu, linked into the
 // tree) and GKE's (the driver already under /usr/local/nvidia, where the tree
@@ -24,24 +48,9 @@ import (
 // tree directory, nothing else mounted or linked below the tree's path, and
 // the libraries still due in ld.so.cache.
 func TestPrepareDriverTree(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the fake driver's device nodes")
-	}
 	for _, layout := range []string{fakedriver.LayoutStandard, fakedriver.LayoutGKE} {
 		t.Run(layout, func(t *testing.T) {
-			dir := t.TempDir()
-			root := filepath.Join(dir, "driver")
-			if _, err := fakedriver.Build(root, fakedriver.Options{Layout: layout, DeviceNodes: true}); err != nil {
-				t.Fatal(err)
-			}
-			cfg := config.Default()
-			cfg.GPUs, cfg.DriverRoot = "sim:h100x1", root
-			cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
-			cfg.Runtime.DriverLayout = config.DriverLayoutTree
-			cfg.Runtime.DriverTreeDir = filepath.Join(dir, "trees")
+			cfg := treeConfig(t, layout)
 			for round := 1; round <= 2; round++ { // the second from the tree cache
 				req, err := request.Parse(request.Input{Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}}, discover.RequestOptions(cfg))
 				if err != nil {
@@ -144,22 +153,7 @@ func TestPrepareDriverTreeSpecMounts(t *testing.T) {
 // trees, trusted again only while every file on both sides has the stamp it
 // had when compared; a tree removed and built again is mapped anew.
 func TestTreeMapKeptBesideTree(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the fake driver's device nodes")
-	}
-	dir := t.TempDir()
-	root := filepath.Join(dir, "driver")
-	if _, err := fakedriver.Build(root, fakedriver.Options{DeviceNodes: true}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.GPUs, cfg.DriverRoot = "sim:h100x1", root
-	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
-	cfg.Runtime.DriverLayout = config.DriverLayoutTree
-	cfg.Runtime.DriverTreeDir = filepath.Join(dir, "trees")
+	cfg := treeConfig(t, fakedriver.LayoutStandard)
 	inv, err := discover.Driver(cfg)
 	if err != nil {
 		t.Fatal(err)
