@@ -15,21 +15,10 @@ import (
 // declaration order, are Checks' names, and every check the code can fail
 // has at least one documented failure with a fix.
 func TestCatalogCoversChecks(t *testing.T) {
-	fset := token.NewFileSet()
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, files := packageFiles(t)
 	var names []string
 	failing := map[string]bool{}
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, file := range files {
 		ast.Inspect(file, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.ValueSpec:
@@ -92,4 +81,27 @@ func TestCatalogCoversChecks(t *testing.T) {
 			t.Errorf("%s can fail (fail(%s, ...) in the source) but Checks documents no failure for it", name, ident)
 		}
 	}
+}
+
+// packageFiles parses this package's non-test Go files, in name order, for
+// the tests that read the source.
+func packageFiles(t *testing.T) (*token.FileSet, []*ast.File) {
+	t.Helper()
+	fset := token.NewFileSet()
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, f := range names {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, file)
+	}
+	return fset, files
 }

@@ -2,7 +2,6 @@ package doctor
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
@@ -120,25 +119,14 @@ func TestRunFollowsChecks(t *testing.T) {
 // given to fix()), and every fix*-constant that fix() renders, and every
 // one fixes.go declares, appears in the Checks list.
 func TestFixesWrittenOnce(t *testing.T) {
-	fset := token.NewFileSet()
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fset, files := packageFiles(t)
 	inChecks := map[string]bool{}
 	declared := map[string]bool{}
 	rendered := map[string]string{}           // constant -> where
 	partOf := map[string]bool{}               // constants used in another fix's text
 	documents := map[string]map[string]bool{} // Check* constant -> the fixes its Failures show
 	var printed [][3]string                   // fail(CheckX, fix(fixY)): check, fix, where
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, file := range files {
 		ast.Inspect(file, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.ValueSpec:
@@ -172,7 +160,7 @@ func TestFixesWrittenOnce(t *testing.T) {
 							documents[name] = fixes
 						}
 					}
-					if f == "fixes.go" && strings.HasPrefix(id.Name, "fix") {
+					if filepath.Base(fset.Position(file.Pos()).Filename) == "fixes.go" && strings.HasPrefix(id.Name, "fix") {
 						declared[id.Name] = true
 						if i < len(n.Values) { // a part of another fix
 							ast.Inspect(n.Values[i], func(m ast.Node) bool {
