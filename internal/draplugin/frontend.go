@@ -245,14 +245,20 @@ type Server struct {
 	Helper *kubeletplugin.Helper
 	cancel context.CancelFunc
 	done   chan struct{}
+	drv    *Driver
 }
 
 // Stop stops the helper (sockets, ResourceSlice controller) and the health
 // watch, and waits for them.
 func (s *Server) Stop() {
 	s.cancel()
-	s.Helper.Stop()
+	if s.Helper != nil {
+		s.Helper.Stop()
+	}
 	<-s.done
+	// The MPS daemons' supervision ends; the daemons run on, for the
+	// next run of the plugin to adopt.
+	s.drv.mpsWG.Wait()
 }
 
 // Start starts the kubelet plugin helper for d (registration socket in
@@ -272,7 +278,9 @@ func Start(ctx context.Context, d *Driver, client kubernetes.Interface, pluginDi
 		return client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Server{cancel: cancel, done: make(chan struct{})}
+	s := &Server{cancel: cancel, done: make(chan struct{}), drv: d}
+	d.runCtx = ctx
+	d.resumeSharing()
 	if d.healthSrc != nil {
 		go func() {
 			defer close(s.done)
@@ -283,8 +291,7 @@ func Start(ctx context.Context, d *Driver, client kubernetes.Interface, pluginDi
 	}
 	helper, err := kubeletplugin.Start(ctx, d, append(opts, extra...)...)
 	if err != nil {
-		cancel()
-		<-s.done
+		s.Stop()
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
 	s.Helper = helper

@@ -49,6 +49,9 @@ type testEnv struct {
 	devRoot, cdiRoot, pluginDir, reg string
 	client                           *fake.Clientset
 	health                           health.Source
+	// The driver programs sharing runs (sharing_test.go); "" for none.
+	smi, mpsControl string
+	mpsInterval     time.Duration
 
 	drv  *Driver
 	srv  *Server
@@ -63,6 +66,17 @@ func newEnv(t testing.TB, profile string) *testEnv {
 
 // newEnvWith is newEnv with a health source made for the env's directory.
 func newEnvWith(t testing.TB, profile string, src func(dir string) health.Source) *testEnv {
+	t.Helper()
+	return newEnvSetup(t, profile, func(e *testEnv, base string) {
+		if src != nil {
+			e.health = src(base)
+		}
+	})
+}
+
+// newEnvSetup is newEnv with setup run on the env (and its base directory)
+// before the plugin starts.
+func newEnvSetup(t testing.TB, profile string, setup func(e *testEnv, base string)) *testEnv {
 	t.Helper()
 	sys, err := sim.Load(profile)
 	if err != nil {
@@ -84,8 +98,8 @@ func newEnvWith(t testing.TB, profile string, src func(dir string) health.Source
 			t.Fatal(err)
 		}
 	}
-	if src != nil {
-		e.health = src(base)
+	if setup != nil {
+		setup(e, base)
 	}
 	e.start()
 	t.Cleanup(e.stop)
@@ -97,6 +111,7 @@ func (e *testEnv) options() Options {
 		NodeName: testNode, System: e.sys, Inventory: editstest.Inventory(),
 		CDIRoot: e.cdiRoot, Checkpoint: filepath.Join(e.pluginDir, CheckpointFile),
 		HookPath: testHook, DevRoot: e.devRoot, Health: e.health,
+		NvidiaSMI: e.smi, MPSControl: e.mpsControl, MPSCheckInterval: e.mpsInterval, MPSTimeout: 5 * time.Second,
 	}
 }
 
