@@ -436,6 +436,10 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			if err := os.Remove(d.SpecPath(c.UID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				out[c.UID] = fmt.Errorf("removing the CDI spec of claim %s/%s: %w", c.Namespace, c.Name, err)
 			}
+			// And the MPS daemons it started.
+			if err := d.undoOrphans(c.Namespace+"/"+c.Name, string(c.UID)); err != nil && out[c.UID] == nil {
+				out[c.UID] = fmt.Errorf("claim %s/%s: stopping its MPS daemons: %w", c.Namespace, c.Name, err)
+			}
 			continue
 		}
 		if pc.Spec != "" {

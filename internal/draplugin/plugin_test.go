@@ -28,6 +28,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/cdispec"
+	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/edits/editstest"
 	"github.com/gantry-gpu/gantry/internal/gpu"
@@ -52,6 +53,9 @@ type testEnv struct {
 	// The driver programs sharing runs (sharing_test.go); "" for none.
 	smi, mpsControl string
 	mpsInterval     time.Duration
+	// hostRoot and inv, when set, replace the defaults (/, editstest's).
+	hostRoot string
+	inv      *driver.Inventory
 
 	drv  *Driver
 	srv  *Server
@@ -107,8 +111,13 @@ func newEnvSetup(t testing.TB, profile string, setup func(e *testEnv, base strin
 }
 
 func (e *testEnv) options() Options {
+	inv := e.inv
+	if inv == nil {
+		inv = editstest.Inventory()
+	}
 	return Options{
-		NodeName: testNode, System: e.sys, Inventory: editstest.Inventory(),
+		HostRoot: e.hostRoot,
+		NodeName: testNode, System: e.sys, Inventory: inv,
 		CDIRoot: e.cdiRoot, Checkpoint: filepath.Join(e.pluginDir, CheckpointFile),
 		HookPath: testHook, DevRoot: e.devRoot, Health: e.health,
 		NvidiaSMI: e.smi, MPSControl: e.mpsControl, MPSCheckInterval: e.mpsInterval, MPSTimeout: 5 * time.Second,

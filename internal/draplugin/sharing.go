@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gantry-gpu/gantry/internal/atomicfile"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/mps"
 )
@@ -51,6 +53,10 @@ const MPSContainerPipe = "/tmp/nvidia-mps"
 
 // mpsDirName is the directory of the MPS daemons under the state directory.
 const mpsDirName = "mps"
+
+// mpsRecord is the file in a daemon's directory that records it (a
+// preparedSharing).
+const mpsRecord = "sharing.json"
 
 // maxSocketPath is the longest unix socket path (sun_path, less its NUL);
 // the MPS server makes sockets in its pipe directory
@@ -319,6 +325,15 @@ func (d *Driver) mpsUp(ctx context.Context, sh preparedSharing) error {
 			return fmt.Errorf("chmod %s: %w", dir.path, err)
 		}
 	}
+	// What the daemon is, beside it: unprepare finds it by the claim's UID
+	// even when a crash lost the claim before the checkpoint recorded it.
+	rec, err := json.Marshal(sh)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(filepath.Join(m.Dir, mpsRecord), append(rec, '\n'), atomicfile.Options{Mode: 0o600}); err != nil {
+		return fmt.Errorf("recording the MPS daemon: %w", err)
+	}
 	for _, dir := range []string{m.pipe(), m.shm()} {
 		if err := mps.LabelForContainers(dir); err != nil {
 			d.log.Warn("cannot label the directory for containers; SELinux may keep MPS clients out", "dir", dir, "err", err)
@@ -407,6 +422,26 @@ func (d *Driver) stopMPS(ctx context.Context, claim string, sh preparedSharing) 
 	}
 	if len(errs) == 0 {
 		d.log.Info("MPS control daemon stopped", "claim", claim, "mps", m.ID)
+	}
+	return errors.Join(errs...)
+}
+
+// undoOrphans undoes the MPS daemons prepare started for claim uid that
+// the checkpoint does not hold (the plugin stopped between the two):
+// their directories are where mpsID puts them, with their record.
+func (d *Driver) undoOrphans(claim, uid string) error {
+	var errs []error
+	for k := 0; ; k++ {
+		rec, err := os.ReadFile(filepath.Join(d.stateDir, mpsDirName, mpsID(uid, k), mpsRecord))
+		if err != nil {
+			break
+		}
+		var sh preparedSharing
+		if err := json.Unmarshal(rec, &sh); err != nil || sh.MPS == nil {
+			errs = append(errs, fmt.Errorf("the record of MPS daemon %s: not a daemon's record (%v)", mpsID(uid, k), err))
+			break
+		}
+		errs = append(errs, d.stopMPS(context.Background(), claim, sh))
 	}
 	return errors.Join(errs...)
 }

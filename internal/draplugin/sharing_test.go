@@ -16,8 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/mps"
 	"github.com/gantry-gpu/gantry/internal/mps/mpstest"
 )
 
@@ -400,5 +404,109 @@ func TestSharingCheckpointForm(t *testing.T) {
 	var out preparedSharing
 	if err := json.Unmarshal(b, &out); err != nil || out.MPS.MemLimits[0] != "10M" || out.MPS.Threads != -1 {
 		t.Errorf("%s -> %+v %v", b, out, err)
+	}
+}
+
+// The path a real node takes: the host's / mounted elsewhere (--host-root),
+// the driver's own programs (those of `gantry sim driver-root`, whose
+// nvidia-cuda-mps-control is a working fake) found in the inventory and
+// run in the host's root. The daemon runs chrooted there, with the
+// claim's shm as its /dev/shm, and writes its pipe and log into the
+// claim's directory (bound in, the host mount being read-only on a node).
+func TestMPSHostRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: chroot and bind mounts")
+	}
+	host := t.TempDir()
+	drv := filepath.Join(host, "drv")
+	res, err := fakedriver.Build(drv, fakedriver.Options{Version: "580.159.04", GPUs: 1})
+	if err != nil {
+		t.Skipf("building a fake driver: %v", err)
+	}
+	inv := &driver.Inventory{Root: drv}
+	for _, b := range res.Binaries {
+		inv.Binaries = append(inv.Binaries, driver.File{HostPath: filepath.Join(drv, b), ContainerPath: b, Kind: driver.KindBinary})
+	}
+	if err := os.MkdirAll(filepath.Join(host, "dev", "shm"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvSetup(t, "h100x1", func(e *testEnv, _ string) {
+		e.hostRoot, e.inv, e.mpsInterval = host, inv, 50*time.Millisecond
+		// On a node the plugin directory is the host's: the same
+		// directory at the same path under the host root.
+		in := filepath.Join(host, e.pluginDir)
+		if err := os.MkdirAll(in, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(e.pluginDir, in, "", unix.MS_BIND, ""); err != nil {
+			t.Skipf("bind mount: %v", err)
+		}
+		t.Cleanup(func() { unix.Unmount(in, unix.MNT_DETACH) })
+	})
+	c := e.configure(e.claim("mpshost", "gpu-0"),
+		opaque(resourceapi.AllocationConfigSourceClaim, DefaultDriverName, gpuConfig+`,"sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":25}}}`))
+	cdiIDs(t, e.prepare(c), c)
+	m := e.checkpoint().Claims[string(c.UID)].Sharing[0].MPS
+	want := []string{"start " + e.sys.Devices[0].UUID, "get_default_active_thread_percentage", "set_default_active_thread_percentage 25"}
+	if got := readLines(filepath.Join(m.log(), "control.log")); !slices.Equal(got[:3], want) {
+		t.Errorf("daemon log %q, want it to start with %q", got, want)
+	}
+	// Find the daemon: the fake control program whose pipe is the claim's.
+	pid := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if slices.Contains(strings.Split(string(b), "\x00"), "CUDA_MPS_PIPE_DIRECTORY="+m.pipe()) {
+			n, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			if exe, _ := os.Readlink(filepath.Join(filepath.Dir(p), "exe")); strings.HasSuffix(exe, mps.ControlBinary) {
+				pid = n
+			}
+		}
+	}
+	if pid == 0 {
+		t.Fatal("no daemon process found")
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	if root, _ := os.Readlink(fmt.Sprintf("/proc/%d/root", pid)); root != host {
+		t.Errorf("daemon root %q, want the host root %s", root, host)
+	}
+	if src := shmOf(t, pid); src == "" || !strings.HasSuffix(m.shm(), src) {
+		t.Errorf("the daemon's /dev/shm is %q, want the claim's %s", src, m.shm())
+	}
+	e.unprepare(c)
+	waitFor(t, "daemon exit", func() bool { return syscall.Kill(pid, 0) != nil })
+	if _, err := os.Stat(m.Dir); !os.IsNotExist(err) {
+		t.Errorf("%s after unprepare: %v", m.Dir, err)
+	}
+}
+
+// A daemon started by a prepare whose claim the checkpoint lost (the
+// plugin stopped before writing it) is still stopped by the claim's
+// unprepare, from the record beside it.
+func TestMPSOrphanUnprepared(t *testing.T) {
+	e, f := mpsEnv(t, "h100x8")
+	c := e.configure(e.claim("orphan", "gpu-7"),
+		opaque(resourceapi.AllocationConfigSourceClaim, DefaultDriverName, gpuConfig+`,"sharing":{"strategy":"MPS"}}`))
+	cdiIDs(t, e.prepare(c), c)
+	m := e.checkpoint().Claims[string(c.UID)].Sharing[0].MPS
+	b, _ := os.ReadFile(filepath.Join(m.pipe(), "fake.pid"))
+	pid, _ := strconv.Atoi(string(b))
+	e.stop()
+	cp := e.checkpoint()
+	delete(cp.Claims, string(c.UID))
+	if err := cp.write(filepath.Join(e.pluginDir, CheckpointFile)); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	f.reset()
+	if r := e.unprepare(c).Claims[string(c.UID)]; r == nil || r.Error != "" {
+		t.Fatalf("unprepare: %+v", r)
+	}
+	waitFor(t, "daemon exit", func() bool { return syscall.Kill(pid, 0) != nil })
+	if _, err := os.Stat(m.Dir); !os.IsNotExist(err) {
+		t.Errorf("%s after unprepare: %v", m.Dir, err)
+	}
+	if got, u := f.calls(), e.sys.Devices[7].UUID; got != "-i "+u+" -c DEFAULT\n" {
+		t.Errorf("nvidia-smi calls %q", got)
 	}
 }
