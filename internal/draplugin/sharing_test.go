@@ -510,3 +510,29 @@ func TestMPSOrphanUnprepared(t *testing.T) {
 		t.Errorf("nvidia-smi calls %q", got)
 	}
 }
+
+// Undoing fails (nvidia-smi cannot give the default time-slice back): the
+// unprepare fails and the claim stays recorded, so that the kubelet's
+// retry undoes it.
+func TestUnprepareRetriesSharing(t *testing.T) {
+	f := newFakeSMI(t)
+	e := newEnvSetup(t, "h100x8", func(e *testEnv, _ string) { e.smi = f.path })
+	c := e.configure(e.claim("undo", "gpu-2"),
+		opaque(resourceapi.AllocationConfigSourceClaim, DefaultDriverName, gpuConfig+`,"sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Medium"}}}`))
+	cdiIDs(t, e.prepare(c), c)
+	f.failing(true)
+	if r := e.unprepare(c).Claims[string(c.UID)]; r == nil || !strings.Contains(r.Error, "Insufficient Permissions") || !strings.Contains(r.Error, "undoing its sharing") {
+		t.Fatalf("unprepare with a failing nvidia-smi: %+v", r)
+	}
+	if _, ok := e.checkpoint().Claims[string(c.UID)]; !ok {
+		t.Fatal("the claim was forgotten though its sharing was not undone")
+	}
+	f.failing(false)
+	f.reset()
+	if r := e.unprepare(c).Claims[string(c.UID)]; r == nil || r.Error != "" {
+		t.Fatalf("retry: %+v", r)
+	}
+	if _, ok := e.checkpoint().Claims[string(c.UID)]; ok || !strings.Contains(f.calls(), "--set-timeslice 0") {
+		t.Errorf("retry: still recorded %v, calls %q", ok, f.calls())
+	}
+}
