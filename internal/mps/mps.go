@@ -3,6 +3,7 @@ package mps
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -133,8 +134,16 @@ func (d *Daemon) Start(ctx context.Context, before func(context.Context) error) 
 	}
 	cctx, cancel := context.WithTimeout(ctx, d.timeout())
 	cmd := d.cmd(cctx, "-d")
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = time.Second
+	}
 	out, err := cmd.CombinedOutput()
 	cancel()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// -d succeeded, but the daemon it forked kept its output open:
+		// whether it runs, the checks below tell.
+		err = nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("%s -d: %v: %s", d.control(), err, strings.TrimSpace(string(out)))
 	}

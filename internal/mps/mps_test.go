@@ -60,3 +60,22 @@ func TestDaemonStartAdoptQuit(t *testing.T) {
 		t.Error("Check passed after quit")
 	}
 }
+
+// A control program whose -d leaves a process holding its output: Start
+// does not wait for that output, and reports the daemon that never answers.
+func TestDaemonStartOutputHeld(t *testing.T) {
+	dir := t.TempDir()
+	control := filepath.Join(dir, "control")
+	if err := os.WriteFile(control, []byte("#!/bin/sh\nsleep 5 &\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := &mps.Daemon{Pipe: filepath.Join(dir, "pipe"), Log: filepath.Join(dir, "log"), Control: control, Timeout: time.Second}
+	start := time.Now()
+	_, err := d.Start(context.Background(), nil)
+	if err == nil || !strings.Contains(err.Error(), "does not answer within") || strings.Contains(err.Error(), "WaitDelay") {
+		t.Errorf("Start: %v, want the daemon that does not answer", err)
+	}
+	if time.Since(start) > 4*time.Second {
+		t.Errorf("Start took %v: it waited for the held output", time.Since(start))
+	}
+}
