@@ -536,3 +536,34 @@ func TestUnprepareRetriesSharing(t *testing.T) {
 		t.Errorf("retry: still recorded %v, calls %q", ok, f.calls())
 	}
 }
+
+// Configurations map onto requests: the class's time-slicing applies to
+// every GPU, the claim's MPS for request gpub overrides it there. Only
+// gpub's CDI device is an MPS client.
+func TestSharingPerRequest(t *testing.T) {
+	e, f := mpsEnv(t, "h100x8")
+	u1, u2 := e.sys.Devices[1].UUID, e.sys.Devices[2].UUID
+	c := e.configure(e.claim("mixed", "gpu-1", "gpu-2"), // requests gpua, gpub
+		opaque(resourceapi.AllocationConfigSourceClass, DefaultDriverName, gpuConfig+`,"sharing":{"strategy":"TimeSlicing","timeSlicingConfig":{"interval":"Long"}}}`),
+		opaque(resourceapi.AllocationConfigSourceClaim, DefaultDriverName, gpuConfig+`,"sharing":{"strategy":"MPS"}}`, "gpub"))
+	ids := cdiIDs(t, e.prepare(c), c)
+	sh := e.checkpoint().Claims[string(c.UID)].Sharing
+	if len(sh) != 2 || sh[0].Strategy != StrategyTimeSlicing || !slices.Equal(sh[0].GPUs, []string{u1}) ||
+		sh[1].MPS == nil || !slices.Equal(sh[1].MPS.UUIDs, []string{u2}) {
+		t.Fatalf("sharing %+v", sh)
+	}
+	if got, want := f.calls(), "-i "+u1+" -c DEFAULT\ncompute-policy -i "+u1+" --set-timeslice 3\n-i "+u2+" -c EXCLUSIVE_PROCESS\n"; got != want {
+		t.Errorf("nvidia-smi calls:\n%s\nwant\n%s", got, want)
+	}
+	for _, id := range ids {
+		oci := inject(t, e.cdiRoot, []string{id})
+		client := slices.Contains(oci.Process.Env, "CUDA_MPS_PIPE_DIRECTORY="+MPSContainerPipe)
+		if want := strings.HasSuffix(id, "-gpu-2"); client != want {
+			t.Errorf("%s: MPS client %v, want %v", id, client, want)
+		}
+	}
+	e.unprepare(c)
+	if _, err := os.Stat(sh[1].MPS.Dir); !os.IsNotExist(err) {
+		t.Errorf("%s after unprepare: %v", sh[1].MPS.Dir, err)
+	}
+}
