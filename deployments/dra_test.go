@@ -99,7 +99,12 @@ func checkDRA(t *testing.T, dra, others []runtime.Object, wantClasses bool) {
 	if len(pod.Spec.Containers) != 1 {
 		t.Fatalf("%d containers, want 1", len(pod.Spec.Containers))
 	}
+	// MPS servers of MPS claims, started in the pod, find their clients
+	// by host PID; sharing sets compute modes and enters namespaces.
 	c := pod.Spec.Containers[0]
+	if !pod.Spec.HostPID || c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Errorf("the DRA plugin's pod has hostPID %v, security context %+v; MPS claims need hostPID and privileged", pod.Spec.HostPID, c.SecurityContext)
+	}
 	if !strings.HasPrefix(c.Image, "ghcr.io/gantry-gpu/gantry:") || len(c.Command) != 1 || c.Command[0] != "gantry-dra-plugin" {
 		t.Errorf("container image %q command %v", c.Image, c.Command)
 	}

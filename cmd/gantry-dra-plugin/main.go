@@ -15,5 +15,8 @@ import (
 )
 
 func main() {
+	// A run of this binary as the MPS daemons' launcher (see
+	// internal/draplugin/launch.go) does not return.
+	draplugin.LaunchMain()
 	os.Exit(draplugin.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

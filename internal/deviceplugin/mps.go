@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -15,6 +14,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/mps"
 )
 
 // MPS sharing (sharing.mps): each device of a shared resource is offered
@@ -43,10 +43,9 @@ const (
 	// mpsReadyFile is the per-resource readiness file.
 	mpsReadyFile = ".ready"
 	// The variables MPS clients read.
-	envMPSPipeDir       = "CUDA_MPS_PIPE_DIRECTORY"
-	envMPSLogDir        = "CUDA_MPS_LOG_DIRECTORY"
-	envMPSMemLimit      = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-	envMPSThreadPercent = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	envMPSPipeDir       = mps.EnvPipeDir
+	envMPSMemLimit      = mps.EnvMemLimit
+	envMPSThreadPercent = mps.EnvThreadPercent
 )
 
 // mpsReadyMaxAge is how old the ready file may be before the daemon counts
@@ -98,16 +97,6 @@ func (c *Config) validateMPS() error {
 	return c.validateReplicated("sharing.mps", c.Sharing.MPS)
 }
 
-// mpsMaxClients is how many clients one MPS server takes on a GPU of
-// compute capability cc: 48 from Volta (7.0) on, 16 before.
-func mpsMaxClients(cc string) int {
-	major, _, _ := strings.Cut(cc, ".")
-	if n, err := strconv.Atoi(major); err == nil && n >= 7 {
-		return 48
-	}
-	return 16
-}
-
 // checkMPSShared refuses what an MPS daemon cannot serve among the devices
 // that sharing.mps.resources[i] shares.
 func checkMPSShared(i int, shared []Device, replicas int, sys *gpu.System) error {
@@ -120,7 +109,7 @@ func checkMPSShared(i int, shared []Device, replicas int, sys *gpu.System) error
 		if g == nil {
 			continue
 		}
-		if limit := mpsMaxClients(g.ComputeCapability); replicas > limit {
+		if limit := mps.MaxClients(g.ComputeCapability); replicas > limit {
 			return fmt.Errorf("%w: %s.replicas: %d is more than the %d clients an MPS server takes on GPU %d (%s, compute capability %s); use at most %d",
 				ErrConfig, key, replicas, limit, g.Index, g.Name, g.ComputeCapability, limit)
 		}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +19,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gantry-gpu/gantry/internal/labels"
+	"github.com/gantry-gpu/gantry/internal/mps/mpstest"
 )
 
 // NVIDIA's MPS file loads as is; failRequestsGreaterThanOne defaults to
@@ -150,20 +149,8 @@ func TestMPSConfigErrors(t *testing.T) {
 	}
 }
 
-// buildFakeMPS builds testdata/fakemps, the stand-in for nvidia-cuda-mps-control.
-func buildFakeMPS(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), MPSControlBinary)
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goTool); err != nil {
-		goTool = "go"
-	}
-	out, err := exec.Command(goTool, "build", "-o", bin, "./testdata/fakemps").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building the fake MPS control program: %v\n%s", err, out)
-	}
-	return bin
-}
+// buildFakeMPS builds the stand-in for nvidia-cuda-mps-control.
+func buildFakeMPS(t *testing.T) string { return mpstest.BuildFake(t) }
 
 // mpsManager runs an MPSManager in the background; stop ends it and waits.
 type mpsManagerRun struct {

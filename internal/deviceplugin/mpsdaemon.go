@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,14 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
+	"github.com/gantry-gpu/gantry/internal/mps"
 )
 
 // MPSControlBinary is the MPS control program: with -d it starts the
@@ -65,12 +62,6 @@ func (m *MPSManager) Run(ctx context.Context) error {
 	if m.Control == "" {
 		m.Control = MPSControlBinary
 	}
-	if m.Interval <= 0 {
-		m.Interval = 5 * time.Second
-	}
-	if m.Timeout <= 0 {
-		m.Timeout = 10 * time.Second
-	}
 	if !filepath.IsAbs(m.Root) {
 		return fmt.Errorf("MPS root %q is not an absolute path (flags.mpsRoot, MPS_ROOT, --mps-root)", m.Root)
 	}
@@ -91,166 +82,84 @@ func (m *MPSManager) Run(ctx context.Context) error {
 	return nil
 }
 
+// daemon is the mps.Daemon of a spec.
+func (m *MPSManager) daemon(s MPSDaemonSpec) *mps.Daemon {
+	paths := mpsPathsFor(m.Root, s.Resource)
+	return &mps.Daemon{
+		Pipe: paths.pipe, Log: paths.log, GPUs: gpuUUIDs(s), Control: m.Control, Timeout: m.Timeout,
+		Env: append([]string{"PATH=" + os.Getenv("PATH")}, m.Env...),
+	}
+}
+
 // manage keeps one daemon running until ctx is done.
 func (m *MPSManager) manage(ctx context.Context, s MPSDaemonSpec) {
 	log := m.Log.With("resource", s.Resource)
 	paths := mpsPathsFor(m.Root, s.Resource)
-	backoff := time.Second
-	tick := time.NewTicker(m.Interval)
-	defer tick.Stop()
-	for {
-		if err := m.start(ctx, s); err != nil {
-			if ctx.Err() != nil {
-				break
+	d := m.daemon(s)
+	mps.Supervise(ctx, d, m.Interval, mps.Hooks{
+		Up: func(ctx context.Context) error {
+			if err := m.start(ctx, s, d); err != nil {
+				return err
 			}
-			log.Error("starting the MPS control daemon failed; retrying", "err", err, "in", backoff)
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff):
-				backoff = min(2*backoff, 30*time.Second)
-				continue
-			}
-			break
-		}
-		backoff = time.Second
-		log.Info("MPS control daemon ready", "pipe", paths.pipe, "gpus", len(s.GPUs), "replicas", s.Replicas,
-			"activeThreadPercentage", s.ThreadPercentage())
-		healthy := true
-		for healthy {
-			select {
-			case <-ctx.Done():
-				m.stop(s, log)
-				return
-			case <-tick.C:
-			}
-			if err := m.check(ctx, s); err != nil {
-				if ctx.Err() != nil {
-					break
-				}
-				log.Warn("MPS control daemon does not answer; restarting it", "err", err)
-				os.Remove(paths.ready)
-				// A hung daemon may still hold the pipe: ask it to go first.
-				if _, err := m.command(ctx, s, "quit"); err != nil {
-					log.Debug("quit of the failed daemon", "err", err)
-				}
-				healthy = false
-				continue
-			}
+			log.Info("MPS control daemon ready", "pipe", paths.pipe, "gpus", len(s.GPUs), "replicas", s.Replicas,
+				"activeThreadPercentage", s.ThreadPercentage())
+			return nil
+		},
+		Beat: func() error {
 			now := time.Now()
-			if err := os.Chtimes(paths.ready, now, now); err != nil {
+			if err := os.Chtimes(paths.ready, now, now); err != nil && errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("the ready file was removed: %w", err) // start over, which writes it
+			} else if err != nil {
 				log.Warn("touching the ready file", "err", err)
-				if errors.Is(err, fs.ErrNotExist) {
-					healthy = false // someone removed it: start over, which writes it
-				}
 			}
-		}
-	}
-	m.stop(s, log)
-}
-
-// env is the daemon's (and its clients', the control program's) environment.
-func (m *MPSManager) env(s MPSDaemonSpec) []string {
-	paths := mpsPathsFor(m.Root, s.Resource)
-	env := []string{
-		"PATH=" + os.Getenv("PATH"),
-		envMPSPipeDir + "=" + paths.pipe,
-		envMPSLogDir + "=" + paths.log,
-		"CUDA_VISIBLE_DEVICES=" + strings.Join(gpuUUIDs(s), ","),
-	}
-	return append(env, m.Env...)
-}
-
-// command runs the control program with lines as its input and returns
-// what it printed.
-func (m *MPSManager) command(ctx context.Context, s MPSDaemonSpec, lines ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.Timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, m.Control)
-	cmd.Env = m.env(s)
-	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = time.Second
-	err := cmd.Run()
-	reply := strings.TrimSpace(out.String())
-	if err != nil {
-		return reply, fmt.Errorf("%s < %q: %v: %s", m.Control, strings.Join(lines, "; "), err, reply)
-	}
-	return reply, nil
-}
-
-// check asks the daemon a question it can only answer when it runs: its
-// default active thread percentage (a number).
-func (m *MPSManager) check(ctx context.Context, s MPSDaemonSpec) error {
-	if _, err := os.Stat(filepath.Join(mpsPathsFor(m.Root, s.Resource).pipe, "control")); err != nil {
-		return fmt.Errorf("the daemon's control socket: %w", err)
-	}
-	reply, err := m.command(ctx, s, "get_default_active_thread_percentage")
-	if err != nil {
-		return err
-	}
-	if _, perr := strconv.ParseFloat(strings.TrimSpace(reply), 64); perr != nil {
-		return fmt.Errorf("get_default_active_thread_percentage answered %q, not a number", reply)
-	}
-	return nil
+			return nil
+		},
+		Down: func(error) { os.Remove(paths.ready) },
+		Stop: func() { m.stop(s, d, log) },
+	}, log)
 }
 
 // start starts the daemon (or adopts one that already answers on the pipe
 // directory, as after a restart of the manager alone: quitting it would
 // wait for its clients), applies the defaults and writes the ready file.
-func (m *MPSManager) start(ctx context.Context, s MPSDaemonSpec) error {
+func (m *MPSManager) start(ctx context.Context, s MPSDaemonSpec, d *mps.Daemon) error {
 	paths := mpsPathsFor(m.Root, s.Resource)
 	os.Remove(paths.ready)
-	for _, d := range []string{paths.pipe, paths.log} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return fmt.Errorf("creating %s: %w", d, err)
+	for _, dir := range []string{paths.pipe, paths.log} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", dir, err)
 		}
 	}
-	for _, d := range []string{paths.pipe, paths.shm} {
-		if err := labelForContainers(d); err != nil {
-			m.Log.Warn("cannot label the directory for containers; SELinux may keep clients out", "dir", d, "err", err)
+	for _, dir := range []string{paths.pipe, paths.shm} {
+		if err := mps.LabelForContainers(dir); err != nil {
+			m.Log.Warn("cannot label the directory for containers; SELinux may keep clients out", "dir", dir, "err", err)
 		}
 	}
-	if m.check(ctx, s) == nil {
-		m.Log.Info("an MPS control daemon already answers on the pipe directory; adopting it", "resource", s.Resource, "pipe", paths.pipe)
-	} else {
-		if m.ComputeMode != nil {
+	var before func(context.Context) error
+	if m.ComputeMode != nil {
+		before = func(ctx context.Context) error {
 			if err := m.ComputeMode(ctx, gpuUUIDs(s), true); err != nil {
 				return fmt.Errorf("setting compute mode EXCLUSIVE_PROCESS: %w", err)
 			}
-		}
-		cctx, cancel := context.WithTimeout(ctx, m.Timeout)
-		cmd := exec.CommandContext(cctx, m.Control, "-d")
-		cmd.Env = m.env(s)
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			return fmt.Errorf("%s -d: %v: %s", m.Control, err, strings.TrimSpace(string(out)))
-		}
-		// -d returns once the daemon forked; it answers a moment later.
-		deadline := time.Now().Add(m.Timeout)
-		for {
-			err := m.check(ctx, s)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("the daemon started but does not answer: %w (see %s)", err, paths.log)
-			}
-			time.Sleep(50 * time.Millisecond)
+			return nil
 		}
 	}
+	adopted, err := d.Start(ctx, before)
+	if err != nil {
+		return err
+	}
+	if adopted {
+		m.Log.Info("an MPS control daemon already answers on the pipe directory; adopting it", "resource", s.Resource, "pipe", paths.pipe)
+	}
+	limits := map[int]string{}
+	// Ordinal i: the daemon sees s.GPUs in order (CUDA_VISIBLE_DEVICES).
 	for i, g := range s.GPUs {
-		if g.MemoryMiB == 0 {
-			continue
-		}
-		// Ordinal i: the daemon sees s.GPUs in order (CUDA_VISIBLE_DEVICES).
-		if _, err := m.command(ctx, s, fmt.Sprintf("set_default_device_pinned_mem_limit %d %dM", i, s.MemLimitMiB(g))); err != nil {
-			return fmt.Errorf("setting the memory limit of GPU %d: %w", g.Index, err)
+		if g.MemoryMiB > 0 {
+			limits[i] = fmt.Sprintf("%dM", s.MemLimitMiB(g))
 		}
 	}
-	if _, err := m.command(ctx, s, fmt.Sprintf("set_default_active_thread_percentage %d", s.ThreadPercentage())); err != nil {
-		return fmt.Errorf("setting the active thread percentage: %w", err)
+	if err := d.SetDefaults(ctx, s.ThreadPercentage(), limits); err != nil {
+		return err
 	}
 	body := fmt.Sprintf("resource=%s\nreplicas=%d\ngpus=%s\nactiveThreadPercentage=%d\nmanagerPID=%d\n",
 		s.Resource, s.Replicas, strings.Join(gpuUUIDs(s), ","), s.ThreadPercentage(), os.Getpid())
@@ -262,11 +171,11 @@ func (m *MPSManager) start(ctx context.Context, s MPSDaemonSpec) error {
 
 // stop withdraws the ready file, quits the daemon and gives the GPUs their
 // default compute mode back.
-func (m *MPSManager) stop(s MPSDaemonSpec, log *slog.Logger) {
+func (m *MPSManager) stop(s MPSDaemonSpec, d *mps.Daemon, log *slog.Logger) {
 	os.Remove(mpsPathsFor(m.Root, s.Resource).ready)
 	// ctx is done: the quit gets its own time.
 	ctx := context.Background()
-	if _, err := m.command(ctx, s, "quit"); err != nil {
+	if err := d.Quit(ctx); err != nil {
 		log.Warn("quitting the MPS control daemon", "err", err)
 	} else {
 		log.Info("MPS control daemon stopped")
@@ -276,19 +185,6 @@ func (m *MPSManager) stop(s MPSDaemonSpec, log *slog.Logger) {
 			log.Warn("restoring compute mode DEFAULT", "err", err)
 		}
 	}
-}
-
-// containerFileLabel is the SELinux label of files that unprivileged
-// containers may use (what NVIDIA's daemon gives its pipe directory).
-const containerFileLabel = "system_u:object_r:container_file_t:s0"
-
-// labelForContainers gives dir the SELinux label containers may use, when
-// SELinux is on (selinuxfs mounted); files made in it later inherit it.
-func labelForContainers(dir string) error {
-	if _, err := os.Stat("/sys/fs/selinux/enforce"); err != nil {
-		return nil
-	}
-	return unix.Lsetxattr(dir, "security.selinux", []byte(containerFileLabel), 0)
 }
 
 func gpuUUIDs(s MPSDaemonSpec) []string {

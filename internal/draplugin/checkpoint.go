@@ -31,6 +31,8 @@ type preparedClaim struct {
 	Name      string           `json:"name"`
 	Spec      string           `json:"spec"`
 	Devices   []preparedDevice `json:"devices"`
+	// Sharing is what prepare applied to the devices (sharing.go).
+	Sharing []preparedSharing `json:"sharing,omitempty"`
 }
 
 type preparedDevice struct {

@@ -25,8 +25,13 @@
 //     device held by one claim is refused to another (unless both ask for
 //     admin access).
 //   - NVIDIA's opaque per-claim configuration (resource.nvidia.com/v1beta1
-//     GpuConfig, MigDeviceConfig) is read: time-slicing at the default
-//     interval passes, what Gantry cannot apply yet fails the claim.
+//     GpuConfig, MigDeviceConfig) is applied at prepare and undone at
+//     unprepare (sharing.go): TimeSlicing sets each GPU's time-slice with
+//     the driver's nvidia-smi; MPS runs one supervised MPS control daemon
+//     (internal/mps) per configuration, with the claim's own pipe, log and
+//     shm directories, started through the plugin's binary in a mount
+//     namespace of its own (launch.go) and adopted after a restart. What
+//     Gantry cannot apply fails the claim with the setting named.
 //   - With a health.Source (the device plugin's XID tracker over NVML
 //     events, or the simulator's fault socket), WatchHealthStatus feeds the
 //     kubelet's DRA health service.

@@ -72,6 +72,18 @@ type Options struct {
 	// turns the kubelet's DRA health service off.
 	Health health.Source
 	Log    *slog.Logger
+
+	// StateDir holds the MPS daemons' directories (<StateDir>/mps/<id>),
+	// at the same path on the host ("" means the checkpoint's directory).
+	StateDir string
+	// NvidiaSMI and MPSControl are the driver's nvidia-smi and
+	// nvidia-cuda-mps-control in the plugin's view; "" finds them among
+	// the Inventory's programs.
+	NvidiaSMI, MPSControl string
+	// MPSCheckInterval is how often an MPS daemon is asked whether it
+	// answers (0: 5s); MPSTimeout bounds each run of a driver program and
+	// the wait for a started daemon (0: 30s).
+	MPSCheckInterval, MPSTimeout time.Duration
 }
 
 // Driver is the DRA plugin: it implements kubeletplugin.DRAPlugin.
@@ -96,6 +108,15 @@ type Driver struct {
 	healthBy   map[string]kubeletplugin.DeviceHealth // by device name; absent: healthy
 	healthOK   bool                                  // false once the source has failed
 	healthWake chan struct{}
+
+	// Sharing (sharing.go): the driver programs, their environment, and
+	// the supervised MPS daemons by ID (under mu).
+	stateDir, smi, mpsControl, self string
+	progEnv                         []string
+	mpsInterval, mpsTimeout         time.Duration
+	runCtx                          context.Context
+	mpsRuns                         map[string]*mpsRun
+	mpsWG                           sync.WaitGroup
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -140,6 +161,18 @@ func New(o Options) (*Driver, error) {
 		devices:  devs, byName: map[string]Device{}, log: o.Log, cp: cp,
 		healthSrc: o.Health, healthBy: map[string]kubeletplugin.DeviceHealth{}, healthOK: true, healthWake: make(chan struct{}),
 	}
+	d.stateDir, d.mpsInterval, d.mpsTimeout = o.StateDir, o.MPSCheckInterval, o.MPSTimeout
+	if d.stateDir == "" {
+		d.stateDir = filepath.Dir(o.Checkpoint)
+	}
+	if d.mpsTimeout <= 0 {
+		d.mpsTimeout = 30 * time.Second
+	}
+	d.runCtx, d.mpsRuns = context.Background(), map[string]*mpsRun{}
+	if d.self, err = os.Executable(); err != nil {
+		return nil, fmt.Errorf("finding the plugin's own binary (it starts MPS daemons through it): %w", err)
+	}
+	d.programs(o.Inventory, o.NvidiaSMI, o.MPSControl)
 	d.common = cdispec.CommonEdits(o.Inventory, d.specOpts)
 	d.unroot(&d.common)
 	for _, dev := range devs {
@@ -186,6 +219,10 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			// Not recorded, not prepared: the kubelet's retry prepares
 			// them again (their specs are rewritten in place).
 			for _, uid := range added {
+				pc := d.cp.Claims[uid]
+				if uerr := d.undoSharing(pc.Namespace+"/"+pc.Name, pc.Sharing); uerr != nil {
+					d.log.Warn("undoing a claim's sharing after a failed checkpoint write", "uid", uid, "err", uerr)
+				}
 				delete(d.cp.Claims, uid)
 			}
 			return nil, err
@@ -219,10 +256,15 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (pre
 	if c.Status.Allocation == nil {
 		return preparedClaim{}, false, fmt.Errorf("claim %s/%s is not allocated", c.Namespace, c.Name)
 	}
-	if err := d.checkConfig(c); err != nil {
+	plans, err := d.sharingPlans(c)
+	if err != nil {
 		return preparedClaim{}, false, err
 	}
-	pc := preparedClaim{Namespace: c.Namespace, Name: c.Name, Spec: d.SpecPath(c.UID)}
+	shs, shareEdits, err := d.planSharing(string(c.UID), plans)
+	if err != nil {
+		return preparedClaim{}, false, err
+	}
+	pc := preparedClaim{Namespace: c.Namespace, Name: c.Name, Spec: d.SpecPath(c.UID), Sharing: shs}
 	spec := &specs.Spec{Kind: d.vendor + "/" + CDIClass, ContainerEdits: d.common}
 	seen := map[string]bool{}
 	for _, r := range c.Status.Allocation.Devices.Results {
@@ -248,6 +290,10 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (pre
 				return preparedClaim{}, false, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 			}
 			d.unroot(&ce)
+			if se, ok := shareEdits[r.Device]; ok {
+				ce.Env = append(ce.Env, se.Env...)
+				ce.Mounts = append(ce.Mounts, se.Mounts...)
+			}
 			spec.Devices = append(spec.Devices, specs.Device{Name: cdiName, ContainerEdits: ce})
 		}
 		pc.Devices = append(pc.Devices, preparedDevice{
@@ -268,8 +314,15 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (pre
 	if err := cdispec.Validate(spec); err != nil {
 		return preparedClaim{}, false, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
+	claim := c.Namespace + "/" + c.Name
+	if err := d.applySharing(ctx, claim, shs); err != nil {
+		return preparedClaim{}, false, fmt.Errorf("claim %s: %w", claim, err)
+	}
 	if err := cdispec.Write(spec, pc.Spec, cdispec.FormatJSON); err != nil {
-		return preparedClaim{}, false, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
+		if uerr := d.undoSharing(claim, shs); uerr != nil {
+			d.log.Warn("undoing a claim's sharing after a failed prepare", "claim", claim, "err", uerr)
+		}
+		return preparedClaim{}, false, fmt.Errorf("claim %s: %w", claim, err)
 	}
 	return pc, true, nil
 }
@@ -346,6 +399,9 @@ func (d *Driver) releaseStale(ctx context.Context, uid, device string) bool {
 			d.log.Warn("removing a stale claim's CDI spec", "spec", pc.Spec, "err", err)
 		}
 	}
+	if err := d.undoSharing(pc.Namespace+"/"+pc.Name, pc.Sharing); err != nil {
+		d.log.Warn("undoing a stale claim's sharing", "claim", pc.Namespace+"/"+pc.Name, "err", err)
+	}
 	d.log.Info("released a claim the API server no longer allocates", "claim", pc.Namespace+"/"+pc.Name, "uid", uid, "device", device)
 	return true
 }
@@ -380,6 +436,10 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			if err := os.Remove(d.SpecPath(c.UID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				out[c.UID] = fmt.Errorf("removing the CDI spec of claim %s/%s: %w", c.Namespace, c.Name, err)
 			}
+			// And the MPS daemons it started.
+			if err := d.undoOrphans(c.Namespace+"/"+c.Name, string(c.UID)); err != nil && out[c.UID] == nil {
+				out[c.UID] = fmt.Errorf("claim %s/%s: stopping its MPS daemons: %w", c.Namespace, c.Name, err)
+			}
 			continue
 		}
 		if pc.Spec != "" {
@@ -387,6 +447,11 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 				out[c.UID] = fmt.Errorf("removing the CDI spec of claim %s/%s: %w", c.Namespace, c.Name, err)
 				continue
 			}
+		}
+		if err := d.undoSharing(c.Namespace+"/"+c.Name, pc.Sharing); err != nil {
+			// Kept: the kubelet's retry undoes it again.
+			out[c.UID] = fmt.Errorf("claim %s/%s: undoing its sharing: %w", c.Namespace, c.Name, err)
+			continue
 		}
 		delete(d.cp.Claims, string(c.UID))
 		removed[string(c.UID)] = pc

@@ -64,7 +64,7 @@ func (f *flags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.hostRoot, "host-root", env("HOST_ROOT", "/"), "where the host's / is mounted in the plugin's container; --driver-root and --dev-root are host paths under it (env HOST_ROOT)")
 	fs.StringVar(&f.cdiRoot, "cdi-root", env("CDI_ROOT", DefaultCDIRoot), "directory of the per-claim CDI specs, one the container runtime reads (env CDI_ROOT)")
 	fs.StringVar(&f.hookPath, "hook-path", env("GANTRY_CDI_HOOK_PATH", ""), "host path of gantry-cdi-hook that the specs' hooks run (env GANTRY_CDI_HOOK_PATH; default: Gantry's cdi.hook-path, else "+DefaultHookPath+")")
-	fs.StringVar(&f.pluginDir, "plugin-dir", env("PLUGIN_DIR", ""), "directory of the DRA socket and the checkpoint (env PLUGIN_DIR; default "+DefaultPluginsDir+"/DRIVER-NAME)")
+	fs.StringVar(&f.pluginDir, "plugin-dir", env("PLUGIN_DIR", ""), "directory of the DRA socket, the checkpoint and the MPS daemons' directories; a host path, the same in the plugin's container (env PLUGIN_DIR; default "+DefaultPluginsDir+"/DRIVER-NAME)")
 	fs.StringVar(&f.registryDir, "registry-dir", env("REGISTRY_DIR", DefaultRegistryDir), "the kubelet's plugin registration directory (env REGISTRY_DIR)")
 	fs.StringVar(&f.healthDisable, "disable-healthchecks", env(health.EnvDisableHealthChecks, ""), "all (or xids) turns device health reports off; a comma list of XIDs ignores them too (env "+health.EnvDisableHealthChecks+")")
 	fs.StringVar(&f.healthEnable, "enable-healthchecks", env(health.EnvEnableHealthChecks, ""), "comma list of XIDs to treat as critical even though ignored by default (env "+health.EnvEnableHealthChecks+")")
@@ -78,8 +78,13 @@ const usage = `Usage: gantry-dra-plugin [flags]
 Gantry's Kubernetes DRA (resource.k8s.io/v1) kubelet plugin: publishes the
 node's GPUs and MIG devices as ResourceSlices of driver gpu.nvidia.com (the
 DeviceClasses gpu.nvidia.com and mig.nvidia.com select them) and prepares
-claims by writing one CDI spec per claim. Runs as a DaemonSet; see the
-guide's "Dynamic Resource Allocation" section.
+claims by writing one CDI spec per claim. NVIDIA's per-claim sharing
+configuration (resource.nvidia.com/v1beta1 GpuConfig, MigDeviceConfig) is
+applied at prepare: TimeSlicing sets the GPUs' time-slice interval, MPS
+starts one MPS control daemon per claim (under --plugin-dir/mps), both with
+the driver's own nvidia-smi and nvidia-cuda-mps-control run in the host's
+root. Runs as a DaemonSet; see the guide's "Dynamic Resource Allocation"
+section.
 
 Flags:
 `
@@ -245,14 +250,20 @@ type Server struct {
 	Helper *kubeletplugin.Helper
 	cancel context.CancelFunc
 	done   chan struct{}
+	drv    *Driver
 }
 
 // Stop stops the helper (sockets, ResourceSlice controller) and the health
 // watch, and waits for them.
 func (s *Server) Stop() {
 	s.cancel()
-	s.Helper.Stop()
+	if s.Helper != nil {
+		s.Helper.Stop()
+	}
 	<-s.done
+	// The MPS daemons' supervision ends; the daemons run on, for the
+	// next run of the plugin to adopt.
+	s.drv.mpsWG.Wait()
 }
 
 // Start starts the kubelet plugin helper for d (registration socket in
@@ -272,7 +283,9 @@ func Start(ctx context.Context, d *Driver, client kubernetes.Interface, pluginDi
 		return client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Server{cancel: cancel, done: make(chan struct{})}
+	s := &Server{cancel: cancel, done: make(chan struct{}), drv: d}
+	d.runCtx = ctx
+	d.resumeSharing()
 	if d.healthSrc != nil {
 		go func() {
 			defer close(s.done)
@@ -283,8 +296,7 @@ func Start(ctx context.Context, d *Driver, client kubernetes.Interface, pluginDi
 	}
 	helper, err := kubeletplugin.Start(ctx, d, append(opts, extra...)...)
 	if err != nil {
-		cancel()
-		<-s.done
+		s.Stop()
 		return nil, fmt.Errorf("starting the kubelet plugin: %w", err)
 	}
 	s.Helper = helper

@@ -28,6 +28,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/cdispec"
+	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/edits/editstest"
 	"github.com/gantry-gpu/gantry/internal/gpu"
@@ -49,6 +50,12 @@ type testEnv struct {
 	devRoot, cdiRoot, pluginDir, reg string
 	client                           *fake.Clientset
 	health                           health.Source
+	// The driver programs sharing runs (sharing_test.go); "" for none.
+	smi, mpsControl string
+	mpsInterval     time.Duration
+	// hostRoot and inv, when set, replace the defaults (/, editstest's).
+	hostRoot string
+	inv      *driver.Inventory
 
 	drv  *Driver
 	srv  *Server
@@ -63,6 +70,17 @@ func newEnv(t testing.TB, profile string) *testEnv {
 
 // newEnvWith is newEnv with a health source made for the env's directory.
 func newEnvWith(t testing.TB, profile string, src func(dir string) health.Source) *testEnv {
+	t.Helper()
+	return newEnvSetup(t, profile, func(e *testEnv, base string) {
+		if src != nil {
+			e.health = src(base)
+		}
+	})
+}
+
+// newEnvSetup is newEnv with setup run on the env (and its base directory)
+// before the plugin starts.
+func newEnvSetup(t testing.TB, profile string, setup func(e *testEnv, base string)) *testEnv {
 	t.Helper()
 	sys, err := sim.Load(profile)
 	if err != nil {
@@ -84,8 +102,8 @@ func newEnvWith(t testing.TB, profile string, src func(dir string) health.Source
 			t.Fatal(err)
 		}
 	}
-	if src != nil {
-		e.health = src(base)
+	if setup != nil {
+		setup(e, base)
 	}
 	e.start()
 	t.Cleanup(e.stop)
@@ -93,10 +111,16 @@ func newEnvWith(t testing.TB, profile string, src func(dir string) health.Source
 }
 
 func (e *testEnv) options() Options {
+	inv := e.inv
+	if inv == nil {
+		inv = editstest.Inventory()
+	}
 	return Options{
-		NodeName: testNode, System: e.sys, Inventory: editstest.Inventory(),
+		HostRoot: e.hostRoot,
+		NodeName: testNode, System: e.sys, Inventory: inv,
 		CDIRoot: e.cdiRoot, Checkpoint: filepath.Join(e.pluginDir, CheckpointFile),
 		HookPath: testHook, DevRoot: e.devRoot, Health: e.health,
+		NvidiaSMI: e.smi, MPSControl: e.mpsControl, MPSCheckInterval: e.mpsInterval, MPSTimeout: 5 * time.Second,
 	}
 }
 

@@ -66,6 +66,7 @@ func programSource(version string, cudaVersion int, ids []Identity) string {
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+`+strings.ReplaceAll(mpsControlSource, "%", "%%")+`
 
 static const struct { int minor; const char *uuid, *name; } ids[] = {
 %s};
@@ -81,6 +82,8 @@ int main(int argc, char **argv) {
 	const char *name = strrchr(argv[0], '/');
 	int i, n = 0;
 	name = name ? name + 1 : argv[0];
+	if (strcmp(name, "nvidia-cuda-mps-control") == 0)
+		return fake_mps_control(argc, argv);
 	if (strcmp(name, "nvidia-smi") != 0) {
 		printf("%%s: fake NVIDIA driver program (gantry fakedriver), driver %s\n", name);
 		return 0;
@@ -107,6 +110,145 @@ int main(int argc, char **argv) {
 }
 `, table.String(), version, version, cudaVersion/1000, (cudaVersion%1000)/10)
 }
+
+// mpsControlSource is the fake nvidia-cuda-mps-control, with the real
+// one's process model and line protocol, so that MPS sharing can be set up
+// on simulated GPUs: -d starts a daemon (detached, its own session) that
+// listens on $CUDA_MPS_PIPE_DIRECTORY/control, logs "start
+// <CUDA_VISIBLE_DEVICES>" and each command to
+// $CUDA_MPS_LOG_DIRECTORY/control.log, answers
+// get_default_active_thread_percentage with the value set last, takes the
+// set_default_* commands, and exits on quit; without -d it sends the lines
+// of its standard input to that daemon and prints the replies.
+const mpsControlSource = `
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static int mps_addr(struct sockaddr_un *a) {
+	const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+	memset(a, 0, sizeof *a);
+	a->sun_family = AF_UNIX;
+	if (!pipe) pipe = "/tmp/nvidia-mps";
+	return snprintf(a->sun_path, sizeof a->sun_path, "%s/control", pipe) < (int)sizeof a->sun_path ? 0 : -1;
+}
+
+static int mps_dial(void) {
+	struct sockaddr_un a;
+	int fd;
+	if (mps_addr(&a) < 0) return -1;
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (fd < 0) return -1;
+	if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) { close(fd); return -1; }
+	return fd;
+}
+
+static int mps_readline(int fd, char *buf, int n) {
+	int i = 0;
+	char c;
+	while (i + 1 < n) {
+		ssize_t r = read(fd, &c, 1);
+		if (r <= 0) { if (i == 0) return -1; break; }
+		if (c == '\n') break;
+		buf[i++] = c;
+	}
+	buf[i] = 0;
+	return i;
+}
+
+static void mps_daemon(void) {
+	struct sockaddr_un a;
+	char logp[4096], line[512], threads[32] = "100.0";
+	const char *logdir = getenv("CUDA_MPS_LOG_DIRECTORY");
+	FILE *log;
+	int ln, fd;
+	if (!logdir) logdir = "/var/log/nvidia-mps";
+	snprintf(logp, sizeof logp, "%s/control.log", logdir);
+	log = fopen(logp, "a");
+	if (mps_addr(&a) < 0) exit(1);
+	unlink(a.sun_path);
+	ln = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (ln < 0 || bind(ln, (struct sockaddr *)&a, sizeof a) < 0 || listen(ln, 16) < 0) exit(1);
+	chmod(a.sun_path, 0666);
+	if (log) { fprintf(log, "start %s\n", getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : ""); fflush(log); }
+	signal(SIGPIPE, SIG_IGN);
+	for (;;) {
+		fd = accept(ln, 0, 0);
+		if (fd < 0) continue;
+		while (mps_readline(fd, line, sizeof line) >= 0) {
+			char reply[64] = "";
+			if (log) { fprintf(log, "%s\n", line); fflush(log); }
+			if (strcmp(line, "quit") == 0) {
+				unlink(a.sun_path);
+				exit(0);
+			} else if (strcmp(line, "get_default_active_thread_percentage") == 0) {
+				snprintf(reply, sizeof reply, "%s", threads);
+			} else if (strncmp(line, "set_default_active_thread_percentage ", 37) == 0) {
+				snprintf(threads, sizeof threads, "%s.0", line + 37);
+			} else if (strncmp(line, "set_default_device_pinned_mem_limit ", 36) != 0 && line[0]) {
+				snprintf(reply, sizeof reply, "unknown command");
+			}
+			strcat(reply, "\n");
+			if (write(fd, reply, strlen(reply)) < 0) break;
+		}
+		close(fd);
+	}
+}
+
+static int fake_mps_control(int argc, char **argv) {
+	char line[512], reply[512];
+	int fd, i;
+	if (argc > 1 && strcmp(argv[1], "-d") == 0) {
+		pid_t pid;
+		if ((fd = mps_dial()) >= 0) {
+			close(fd);
+			printf("An instance of this daemon is already running\n");
+			return 1;
+		}
+		pid = fork();
+		if (pid < 0) return 1;
+		if (pid == 0) {
+			int null = open("/dev/null", O_RDWR);
+			setsid();
+			/* Let go of the caller's output, /dev/null or not. */
+			if (null >= 0) { dup2(null, 0); dup2(null, 1); dup2(null, 2); if (null > 2) close(null); }
+			else { close(0); close(1); close(2); }
+			mps_daemon();
+			return 0;
+		}
+		/* Return once the daemon answers, as the real one does. */
+		for (i = 0; i < 500; i++) {
+			struct timespec ts = {0, 10000000};
+			if ((fd = mps_dial()) >= 0) { close(fd); return 0; }
+			nanosleep(&ts, 0);
+		}
+		return 1;
+	}
+	if ((fd = mps_dial()) < 0) {
+		fprintf(stderr, "Cannot find MPS control daemon process\n");
+		return 1;
+	}
+	while (fgets(line, sizeof line, stdin)) {
+		int n = strlen(line);
+		while (n > 0 && (line[n-1] == '\n' || line[n-1] == ' ')) line[--n] = 0;
+		if (n == 0) continue;
+		strcat(line, "\n");
+		if (write(fd, line, strlen(line)) < 0) return 1;
+		if (mps_readline(fd, reply, sizeof reply) < 0) {
+			if (strcmp(line, "quit\n") == 0) return 0;
+			fprintf(stderr, "daemon closed the connection\n");
+			return 1;
+		}
+		if (reply[0]) printf("%s\n", reply);
+	}
+	return 0;
+}
+`
 
 // cString is s as a C string literal (UUIDs and model names are printable
 // ASCII; anything else is escaped octally).

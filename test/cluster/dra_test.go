@@ -772,3 +772,187 @@ func TestDRAPrepareLatencyAndRSS(t *testing.T) {
 		t.Errorf("no VmRSS in /proc/%d/status", pid)
 	}
 }
+
+// draCheckpoint is the DRA plugin's checkpoint on the node.
+const draCheckpoint = "/var/lib/kubelet/plugins/" + draDriver + "/checkpoint.json"
+
+// preparedSharing is the part of the checkpoint that records what prepare
+// applied to a claim's devices.
+type preparedSharing struct {
+	Strategy string   `json:"strategy"`
+	GPUs     []string `json:"gpus"`
+	Interval string   `json:"interval"`
+	MPS      *struct {
+		Dir   string   `json:"dir"`
+		UUIDs []string `json:"uuids"`
+	} `json:"mps"`
+}
+
+// sharingOf reads the plugin's checkpoint for what prepare applied to the
+// claim of uid (nil when it is not prepared).
+func sharingOf(t *testing.T, uid string) ([]preparedSharing, bool) {
+	t.Helper()
+	var cp struct {
+		Claims map[string]struct {
+			Sharing []preparedSharing `json:"sharing"`
+		} `json:"claims"`
+	}
+	if err := json.Unmarshal([]byte(readFile(t, draCheckpoint)), &cp); err != nil {
+		t.Fatalf("%s: %v", draCheckpoint, err)
+	}
+	c, ok := cp.Claims[uid]
+	return c.Sharing, ok
+}
+
+// withConfig adds an opaque configuration of the driver, NVIDIA's GpuConfig
+// with sharing (JSON), to a claimYAML ResourceClaim.
+func withConfig(claimYAML, sharing string) string {
+	return claimYAML + fmt.Sprintf("    config:\n    - opaque:\n        driver: %s\n        parameters: {\"apiVersion\": \"resource.nvidia.com/v1beta1\", \"kind\": \"GpuConfig\", \"sharing\": %s}\n", draDriver, sharing)
+}
+
+// computeMode is the GPU's compute mode by the host's nvidia-smi (real
+// GPUs only).
+func computeMode(t *testing.T, uuid string) string {
+	out, err := exec.Command("nvidia-smi", "--query-gpu=compute_mode", "--format=csv,noheader", "-i", uuid).CombinedOutput()
+	if err != nil {
+		t.Errorf("nvidia-smi --query-gpu=compute_mode -i %s: %v: %s", uuid, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// DRA sharing, MPS (NVIDIA's GpuConfig sharing.strategy MPS): one claim
+// shared by two pods at once. The plugin runs one MPS control daemon for
+// the claim, with the claim's defaults (50% of the threads, 4 GiB of
+// pinned memory per client); both pods get CUDA_MPS_PIPE_DIRECTORY and
+// the daemon's pipe and shm directories mounted, and reach the daemon (it
+// answers them its default thread percentage). With real GPUs both run a
+// CUDA kernel through it at once, each held to the limit, the GPU is in
+// EXCLUSIVE_PROCESS while the claim is prepared and DEFAULT after. Deleting
+// the pods unprepares the claim: the daemon's directory goes.
+func TestDRAMPSSharedClaim(t *testing.T) {
+	k := newDRA(t)
+	real := os.Getenv("GANTRY_CLUSTER_REAL_GPU") != ""
+	cuda := "cuda-check --load-only"
+	if real {
+		cuda = "cuda-check --mem 2048,6144 --hold 20"
+	}
+	script := `exec 2>&1
+echo '== mps'; echo "pipe=$CUDA_MPS_PIPE_DIRECTORY"
+echo "threads=$(echo get_default_active_thread_percentage | nvidia-cuda-mps-control)"
+awk '$5 == "/tmp/nvidia-mps" || $5 == "/dev/shm" { print "mount", $5, $4 }' /proc/self/mountinfo
+echo '== cuda'; ` + cuda + `
+echo '== end'; sleep 3600`
+	k.apply(withConfig(claimYAML(false, "mps", "gpu.nvidia.com", "", 1),
+		`{"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50, "defaultPinnedDeviceMemoryLimit": "4Gi"}}`))
+	k.apply(claimPod{name: "mps-a", claim: "mps", script: script}.yaml())
+	k.apply(claimPod{name: "mps-b", claim: "mps", script: script}.yaml())
+	logs := map[string]map[string][]string{}
+	for _, p := range []string{"mps-a", "mps-b"} {
+		logs[p] = sections(k.logsUntil(p, "== end", 180*time.Second))
+		t.Logf("%s: %v", p, logs[p])
+	}
+	c := k.claim("mps")
+	uid := c.Metadata.UID
+	got := c.allocated()
+	if len(got) != 1 {
+		t.Fatalf("claim allocated %v, want one device", got)
+	}
+	d, _ := findDevice(k.draDevices(), got[0])
+	sh, ok := sharingOf(t, uid)
+	if !ok || len(sh) != 1 || sh[0].MPS == nil || len(sh[0].MPS.UUIDs) != 1 || sh[0].MPS.UUIDs[0] != d.UUID {
+		t.Fatalf("the checkpoint records %+v (prepared %v) for the claim, want one MPS daemon for %s", sh, ok, d.UUID)
+	}
+	dir := sh[0].MPS.Dir
+	if _, err := os.Stat(filepath.Join(dir, "pipe", "control")); err != nil {
+		t.Errorf("the daemon's control socket on the node: %v", err)
+	}
+	for p, sec := range logs {
+		m := sec["mps"]
+		if !slices.Contains(m, "pipe=/tmp/nvidia-mps") {
+			t.Errorf("%s: CUDA_MPS_PIPE_DIRECTORY: %q, want /tmp/nvidia-mps", p, m)
+		}
+		if !slices.Contains(m, "threads=50.0") {
+			t.Errorf("%s: the daemon answered %q, want threads=50.0 (the claim's defaultActiveThreadPercentage)", p, m)
+		}
+		mounts := map[string]string{}
+		for _, l := range m {
+			if f := strings.Fields(l); len(f) == 3 && f[0] == "mount" {
+				mounts[f[1]] = f[2]
+			}
+		}
+		// The mount's root in its file system: the host path, or its tail
+		// when /var/lib/kubelet is a file system of its own.
+		if r := mounts["/tmp/nvidia-mps"]; r == "" || !strings.HasSuffix(dir+"/pipe", r) {
+			t.Errorf("%s: /tmp/nvidia-mps is %q, want the daemon's pipe directory %s/pipe", p, r, dir)
+		}
+		if r := mounts["/dev/shm"]; r == "" || !strings.HasSuffix(dir+"/shm", r) {
+			t.Errorf("%s: /dev/shm is %q, want the daemon's shm directory %s/shm", p, r, dir)
+		}
+		if cu := sec["cuda"]; len(cu) == 0 || !strings.HasPrefix(cu[len(cu)-1], "cuda-check: OK") {
+			t.Errorf("%s: %s: %q, want it to end with cuda-check: OK", p, cuda, cu)
+		}
+		if real {
+			out := strings.Join(sec["cuda"], "\n")
+			if !strings.Contains(out, "alloc 2048 MiB: ok") || strings.Contains(out, "alloc 6144 MiB: ok") {
+				t.Errorf("%s: want 2048 MiB allocated and 6144 MiB refused (the claim's 4Gi limit): %q", p, sec["cuda"])
+			}
+		}
+	}
+	if real {
+		if st, err := os.Stat(filepath.Join(dir, "log", "server.log")); err != nil || st.Size() == 0 {
+			t.Errorf("no MPS server log (%v): the pods did not go through the claim's daemon", err)
+		}
+		if m := computeMode(t, d.UUID); m != "Exclusive_Process" {
+			t.Errorf("compute mode %q while the MPS claim is prepared, want Exclusive_Process", m)
+		}
+	}
+
+	k.must("delete", "pods", "-n", k.ns, "mps-a", "mps-b", "--wait=true")
+	k.waitUnprepared(uid)
+	k.eventually(60*time.Second, "the MPS daemon's directory removed", func() string {
+		if _, err := os.Stat(dir); err == nil {
+			return dir + " is still there"
+		}
+		return ""
+	})
+	if real {
+		if m := computeMode(t, d.UUID); m != "Default" {
+			t.Errorf("compute mode %q after unprepare, want Default", m)
+		}
+	}
+}
+
+// DRA sharing, time-slicing (NVIDIA's GpuConfig sharing.strategy
+// TimeSlicing, interval Long): the pod runs on its GPU, the checkpoint
+// records the interval applied to it, and unprepare forgets it (with real
+// GPUs the host's nvidia-smi shows the policy; logged).
+func TestDRATimeSlicingLong(t *testing.T) {
+	k := newDRA(t)
+	k.apply(withConfig(claimYAML(false, "ts-long", "gpu.nvidia.com", "", 1),
+		`{"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}`))
+	k.apply(claimPod{name: "ts", claim: "ts-long"}.yaml())
+	sec := sections(k.logsUntil("ts", "== end", 120*time.Second))
+	c := k.claim("ts-long")
+	got := c.allocated()
+	if len(got) != 1 {
+		t.Fatalf("claim allocated %v, want one device", got)
+	}
+	d, _ := findDevice(k.draDevices(), got[0])
+	checkSeesGPU(t, "ts", sec, d.Minor, d.UUID)
+	sh, ok := sharingOf(t, c.Metadata.UID)
+	if !ok || len(sh) != 1 || sh[0].Strategy != "TimeSlicing" || sh[0].Interval != "Long" || !slices.Equal(sh[0].GPUs, []string{d.UUID}) {
+		t.Errorf("the checkpoint records %+v (prepared %v), want time-slicing Long on %s", sh, ok, d.UUID)
+	}
+	if os.Getenv("GANTRY_CLUSTER_REAL_GPU") != "" {
+		out, err := exec.Command("nvidia-smi", "compute-policy", "--list", "-i", d.UUID).CombinedOutput()
+		t.Logf("nvidia-smi compute-policy --list -i %s (%v):\n%s", d.UUID, err, out)
+		if m := computeMode(t, d.UUID); m != "Default" {
+			t.Errorf("compute mode %q under time-slicing, want Default", m)
+		}
+	}
+	k.must("delete", "pod", "-n", k.ns, "ts", "--wait=true")
+	k.waitUnprepared(c.Metadata.UID)
+	if _, ok := sharingOf(t, c.Metadata.UID); ok {
+		t.Error("the claim is still in the checkpoint after unprepare")
+	}
+}

@@ -1,0 +1,81 @@
+package mps_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-gpu/gantry/internal/mps"
+	"github.com/gantry-gpu/gantry/internal/mps/mpstest"
+)
+
+// A daemon's life with the fake control program: Start starts it (running
+// before first), a second Start adopts it, SetDefaults reaches it by
+// ordinal, Quit ends it; Check fails before and after.
+func TestDaemonStartAdoptQuit(t *testing.T) {
+	dir, err := os.MkdirTemp("", "mps") // short: unix socket paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	d := &mps.Daemon{Pipe: filepath.Join(dir, "pipe"), Log: filepath.Join(dir, "log"), GPUs: []string{"GPU-a", "GPU-b"},
+		Control: mpstest.BuildFake(t), Timeout: 5 * time.Second}
+	for _, p := range []string{d.Pipe, d.Log} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	if d.Check(ctx) == nil {
+		t.Fatal("Check passed with no daemon")
+	}
+	ran := 0
+	before := func(context.Context) error { ran++; return nil }
+	if adopted, err := d.Start(ctx, before); err != nil || adopted || ran != 1 {
+		t.Fatalf("Start: adopted %v err %v before ran %d", adopted, err, ran)
+	}
+	if adopted, err := d.Start(ctx, before); err != nil || !adopted || ran != 1 {
+		t.Fatalf("second Start: adopted %v err %v before ran %d, want adopted without before", adopted, err, ran)
+	}
+	if err := d.SetDefaults(ctx, 30, map[int]string{1: "512M", 5: "1M"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Quit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(d.Log, "control.log"))
+	log := string(b)
+	for _, want := range []string{"start GPU-a,GPU-b\n", "set_default_device_pinned_mem_limit 1 512M\n", "set_default_active_thread_percentage 30\nquit\n"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("daemon log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, " 5 1M") {
+		t.Error("a limit for an ordinal past the daemon's GPUs was sent")
+	}
+	if d.Check(ctx) == nil {
+		t.Error("Check passed after quit")
+	}
+}
+
+// A control program whose -d leaves a process holding its output: Start
+// does not wait for that output, and reports the daemon that never answers.
+func TestDaemonStartOutputHeld(t *testing.T) {
+	dir := t.TempDir()
+	control := filepath.Join(dir, "control")
+	if err := os.WriteFile(control, []byte("#!/bin/sh\nsleep 5 &\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := &mps.Daemon{Pipe: filepath.Join(dir, "pipe"), Log: filepath.Join(dir, "log"), Control: control, Timeout: time.Second}
+	start := time.Now()
+	_, err := d.Start(context.Background(), nil)
+	if err == nil || !strings.Contains(err.Error(), "does not answer within") || strings.Contains(err.Error(), "WaitDelay") {
+		t.Errorf("Start: %v, want the daemon that does not answer", err)
+	}
+	if time.Since(start) > 4*time.Second {
+		t.Errorf("Start took %v: it waited for the held output", time.Since(start))
+	}
+}
