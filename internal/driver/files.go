@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -46,7 +45,7 @@ func findBinaries(r *resolver) []File {
 			if err != nil {
 				continue
 			}
-			fi, err := os.Stat(r.host(p))
+			fi, err := r.stat(p)
 			if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 				continue
 			}
@@ -75,13 +74,13 @@ func findBinaries(r *resolver) []File {
 }
 
 func isELF(p string) bool {
-	f, err := os.Open(p)
+	f, err := openRaw(p)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
 	var magic [4]byte
-	if _, err := io.ReadFull(f, magic[:]); err != nil {
+	if n, _ := f.ReadAt(magic[:], 0); n < len(magic) {
 		return false
 	}
 	return bytes.Equal(magic[:], []byte("\x7fELF"))
@@ -119,7 +118,7 @@ func findFirmware(r *resolver, version string) []File {
 			if err != nil {
 				continue
 			}
-			if fi, err := os.Stat(r.host(p)); err != nil || !fi.Mode().IsRegular() {
+			if fi, err := r.stat(p); err != nil || !fi.Mode().IsRegular() {
 				continue
 			}
 			seen[n] = true
@@ -205,7 +204,7 @@ func findConfigs(r *resolver, version string, libs []File) []File {
 			if err != nil {
 				continue
 			}
-			if _, err := os.Stat(r.host(p)); err != nil {
+			if _, err := r.stat(p); err != nil {
 				continue
 			}
 			cp := path.Join(d, rel)
@@ -232,7 +231,7 @@ func findConfigs(r *resolver, version string, libs []File) []File {
 			if err != nil {
 				continue
 			}
-			if fi, err := os.Stat(r.host(p)); err != nil || !fi.Mode().IsRegular() {
+			if fi, err := r.stat(p); err != nil || !fi.Mode().IsRegular() {
 				continue
 			}
 			out = append(out, File{HostPath: r.host(p), ContainerPath: path.Join(d, name), Kind: KindConfig, Capability: Display})
@@ -276,7 +275,7 @@ func findSockets(r *resolver) []File {
 		if err != nil || seen[p] {
 			continue
 		}
-		if _, err := os.Stat(r.host(p)); err != nil {
+		if _, err := r.stat(p); err != nil {
 			continue
 		}
 		seen[p] = true
