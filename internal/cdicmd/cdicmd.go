@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -126,12 +127,20 @@ func Generate(cfg config.Config, o GenerateOptions, stdout, stderr io.Writer) er
 // Host discovers the GPUs (light: from procfs where that is enough) and the
 // driver's files, and warns on stderr about driver files that are missing:
 // a partial driver still works for what is there, but is rarely intended.
+//
+// The two discoveries run at the same time (the GPUs' is NVML's
+// initialisation, milliseconds, when MIG devices exist); a GPU error is
+// reported before a driver error, as when they ran one after the other.
 func Host(cfg config.Config, stderr io.Writer) (*gpu.System, *driver.Inventory, error) {
-	sys, err := discover.GPUs(cfg, true)
-	if err != nil {
-		return nil, nil, err
-	}
+	var sys *gpu.System
+	var gpuErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { sys, gpuErr = discover.GPUs(cfg, true) })
 	inv, err := discover.Driver(cfg)
+	wg.Wait()
+	if gpuErr != nil {
+		return nil, nil, gpuErr
+	}
 	if err != nil {
 		return nil, nil, err
 	}
