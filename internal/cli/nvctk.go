@@ -14,7 +14,8 @@ import (
 )
 
 // NVIDIA's nvidia-ctk (Container Toolkit 1.20) command lines, served by the
-// gantry binary under the name nvidia-ctk: provisioning scripts, Ansible
+// gantry binary under the name nvidia-ctk (cdi generate and cdi list also by
+// gantry-runtime under that name: package cdicmd): provisioning scripts, Ansible
 // roles and install guides written for NVIDIA's toolkit run unchanged. Each
 // command's flags are NVIDIA's; they are translated into the gantry command
 // that does the same work (runtime configure, cdi generate, ...), which then

@@ -53,6 +53,8 @@ consulted (--config-source=file).`,
 			summary: "write a CDI spec for the host's GPUs (gantry cdi generate)",
 			help: `Runs gantry cdi generate: a CDI spec with a device per GPU by index and by UUID,
 MIG devices, and "all", validated and written atomically (stdout without --output).
+gantry-runtime answers it itself under the name nvidia-ctk (make install links it):
+the same spec, without the start-up of the gantry CLI.
 
   sudo nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml
   nvidia-ctk cdi generate --device-id=0 --no-all-device
@@ -68,7 +70,8 @@ Its hooks run gantry-cdi-hook (--nvidia-cdi-hook-path names another, e.g.
 			words:   "cdi list",
 			summary: "list the CDI device names in the spec directories (gantry cdi list)",
 			help: `Runs gantry cdi list: the fully qualified device names of every CDI spec in
-/etc/cdi and /var/run/cdi (--spec-dir names others), one per line.
+/etc/cdi and /var/run/cdi (--spec-dir names others), one per line. gantry-runtime
+answers it itself under the name nvidia-ctk, as cdi generate.
 
   nvidia-ctk cdi list`,
 			flags: cdicmd.ListFlags,
