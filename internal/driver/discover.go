@@ -76,6 +76,12 @@ func Discover(opts Options) (*Inventory, error) {
 		inv.Sockets = findSockets(or)
 		inv.DeviceNodes = findDevices(devRoot)
 	})
+	// So are the configuration files (not the X server modules, looked for
+	// beside libcuda first).
+	var configFiles []File
+	if known != "" {
+		others.Go(func() { configFiles = findConfigFiles(newResolver(root), known) })
+	}
 
 	scan := &libraryScan{r: r, seen: map[string]bool{}, asked: map[string]bool{}}
 	if cachePath, err := r.Resolve("/etc/ld.so.cache"); err == nil {
@@ -102,9 +108,11 @@ func Discover(opts Options) (*Inventory, error) {
 	inv.Libraries = selectLibraries(r, scan.cands, inv.Version)
 	if known == "" {
 		inv.Firmware = findFirmware(r, inv.Version)
+		configFiles = findConfigFiles(r, inv.Version)
 	}
-	inv.Configs = findConfigs(r, inv.Version, inv.Libraries)
+	modules := findModules(r, inv.Version, inv.Libraries)
 	others.Wait()
+	inv.Configs = append(configFiles, modules...)
 	inv.Missing = missing(inv)
 
 	for _, g := range []*[]File{&inv.Libraries, &inv.Binaries, &inv.Firmware, &inv.Configs, &inv.Sockets, &inv.DeviceNodes} {

@@ -193,6 +193,12 @@ var xorgDirs = []string{
 // symlinks it may be lead), so HostPath is the real file and ContainerPath
 // the lookup path.
 func findConfigs(r *resolver, version string, libs []File) []File {
+	return append(findConfigFiles(r, version), findModules(r, version, libs)...)
+}
+
+// findConfigFiles is findConfigs' configuration files, which do not depend
+// on the libraries.
+func findConfigFiles(r *resolver, version string) []File {
 	var out []File
 	for _, c := range configFiles() {
 		rel := c.Rel
@@ -216,6 +222,12 @@ func findConfigs(r *resolver, version string, libs []File) []File {
 		}
 	}
 
+	return out
+}
+
+// findModules is findConfigs' X server modules and GBM backend.
+func findModules(r *resolver, version string, libs []File) []File {
+	var out []File
 	// X server modules, next to libcuda first (NVIDIA's .run installer),
 	// then the X server's own module directories.
 	dirs := []string{}

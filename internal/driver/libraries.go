@@ -160,6 +160,19 @@ func (s *libraryScan) add(lib int, p string) {
 	s.cands = append(s.cands, candidate{lib: lib, path: real})
 }
 
+// addResolved adds the in-root path p, which has no symlink in it.
+func (s *libraryScan) addResolved(lib int, p string) {
+	if s.asked[p] {
+		return
+	}
+	s.asked[p] = true
+	if s.seen[p] {
+		return
+	}
+	s.seen[p] = true
+	s.cands = append(s.cands, candidate{lib: lib, path: p})
+}
+
 // fromCache adds the cache entries that name driver libraries. A missing or
 // unreadable cache is not an error: the directory scan still finds the files.
 func (s *libraryScan) fromCache(cachePath string) error {
@@ -192,9 +205,18 @@ func (s *libraryScan) fromDir(dir string, done map[string]bool) {
 		return
 	}
 	for _, e := range ents {
-		if i, ok := stemOf(e.Name()); ok {
-			s.add(i, path.Join(rd, e.Name()))
+		i, ok := stemOf(e.Name())
+		if !ok {
+			continue
 		}
+		p := path.Join(rd, e.Name())
+		if e.Type().IsRegular() {
+			// rd has no symlinks left and this is no symlink: p is its
+			// own resolution, without an lstat.
+			s.addResolved(i, p)
+			continue
+		}
+		s.add(i, p)
 	}
 }
 
