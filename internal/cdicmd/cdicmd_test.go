@@ -106,6 +106,7 @@ func TestLeanSameAsGantry(t *testing.T) {
 		{[]string{"cdi", "generate", "--driver-root=" + filepath.Join(root, "none")}, "", 1},
 		{[]string{"cdi", "list", "--spec-dir=" + specDir}, "", 0},
 		{[]string{"cdi", "list", "--spec-dir", t.TempDir()}, "", 1},
+		{[]string{"--debug", "cdi", "list", "--spec-dir", specDir}, "", 0},
 	}
 	for _, tc := range cases {
 		got := lean(t, tc.output, tc.args...)

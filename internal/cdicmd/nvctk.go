@@ -216,14 +216,15 @@ func loadConfig(f Values, debug bool, stderr io.Writer) (config.Config, error) {
 }
 
 // NVList runs nvidia-ctk cdi list: the spec directories are the --spec-dir
-// flags, else the configuration's cdi.spec-dirs.
-func NVList(f Values, stdout, stderr io.Writer) error {
+// flags, else the configuration's cdi.spec-dirs (the configuration is read
+// either way, as gantry cdi list reads it: a broken one is an error).
+func NVList(f Values, debug bool, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(nil, debug, stderr)
+	if err != nil {
+		return err
+	}
 	dirs, ok := f["spec-dir"]
 	if !ok {
-		cfg, _, err := config.Load("")
-		if err != nil {
-			return err
-		}
 		dirs = cfg.CDI.SpecDirs
 	}
 	return List(dirs, stdout, stderr)
@@ -261,7 +262,7 @@ func Lean(args []string, stdout, stderr io.Writer) (code int, served bool) {
 	}
 	if err == nil {
 		if args[1] == "list" {
-			err = NVList(vals, stdout, stderr)
+			err = NVList(vals, debug, stdout, stderr)
 		} else {
 			err = NVGenerate(vals, debug, stdout, stderr)
 		}

@@ -76,7 +76,7 @@ answers it itself under the name nvidia-ctk, as cdi generate.
   nvidia-ctk cdi list`,
 			flags: cdicmd.ListFlags,
 			run: func(c *nvCtx, f nvValues) error {
-				return cdicmd.NVList(f, c.stdout, c.stderr)
+				return cdicmd.NVList(f, c.debug, c.stdout, c.stderr)
 			},
 		},
 		&nvCommand{
