@@ -312,8 +312,9 @@ type elfResult struct {
 	err  error
 }
 
-// maxELFReaders bounds the goroutines readELFs reads with.
-const maxELFReaders = 8
+// maxELFReaders bounds the goroutines readELFs reads with: each may cost
+// the runtime a new thread, tens of microseconds in a fresh process.
+const maxELFReaders = 4
 
 // readELFs reads the ELF facts of every candidate whose name selectLibraries
 // may take (the driver's version, or a version of the library's own), by
