@@ -103,10 +103,10 @@ bundlesplit:
 	$(GO) build -o $(BIN)/bundlesplit ./bench/bundlesplit
 
 # Installs four binaries and the names engines and scripts look for:
-# gantry (the CLI; also nvidia-ctk for NVIDIA's provisioning command lines and the
-# nvidia-docker wrapper and nvidia-docker-plugin), gantry-runtime (the runc shim, also nvidia-container-runtime,
-# the prestart hook gantry-hook / nvidia-container-runtime-hook for Docker's --gpus, and
-# nvidia-container-cli for LXC's hook: the per-container paths, kept lean), gantry-cdi-hook (the static hook binary the CDI
+# gantry (the CLI; also the nvidia-docker wrapper and nvidia-docker-plugin), gantry-runtime (the runc shim, also nvidia-container-runtime,
+# the prestart hook gantry-hook / nvidia-container-runtime-hook for Docker's --gpus,
+# nvidia-container-cli for LXC's hook: the per-container paths, kept lean; and nvidia-ctk for NVIDIA's
+# provisioning command lines: cdi generate and cdi list served lean, the others by the gantry beside it), gantry-cdi-hook (the static hook binary the CDI
 # specs of gantry cdi generate run; also nvidia-cdi-hook, for the specs nvidia-ctk
 # wrote) and gantry-device-plugin (Kubernetes).
 #   sudo make install [PREFIX=/usr] [NVIDIA_NAMES=0 to skip NVIDIA's names]
@@ -119,9 +119,9 @@ install: build build-device-plugin
 	install -m 0755 $(BIN)/gantry-cdi-hook $(DESTDIR)$(PREFIX)/bin/gantry-cdi-hook
 	install -m 0755 $(BIN)/gantry-device-plugin $(DESTDIR)$(PREFIX)/bin/gantry-device-plugin
 	@nv=$$([ "$(NVIDIA_NAMES)" = 1 ] && echo yes); \
-	for n in gantry-hook $${nv:+nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-toolkit nvidia-container-cli}; do \
+	for n in gantry-hook $${nv:+nvidia-container-runtime nvidia-container-runtime-hook nvidia-container-toolkit nvidia-container-cli nvidia-ctk}; do \
 	  ln -sfn gantry-runtime $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-runtime"; done; \
-	for n in $${nv:+nvidia-ctk nvidia-docker nvidia-docker-plugin}; do \
+	for n in $${nv:+nvidia-docker nvidia-docker-plugin}; do \
 	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done; \
 	for n in $${nv:+nvidia-cdi-hook}; do \
 	  ln -sfn gantry-cdi-hook $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-cdi-hook"; done

@@ -58,8 +58,8 @@ const repoRoot = ".."
 // installedNames are the names make install links to each binary (both
 // dispatch on argv0).
 var installedNames = map[string][]string{
-	"gantry-runtime":  {"gantry-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvidia-container-cli"},
-	"gantry":          {"nvidia-ctk", "nvidia-docker", "nvidia-docker-plugin"},
+	"gantry-runtime":  {"gantry-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-container-toolkit", "nvidia-container-cli", "nvidia-ctk"},
+	"gantry":          {"nvidia-docker", "nvidia-docker-plugin"},
 	"gantry-cdi-hook": {"nvidia-cdi-hook"},
 }
 

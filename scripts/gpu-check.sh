@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a host with NVIDIA GPUs: checks gantry's discovery against nvidia-smi and
-# the generated CDI spec against the filesystem, then times `gantry cdi generate`.
+# the generated CDI spec against the filesystem, then times `cdi generate`
+# (bench/cdi-generate.sh: nvidia-ctk and gantry, beside NVIDIA's with NVIDIA_CTK).
 #
 #   scripts/gpu-check.sh [GANTRY_BINARY]      (default bin/gantry; run `make build` first)
 #
@@ -84,8 +85,8 @@ for want in ("libcuda.so", "libnvidia-ml.so"):
 sys.exit(1 if missing else 0)
 PY
 
-echo "== timing: cdi generate ($runs runs)"
-RUNS=$runs DRIVER_ROOT=$root "$(dirname "$0")/../bench/cdi-generate.sh" "$g" -- --driver-root "$root" || bad "benchmark"
+echo "== timing: cdi generate ($runs rounds)"
+RUNS=$runs DRIVER_ROOT=$root "$(dirname "$0")/../bench/cdi-generate.sh" "$g" || bad "benchmark"
 
 [ $fail -eq 0 ] && echo "== all checks passed" || echo "== some checks FAILED"
 exit $fail

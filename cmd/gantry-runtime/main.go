@@ -9,6 +9,9 @@
 //	nvidia-container-toolkit                   the name NVIDIA's hooks.d file runs it by
 //	nvidia-container-cli                       what LXC's nvidia hook runs for every
 //	                                           container (info, list, configure)
+//	nvidia-ctk                                 cdi generate and cdi list; every other
+//	                                           command runs the gantry binary beside
+//	                                           it (nvidiactk.go)
 //
 // `make install` links the names to it. The gantry binary answers to the
 // same names too, for installs that link everything to gantry.
@@ -29,6 +32,8 @@ func main() {
 		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
 	case "nvidia-container-cli":
 		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))
+	case "nvidia-ctk":
+		os.Exit(nvidiaCTK(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(shim.Main(os.Args[1:], os.Stderr))
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v2"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // marshalYAML writes v as sigs.k8s.io/yaml.Marshal does (what the CDI
@@ -22,7 +23,19 @@ import (
 // parser types them. Each string that is not certainly a plain scalar is
 // quoted by yaml.v2 (alone, when it has no blank that a line could break at). TestMarshalYAMLMatchesLibrary and FuzzMarshalYAML hold
 // the result against the library's.
+//
+// A *specs.Spec skips the JSON step: its tree is built directly (specTree).
 func marshalYAML(v any) ([]byte, error) {
+	if spec, ok := v.(*specs.Spec); ok && spec != nil {
+		if m, ok := specTree(spec); ok {
+			w := yamlWriter{b: make([]byte, 0, 32<<10)}
+			if err := w.mapping(m, 0, false); err == nil {
+				return w.b, nil
+			} else if !errors.Is(err, errYAMLFallback) {
+				return nil, err
+			}
+		}
+	}
 	j, err := json.Marshal(v)
 	if err != nil {
 		return nil, err

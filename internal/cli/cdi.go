@@ -2,18 +2,10 @@ package cli
 
 import (
 	"flag"
-	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 
-	"tags.cncf.io/container-device-interface/pkg/cdi"
-	specs "tags.cncf.io/container-device-interface/specs-go"
-
+	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/cdispec"
-	"github.com/gantry-gpu/gantry/internal/gpu"
 )
 
 func init() {
@@ -34,7 +26,11 @@ output file's extension (.json or .yaml).
 The spec's createContainer hooks (the SONAME links, the container's ld.so.cache)
 run gantry-cdi-hook, a static binary that reads no configuration, each with a
 fixed environment (PATH only). Its path is cdi.hook-path, by default the
-gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
+gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.
+
+nvidia-ctk cdi generate writes the same spec (NVIDIA's flags); where make install
+linked nvidia-ctk to gantry-runtime it starts a few milliseconds sooner, for
+gantry-runtime links none of this CLI's other packages.`,
 		usage: "",
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			output := fs.String("output", "", "write the spec to FILE (e.g. /var/run/cdi/nvidia.yaml) instead of stdout")
@@ -52,68 +48,11 @@ gantry-cdi-hook beside this gantry, else /usr/bin/gantry-cdi-hook.`,
 				if len(args) > 0 {
 					return usagef("unexpected argument %q", args[0])
 				}
-				switch *format {
-				case "", "yaml", "json":
-				default:
-					return usagef("--format %q: use yaml or json", *format)
-				}
-				if *imex {
-					spec, err := cdispec.GenerateIMEX(e.cfg.EffectiveDevRoot())
-					if err != nil {
-						return err
-					}
-					return writeSpec(e, spec, *output, *format, "IMEX channels")
-				}
-				caps, err := parseCapabilities(*capsFlag)
-				if err != nil {
-					return usagef("--capabilities: %v", err)
-				}
-				k := e.cfg.CDI.Kind
-				if *kind != "" {
-					k = *kind
-				}
-				hook := e.cfg.CDI.HookPath
-				if *hookPath != "" {
-					if !filepath.IsAbs(*hookPath) {
-						return usagef("--hook-path %q: want an absolute path (the runtime runs it from anywhere)", *hookPath)
-					}
-					hook = *hookPath
-				}
-				if hook == "" {
-					if hook, err = defaultHookPath(); err != nil {
-						return err
-					}
-				}
-				for _, p := range libPaths {
-					if !filepath.IsAbs(p) {
-						return usagef("--library-search-path %q: want an absolute path (inside the driver root)", p)
-					}
-				}
-				e.cfg.LibrarySearchPaths = append(e.cfg.LibrarySearchPaths, libPaths...)
-				sys, inv, err := e.host(true)
-				if err != nil {
-					return err
-				}
-				if len(inv.Missing) > 0 && !*allowPartial {
-					return fmt.Errorf("driver %s under %s is incomplete (%s missing): reinstall the driver or fix --driver-root; --allow-partial writes a spec anyway", inv.Version, inv.Root, strings.Join(inv.Missing, ", "))
-				}
-				if sys, err = selectDevices(sys, ids); err != nil {
-					return usagef("--device-id: %v", err)
-				}
-				spec, err := cdispec.Generate(sys, inv, cdispec.Options{Kind: k, HookPath: hook, Capabilities: caps, DevRoot: e.cfg.EffectiveDevRoot()})
-				if err != nil {
-					return err
-				}
-				if *noAll {
-					kept := spec.Devices[:0]
-					for _, d := range spec.Devices {
-						if d.Name != "all" {
-							kept = append(kept, d)
-						}
-					}
-					spec.Devices = kept
-				}
-				return writeSpec(e, spec, *output, *format, "driver "+inv.Version)
+				return cdicmd.Generate(e.cfg, cdicmd.GenerateOptions{
+					Output: *output, Format: *format, Kind: *kind, Capabilities: *capsFlag, HookPath: *hookPath,
+					AllowPartial: *allowPartial, NoAllDevice: *noAll, IMEX: *imex,
+					DeviceIDs: ids, LibrarySearchPaths: libPaths,
+				}, e.stdout, e.stderr)
 			}
 		},
 	})
@@ -133,29 +72,7 @@ qualified device names, one per line. Errors in spec files are reported.`,
 				if *dirs != "" {
 					specDirs = strings.Split(*dirs, ",")
 				}
-				cache, err := cdi.NewCache(cdi.WithSpecDirs(specDirs...), cdi.WithAutoRefresh(false))
-				if err != nil {
-					return fmt.Errorf("reading CDI specs in %s: %w", strings.Join(specDirs, ", "), err)
-				}
-				var bad []string
-				for path, errs := range cache.GetErrors() {
-					for _, err := range errs {
-						bad = append(bad, fmt.Sprintf("%s: %v", path, err))
-					}
-				}
-				sort.Strings(bad)
-				for _, b := range bad {
-					fmt.Fprintf(e.stderr, "warning: %s\n", b)
-				}
-				names := cache.ListDevices()
-				if len(names) == 0 {
-					return fmt.Errorf("no CDI devices in %s: run `gantry cdi generate --output /var/run/cdi/nvidia.yaml`", strings.Join(specDirs, ", "))
-				}
-				sort.Strings(names)
-				for _, n := range names {
-					fmt.Fprintln(e.stdout, n)
-				}
-				return nil
+				return cdicmd.List(specDirs, e.stdout, e.stderr)
 			}
 		},
 	})
@@ -172,114 +89,5 @@ func (r *repeated) Set(s string) error {
 			*r = append(*r, v)
 		}
 	}
-	return nil
-}
-
-// selectDevices narrows sys to the devices ids name ("all" or none: every
-// GPU): a GPU by index or UUID keeps all its MIG devices; a MIG device by
-// GPU:INSTANCE (0:1) or MIG UUID keeps its parent with that MIG device
-// only, as nvidia-ctk cdi generate --device-id does. An id matching nothing
-// is an error: a spec silently missing a device fails containers later.
-func selectDevices(sys *gpu.System, ids []string) (*gpu.System, error) {
-	if len(ids) == 0 || (len(ids) == 1 && ids[0] == "all") {
-		return sys, nil
-	}
-	whole := map[int]bool{}        // parent index -> every MIG device
-	migs := map[int]map[int]bool{} // parent index -> MIG indexes
-	for _, id := range ids {
-		found := false
-		for _, d := range sys.Devices {
-			if id == strconv.Itoa(d.Index) || strings.EqualFold(id, d.UUID) {
-				found, whole[d.Index] = true, true
-			}
-			for _, m := range d.MIGDevices {
-				if id == m.Name() || strings.EqualFold(id, m.UUID) {
-					if !d.MIGEnabled {
-						continue
-					}
-					found = true
-					if migs[d.Index] == nil {
-						migs[d.Index] = map[int]bool{}
-					}
-					migs[d.Index][m.Index] = true
-				}
-			}
-		}
-		if !found {
-			if strings.Contains(id, ":") || strings.HasPrefix(strings.ToUpper(id), "MIG-") {
-				return nil, fmt.Errorf("%q is not a MIG device of this host (GPU:INSTANCE or MIG UUID; see gantry info)", id)
-			}
-			return nil, fmt.Errorf("%q is not the index or UUID of a GPU of this host (see gantry list)", id)
-		}
-	}
-	out := *sys
-	out.Devices = nil
-	for _, d := range sys.Devices {
-		switch {
-		case whole[d.Index]:
-			out.Devices = append(out.Devices, d)
-		case migs[d.Index] != nil:
-			kept := d
-			kept.MIGDevices = nil
-			for _, m := range d.MIGDevices {
-				if migs[d.Index][m.Index] {
-					kept.MIGDevices = append(kept.MIGDevices, m)
-				}
-			}
-			out.Devices = append(out.Devices, kept)
-		}
-	}
-	return &out, nil
-}
-
-// hookName is the CDI hook binary (cmd/gantry-cdi-hook) that generated specs
-// run, and systemHookPath where `make install` puts it.
-const (
-	hookName       = "gantry-cdi-hook"
-	systemHookPath = "/usr/bin/" + hookName
-)
-
-// executable is os.Executable; tests place the running gantry elsewhere.
-var executable = os.Executable
-
-// defaultHookPath finds the CDI hook binary when cdi.hook-path is empty: the
-// gantry-cdi-hook beside the running gantry (bin/ of a build, or where it
-// was installed), else systemHookPath. A spec naming a hook that does not
-// exist would fail every container that uses it, so a missing one is an
-// error here, naming the fix.
-func defaultHookPath() (string, error) {
-	var tried []string
-	if exe, err := executable(); err == nil {
-		tried = append(tried, filepath.Join(filepath.Dir(exe), hookName))
-	}
-	if len(tried) == 0 || tried[0] != systemHookPath {
-		tried = append(tried, systemHookPath)
-	}
-	for _, p := range tried {
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("the CDI hook binary %s is missing (looked at %s): install it with `make install`, or set cdi.hook-path in the configuration", hookName, strings.Join(tried, " and "))
-}
-
-// writeSpec prints spec to stdout, or writes it atomically to output.
-func writeSpec(e *env, spec *specs.Spec, output, format, what string) error {
-	if output == "" {
-		f := format
-		if f == "" {
-			f = "yaml"
-		}
-		b, err := cdispec.Marshal(spec, f)
-		if err != nil {
-			return err
-		}
-		_, err = e.stdout.Write(b)
-		return err
-	}
-	if err := cdispec.Write(spec, output, format); err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stderr, "wrote %s: %d devices of kind %s (%s)\n", output, len(spec.Devices), spec.Kind, what)
 	return nil
 }

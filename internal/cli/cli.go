@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/version"
 )
@@ -55,11 +56,9 @@ func (c *command) failCode() int {
 }
 
 // usageError is an error in how the command was called: exit code 2.
-type usageError struct{ msg string }
+type usageError = cdicmd.UsageError
 
-func (u usageError) Error() string { return u.msg }
-
-func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+func usagef(format string, a ...any) error { return cdicmd.Usagef(format, a...) }
 
 var commands []*command
 
@@ -130,7 +129,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if err := run(e, fs.Args()); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "gantry %s: %s (see gantry %s --help)\n", cmd.name, ue.msg, cmd.name)
+			fmt.Fprintf(stderr, "gantry %s: %s (see gantry %s --help)\n", cmd.name, ue.Msg, cmd.name)
 			return 2
 		}
 		var ec exitCode

@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 )
@@ -55,10 +56,10 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	if err := os.WriteFile(filepath.Join(exeDir, hookName), []byte("#!/bin/sh\n"), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(exeDir, cdicmd.HookName), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		panic(err)
 	}
-	executable = func() (string, error) { return filepath.Join(exeDir, "gantry"), nil }
+	cdicmd.Executable = func() (string, error) { return filepath.Join(exeDir, "gantry"), nil }
 	code := m.Run()
 	os.RemoveAll(exeDir)
 	if rootDir != "" {
@@ -268,8 +269,8 @@ func TestSimDriverRoot(t *testing.T) {
 // fix, rather than write a spec whose every container would fail.
 func TestCDIHookPath(t *testing.T) {
 	root := fakeRoot(t)
-	saved := executable
-	t.Cleanup(func() { executable = saved })
+	saved := cdicmd.Executable
+	t.Cleanup(func() { cdicmd.Executable = saved })
 	g := []string{"--gpus", "sim:h100x1", "--driver-root", root, "cdi", "generate", "--format", "json"}
 	hooks := func(out string) []string {
 		var spec struct {
@@ -292,8 +293,8 @@ func TestCDIHookPath(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	executable = func() (string, error) { return filepath.Join(dir, "gantry"), nil }
-	hook := filepath.Join(dir, hookName)
+	cdicmd.Executable = func() (string, error) { return filepath.Join(dir, "gantry"), nil }
+	hook := filepath.Join(dir, cdicmd.HookName)
 	if err := os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -320,17 +321,17 @@ func TestCDIHookPath(t *testing.T) {
 		t.Errorf("hooks with cdi.hook-path = /usr/bin/gantry: %q", got)
 	}
 
-	if _, err := os.Stat(systemHookPath); err == nil {
-		t.Skipf("%s exists on this machine: cannot test its absence", systemHookPath)
+	if _, err := os.Stat(cdicmd.SystemHookPath); err == nil {
+		t.Skipf("%s exists on this machine: cannot test its absence", cdicmd.SystemHookPath)
 	}
 	if err := os.Remove(hook); err != nil {
 		t.Fatal(err)
 	}
 	out, errOut, code = run(g...)
 	if code != 1 || out != "" || strings.Count(errOut, "\n") != 1 ||
-		!strings.Contains(errOut, hook) || !strings.Contains(errOut, systemHookPath) ||
+		!strings.Contains(errOut, hook) || !strings.Contains(errOut, cdicmd.SystemHookPath) ||
 		!strings.Contains(errOut, "make install") || !strings.Contains(errOut, "cdi.hook-path") {
-		t.Errorf("without a hook binary: exit %d, stdout %.100q, stderr %q; want one line naming %s, %s and the fixes", code, out, errOut, hook, systemHookPath)
+		t.Errorf("without a hook binary: exit %d, stdout %.100q, stderr %q; want one line naming %s, %s and the fixes", code, out, errOut, hook, cdicmd.SystemHookPath)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
@@ -110,20 +111,7 @@ func listFiles(sys *gpu.System, inv *driver.Inventory, caps []driver.Capability,
 	return append(out, inv.Files(caps)...)
 }
 
-func parseCapabilities(s string) ([]driver.Capability, error) {
-	if s == "all" || s == "" {
-		return driver.AllCapabilities, nil
-	}
-	var caps []driver.Capability
-	for _, part := range strings.Split(s, ",") {
-		c, err := driver.ParseCapability(strings.TrimSpace(part))
-		if err != nil {
-			return nil, err
-		}
-		caps = append(caps, c)
-	}
-	return caps, nil
-}
+func parseCapabilities(s string) ([]driver.Capability, error) { return cdicmd.ParseCapabilities(s) }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
@@ -131,12 +119,13 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// reportGaps tells the user, on stderr, what the driver root lacks: a
-// partial driver still works for what is there, but is rarely intended.
 // host discovers the GPUs (light: from procfs where that is enough) and the
 // driver's files, and warns on stderr about driver files that are missing.
 func (e *env) host(light bool) (*gpu.System, *driver.Inventory, error) {
-	sys, err := discover.GPUs(e.cfg, light)
+	if light {
+		return cdicmd.Host(e.cfg, e.stderr)
+	}
+	sys, err := discover.GPUs(e.cfg, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -144,15 +133,6 @@ func (e *env) host(light bool) (*gpu.System, *driver.Inventory, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	reportGaps(e, inv)
+	cdicmd.ReportGaps(e.stderr, inv)
 	return sys, inv, nil
-}
-
-func reportGaps(e *env, inv *driver.Inventory) {
-	for _, m := range inv.Missing {
-		fmt.Fprintf(e.stderr, "warning: driver %s under %s: %s not found\n", inv.Version, inv.Root, m)
-	}
-	for _, w := range inv.Warnings {
-		fmt.Fprintf(e.stderr, "warning: %s\n", w)
-	}
 }

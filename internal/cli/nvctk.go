@@ -8,12 +8,14 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/containerhook"
 	"github.com/gantry-gpu/gantry/internal/version"
 )
 
 // NVIDIA's nvidia-ctk (Container Toolkit 1.20) command lines, served by the
-// gantry binary under the name nvidia-ctk: provisioning scripts, Ansible
+// gantry binary under the name nvidia-ctk (cdi generate and cdi list also by
+// gantry-runtime under that name: package cdicmd): provisioning scripts, Ansible
 // roles and install guides written for NVIDIA's toolkit run unchanged. Each
 // command's flags are NVIDIA's; they are translated into the gantry command
 // that does the same work (runtime configure, cdi generate, ...), which then
@@ -22,17 +24,10 @@ import (
 // instead: a provisioning script must not believe it got something it did
 // not.
 
-// nvFlag is one of NVIDIA's flags of a command.
-type nvFlag struct {
-	names []string // the name and its aliases, without dashes
-	bool  bool     // takes no value (--flag, --flag=true|false)
-	multi bool     // may be repeated (urfave's StringSliceFlag), and takes comma lists
-	whole bool     // with multi: a value is never split at commas
-	help  string
-	// unsupported, when set, is why Gantry refuses the flag and what to do
-	// instead; the flag is then never accepted.
-	unsupported string
-}
+// nvFlag is one of NVIDIA's flags of a command; the grammar (and the flags
+// of cdi generate and cdi list, which the lean gantry-runtime serves too) is
+// in package cdicmd.
+type nvFlag = cdicmd.Flag
 
 // nvCommand is one nvidia-ctk command.
 type nvCommand struct {
@@ -45,20 +40,7 @@ type nvCommand struct {
 	run func(c *nvCtx, f nvValues) error
 }
 
-type nvValues map[string][]string
-
-func (v nvValues) str(name string) (string, bool) {
-	vals, ok := v[name]
-	if !ok || len(vals) == 0 {
-		return "", ok
-	}
-	return vals[len(vals)-1], true
-}
-
-func (v nvValues) on(name string) bool {
-	s, ok := v.str(name)
-	return ok && s != "false"
-}
+type nvValues = cdicmd.Values
 
 // nvCtx is what a command runs with.
 type nvCtx struct {
@@ -137,7 +119,7 @@ func NVIDIACTKMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	ctx := &nvCtx{stdout: stdout, stderr: stderr, debug: debug, name: "nvidia-ctk " + c.words}
-	vals, help, err := parseNVFlags(c, rest)
+	vals, help, err := cdicmd.ParseFlags(c.flags, rest)
 	if help {
 		nvCommandHelp(stdout, c)
 		return 0
@@ -152,7 +134,7 @@ func NVIDIACTKMain(args []string, stdout, stderr io.Writer) int {
 		}
 		var ue usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "%s: %s (see %s --help)\n", ctx.name, ue.msg, ctx.name)
+			fmt.Fprintf(stderr, "%s: %s (see %s --help)\n", ctx.name, ue.Msg, ctx.name)
 			return 2
 		}
 		fmt.Fprintf(stderr, "%s: %v\n", ctx.name, err)
@@ -182,75 +164,6 @@ func nvGroup(word string) []*nvCommand {
 		}
 	}
 	return out
-}
-
-// parseNVFlags reads NVIDIA's flag syntax (urfave/cli): --name value,
-// --name=value, -name, bool flags bare or =true|false, in any order.
-func parseNVFlags(c *nvCommand, args []string) (nvValues, bool, error) {
-	vals := nvValues{}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if isHelp(a) {
-			return nil, true, nil
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			return nil, false, usagef("unexpected argument %q", a)
-		}
-		if a == "--" {
-			if i+1 < len(args) {
-				return nil, false, usagef("unexpected argument %q", args[i+1])
-			}
-			break
-		}
-		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		f := c.flag(name)
-		if f == nil {
-			return nil, false, usagef("unknown flag %s", a)
-		}
-		if f.unsupported != "" {
-			return nil, false, usagef("--%s is not supported by Gantry: %s", name, f.unsupported)
-		}
-		if f.bool {
-			if !hasVal {
-				val = "true"
-			} else if val != "true" && val != "false" {
-				return nil, false, usagef("--%s=%s: want true or false", name, val)
-			}
-		} else if !hasVal {
-			if i+1 >= len(args) {
-				return nil, false, usagef("--%s needs a value", name)
-			}
-			i++
-			val = args[i]
-		}
-		key := f.names[0]
-		if f.multi && f.whole {
-			vals[key] = append(vals[key], val)
-		} else if f.multi {
-			for _, v := range strings.Split(val, ",") {
-				if v = strings.TrimSpace(v); v != "" {
-					vals[key] = append(vals[key], v)
-				}
-			}
-			if _, ok := vals[key]; !ok {
-				vals[key] = []string{}
-			}
-		} else {
-			vals[key] = []string{val}
-		}
-	}
-	return vals, false, nil
-}
-
-func (c *nvCommand) flag(name string) *nvFlag {
-	for i := range c.flags {
-		for _, n := range c.flags[i].names {
-			if n == name {
-				return &c.flags[i]
-			}
-		}
-	}
-	return nil
 }
 
 func nvOverview(w io.Writer) {
@@ -285,19 +198,19 @@ See nvidia-ctk COMMAND --help, and gantry --help for Gantry's own commands.
 func nvCommandHelp(w io.Writer, c *nvCommand) {
 	fmt.Fprintf(w, "Usage: nvidia-ctk %s [flags]\n\n%s\n\n%s\n\nFlags:\n", c.words, c.summary, strings.TrimSpace(c.help))
 	for _, f := range c.flags {
-		names := make([]string, len(f.names))
-		for i, n := range f.names {
+		names := make([]string, len(f.Names))
+		for i, n := range f.Names {
 			names[i] = "--" + n
 		}
 		arg := " VALUE"
-		if f.bool {
+		if f.Bool {
 			arg = ""
 		}
 		fmt.Fprintf(w, "  %s%s\n", strings.Join(names, ", "), arg)
-		if f.unsupported != "" {
-			fmt.Fprintf(w, "        not supported: %s\n", f.unsupported)
+		if f.Unsupported != "" {
+			fmt.Fprintf(w, "        not supported: %s\n", f.Unsupported)
 		} else {
-			fmt.Fprintf(w, "        %s\n", f.help)
+			fmt.Fprintf(w, "        %s\n", f.Help)
 		}
 	}
 }

@@ -45,11 +45,11 @@ requests alike; ldconfig; the hook paths) is reported and changes nothing. A key
 whose value Gantry cannot honour is an error naming why. A key alone
 (--set KEY) sets true.`,
 			flags: []nvFlag{
-				{names: []string{"config-file", "config", "c"}, help: "the configuration file (default $GANTRY_CONFIG or /etc/gantry/config.toml)"},
-				{names: []string{"set"}, help: "KEY[=VALUE] in NVIDIA's names (repeatable)", multi: true, whole: true},
-				{names: []string{"set-list-separator"}, help: "separator of list values in --set (default :)"},
-				{names: []string{"in-place", "i"}, bool: true, help: "write the result back to the file"},
-				{names: []string{"output", "o"}, help: "write the result to this file (default stdout)"},
+				{Names: []string{"config-file", "config", "c"}, Help: "the configuration file (default $GANTRY_CONFIG or /etc/gantry/config.toml)"},
+				{Names: []string{"set"}, Help: "KEY[=VALUE] in NVIDIA's names (repeatable)", Multi: true, Whole: true},
+				{Names: []string{"set-list-separator"}, Help: "separator of list values in --set (default :)"},
+				{Names: []string{"in-place", "i"}, Bool: true, Help: "write the result back to the file"},
+				{Names: []string{"output", "o"}, Help: "write the result to this file (default stdout)"},
 			},
 			run: runNVConfig,
 		},
@@ -60,7 +60,7 @@ whose value Gantry cannot honour is an error naming why. A key alone
 --output. create-default and generate-default are the same command.
 
   nvidia-ctk config default --output=/etc/gantry/config.toml`,
-			flags: []nvFlag{{names: []string{"output", "o"}, help: "write it to this file (default stdout)"}},
+			flags: []nvFlag{{Names: []string{"output", "o"}, Help: "write it to this file (default stdout)"}},
 			run:   runNVConfigDefault,
 		},
 	)
@@ -77,7 +77,7 @@ func runNVConfigDefault(c *nvCtx, f nvValues) error {
 	if err != nil {
 		return err
 	}
-	if out, ok := f.str("output"); ok && out != "" {
+	if out, ok := f.Str("output"); ok && out != "" {
 		if err := config.WriteFile(out, b, true); err != nil {
 			return fmt.Errorf("writing %s: %w", out, err)
 		}
@@ -89,7 +89,7 @@ func runNVConfigDefault(c *nvCtx, f nvValues) error {
 }
 
 func runNVConfig(c *nvCtx, f nvValues) error {
-	path, _ := f.str("config-file")
+	path, _ := f.Str("config-file")
 	if path == "" {
 		path = os.Getenv(config.EnvPath)
 	}
@@ -99,13 +99,13 @@ func runNVConfig(c *nvCtx, f nvValues) error {
 	if filepath.Clean(path) == config.NVIDIADefaultPath {
 		return usagef("--config-file %s is NVIDIA's file, which Gantry does not read: give Gantry's (%s), or convert NVIDIA's with gantry config migrate", path, config.DefaultPath)
 	}
-	sep, ok := f.str("set-list-separator")
+	sep, ok := f.Str("set-list-separator")
 	if !ok {
 		sep = ":"
 	}
 	// Only a regular file is rewritten: GANTRY_CONFIG=/dev/null (no
 	// configuration) must never have a file renamed over the device.
-	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() && f.on("in-place") {
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() && f.On("in-place") {
 		return usagef("--in-place: %s is not a regular file (GANTRY_CONFIG=/dev/null means no configuration file): name the file with --config-file", path)
 	}
 	cur := config.Default()
@@ -152,7 +152,7 @@ func runNVConfig(c *nvCtx, f nvValues) error {
 	if err != nil {
 		return err
 	}
-	if f.on("in-place") {
+	if f.On("in-place") {
 		if before, err := configMap(cur); err == nil && reflect.DeepEqual(before, curMap) {
 			return nil // nothing changed: the file stays as it is, comments and all
 		}
@@ -162,7 +162,7 @@ func runNVConfig(c *nvCtx, f nvValues) error {
 		fmt.Fprintf(c.stderr, "wrote %s\n", path)
 		return nil
 	}
-	if o, ok := f.str("output"); ok && o != "" {
+	if o, ok := f.Str("output"); ok && o != "" {
 		if err := config.WriteFile(o, enc, true); err != nil {
 			return fmt.Errorf("writing %s: %w", o, err)
 		}

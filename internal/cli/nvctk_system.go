@@ -69,12 +69,12 @@ when it is not /).
   sudo nvidia-ctk system create-device-nodes --control-devices --load-kernel-modules
   sudo nvidia-ctk system create-device-nodes --mig-devices`,
 			flags: []nvFlag{
-				{names: []string{"root", "driver-root"}, help: "the driver's root, where modules are loaded from (default /)"},
-				{names: []string{"dev-root"}, help: "where dev/ is (default: the root)"},
-				{names: []string{"control-devices"}, bool: true, help: "create the control device nodes (and the MIG config and monitor capability nodes)"},
-				{names: []string{"mig-devices"}, bool: true, help: "Gantry's: create the capability nodes of the existing MIG GPU and compute instances"},
-				{names: []string{"load-kernel-modules"}, bool: true, help: "load the NVIDIA kernel modules first"},
-				{names: []string{"dry-run"}, bool: true, help: "say what would be done; do nothing"},
+				{Names: []string{"root", "driver-root"}, Help: "the driver's root, where modules are loaded from (default /)"},
+				{Names: []string{"dev-root"}, Help: "where dev/ is (default: the root)"},
+				{Names: []string{"control-devices"}, Bool: true, Help: "create the control device nodes (and the MIG config and monitor capability nodes)"},
+				{Names: []string{"mig-devices"}, Bool: true, Help: "Gantry's: create the capability nodes of the existing MIG GPU and compute instances"},
+				{Names: []string{"load-kernel-modules"}, Bool: true, Help: "load the NVIDIA kernel modules first"},
+				{Names: []string{"dry-run"}, Bool: true, Help: "say what would be done; do nothing"},
 			},
 			run: runNVCreateDeviceNodes,
 		},
@@ -99,12 +99,12 @@ loads the modules first. NVIDIA's udev rule runs it so:
 
   sudo nvidia-ctk system create-dev-char-symlinks --create-all`,
 			flags: []nvFlag{
-				{names: []string{"dev-char-path"}, help: "where the links go (default /dev/char)"},
-				{names: []string{"driver-root"}, help: "where dev/nvidia* are searched (default /)"},
-				{names: []string{"create-all"}, bool: true, help: "link every possible node, not only existing ones"},
-				{names: []string{"load-kernel-modules"}, bool: true, help: "with --create-all: load the NVIDIA kernel modules first"},
-				{names: []string{"create-device-nodes"}, bool: true, help: "with --create-all: create the control nodes first"},
-				{names: []string{"dry-run"}, bool: true, help: "say what would be done; do nothing"},
+				{Names: []string{"dev-char-path"}, Help: "where the links go (default /dev/char)"},
+				{Names: []string{"driver-root"}, Help: "where dev/nvidia* are searched (default /)"},
+				{Names: []string{"create-all"}, Bool: true, Help: "link every possible node, not only existing ones"},
+				{Names: []string{"load-kernel-modules"}, Bool: true, Help: "with --create-all: load the NVIDIA kernel modules first"},
+				{Names: []string{"create-device-nodes"}, Bool: true, Help: "with --create-all: create the control nodes first"},
+				{Names: []string{"dry-run"}, Bool: true, Help: "say what would be done; do nothing"},
 			},
 			run: runNVCreateDevCharSymlinks,
 		},
@@ -348,35 +348,35 @@ func migCapNodes(control, instances bool, gpus int) ([]controlNode, error) {
 }
 
 func runNVCreateDeviceNodes(c *nvCtx, f nvValues) error {
-	root, _ := f.str("root")
+	root, _ := f.Str("root")
 	if root == "" {
 		root = "/"
 	}
-	devRoot, _ := f.str("dev-root")
+	devRoot, _ := f.Str("dev-root")
 	if devRoot == "" {
 		devRoot = root
 	}
-	dry := f.on("dry-run")
-	if f.on("load-kernel-modules") {
+	dry := f.On("dry-run")
+	if f.On("load-kernel-modules") {
 		if err := loadModules(c, root, dry); err != nil {
 			return err
 		}
 	}
-	if !f.on("control-devices") && !f.on("mig-devices") {
-		if !f.on("load-kernel-modules") {
+	if !f.On("control-devices") && !f.On("mig-devices") {
+		if !f.On("load-kernel-modules") {
 			fmt.Fprintf(c.stderr, "%s: nothing to do: add --control-devices (and --load-kernel-modules)\n", c.name)
 		}
 		return nil
 	}
 	var nodes []controlNode
-	if f.on("control-devices") {
+	if f.On("control-devices") {
 		ctl, err := controlNodes()
 		if err != nil {
 			return err
 		}
 		nodes = append(nodes, ctl...)
 	}
-	caps, err := migCapNodes(f.on("control-devices"), f.on("mig-devices"), -1)
+	caps, err := migCapNodes(f.On("control-devices"), f.On("mig-devices"), -1)
 	if err != nil {
 		return err
 	}
@@ -387,25 +387,25 @@ func runNVCreateDeviceNodes(c *nvCtx, f nvValues) error {
 type devCharLink struct{ name, target string }
 
 func runNVCreateDevCharSymlinks(c *nvCtx, f nvValues) error {
-	root, _ := f.str("driver-root")
+	root, _ := f.Str("driver-root")
 	if root == "" {
 		root = "/"
 	}
-	charDir, _ := f.str("dev-char-path")
+	charDir, _ := f.Str("dev-char-path")
 	if charDir == "" {
 		charDir = "/dev/char"
 	}
-	dry := f.on("dry-run")
-	all := f.on("create-all")
-	if !all && (f.on("load-kernel-modules") || f.on("create-device-nodes")) {
+	dry := f.On("dry-run")
+	all := f.On("create-all")
+	if !all && (f.On("load-kernel-modules") || f.On("create-device-nodes")) {
 		return usagef("--load-kernel-modules and --create-device-nodes apply with --create-all only")
 	}
-	if all && f.on("load-kernel-modules") {
+	if all && f.On("load-kernel-modules") {
 		if err := loadModules(c, root, dry); err != nil {
 			return err
 		}
 	}
-	if all && f.on("create-device-nodes") {
+	if all && f.On("create-device-nodes") {
 		if err := makeControlNodes(c, root, dry); err != nil {
 			return err
 		}

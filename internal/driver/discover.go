@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"sync"
 )
 
 // Options says where to look for the driver.
@@ -60,6 +61,28 @@ func Discover(opts Options) (*Inventory, error) {
 		inv.Version = v
 	}
 
+	// The driver's programs, sockets and control devices (and its firmware,
+	// when the version is known already) do not depend on its libraries:
+	// they are looked for at the same time, with a resolver of their own
+	// (a resolver is not safe for concurrent use).
+	known := inv.Version
+	var others sync.WaitGroup
+	others.Go(func() {
+		or := newResolver(root)
+		inv.Binaries = findBinaries(or)
+		if known != "" {
+			inv.Firmware = findFirmware(or, known)
+		}
+		inv.Sockets = findSockets(or)
+		inv.DeviceNodes = findDevices(devRoot)
+	})
+	// So are the configuration files (not the X server modules, looked for
+	// beside libcuda first).
+	var configFiles []File
+	if known != "" {
+		others.Go(func() { configFiles = findConfigFiles(newResolver(root), known) })
+	}
+
 	scan := &libraryScan{r: r, seen: map[string]bool{}, asked: map[string]bool{}}
 	if cachePath, err := r.Resolve("/etc/ld.so.cache"); err == nil {
 		if err := scan.fromCache(r.host(cachePath)); err != nil {
@@ -78,15 +101,18 @@ func Discover(opts Options) (*Inventory, error) {
 		inv.Version = versionFromLibraries(scan.cands)
 	}
 	if inv.Version == "" {
+		others.Wait()
 		return nil, noDriverError(root)
 	}
 
 	inv.Libraries = selectLibraries(r, scan.cands, inv.Version)
-	inv.Binaries = findBinaries(r)
-	inv.Firmware = findFirmware(r, inv.Version)
-	inv.Configs = findConfigs(r, inv.Version, inv.Libraries)
-	inv.Sockets = findSockets(r)
-	inv.DeviceNodes = findDevices(devRoot)
+	if known == "" {
+		inv.Firmware = findFirmware(r, inv.Version)
+		configFiles = findConfigFiles(r, inv.Version)
+	}
+	modules := findModules(r, inv.Version, inv.Libraries)
+	others.Wait()
+	inv.Configs = append(configFiles, modules...)
 	inv.Missing = missing(inv)
 
 	for _, g := range []*[]File{&inv.Libraries, &inv.Binaries, &inv.Firmware, &inv.Configs, &inv.Sockets, &inv.DeviceNodes} {

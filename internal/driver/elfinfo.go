@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // elfInfo is what Discover needs to know about a shared object: its word
@@ -24,14 +27,15 @@ var errNotELF = errors.New("not an ELF file")
 
 // Limits that keep a hostile or corrupt file from making us read much.
 const (
-	maxProgHeaders = 256
-	maxDynamicSize = 64 << 10
-	maxSONAMELen   = 256
+	maxProgHeaders    = 256
+	maxProgHeaderSize = 1024 // 56 in every 64-bit object, 32 in 32-bit ones
+	maxDynamicSize    = 64 << 10
+	maxSONAMELen      = 256
 )
 
 // readELFFile reads the ELF facts of the file at path.
 func readELFFile(path string) (elfInfo, error) {
-	f, err := os.Open(path)
+	f, err := openRaw(path)
 	if err != nil {
 		return elfInfo{}, err
 	}
@@ -39,11 +43,57 @@ func readELFFile(path string) (elfInfo, error) {
 	return readELF(f)
 }
 
+// rawFile is a file opened for a few positioned reads with plain system
+// calls: open, pread, close. An os.File also registers with the poller and
+// sets a finalizer, three more calls for each of the dozens of files a
+// discovery reads.
+type rawFile struct {
+	fd   int
+	path string
+}
+
+func openRaw(path string) (*rawFile, error) {
+	for {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		return &rawFile{fd: fd, path: path}, nil
+	}
+}
+
+// ReadAt is io.ReaderAt's: n < len(p) comes with an error (io.EOF at the
+// end of the file).
+func (f *rawFile) ReadAt(p []byte, off int64) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Pread(f.fd, p[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, &os.PathError{Op: "read", Path: f.path, Err: err}
+		}
+		if m == 0 {
+			return n, io.EOF
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func (f *rawFile) Close() error { return unix.Close(f.fd) }
+
 // readELF reads the ELF header, the program headers and the dynamic
 // segment, and looks DT_SONAME up in the dynamic string table. It reads a few
 // hundred bytes where debug/elf would read every section header and the whole
 // string table: libcuda alone is ~100 MB, and Discover opens ~70 libraries.
-func readELF(r io.ReaderAt) (elfInfo, error) {
+func readELF(ra io.ReaderAt) (elfInfo, error) {
+	r := newHeadReader(ra)
+	defer r.release()
 	var ident [elf.EI_NIDENT]byte
 	if _, err := r.ReadAt(ident[:], 0); err != nil {
 		return elfInfo{}, errNotELF
@@ -88,6 +138,9 @@ func readELF(r io.ReaderAt) (elfInfo, error) {
 	default:
 		return elfInfo{}, fmt.Errorf("%w: bad class", errNotELF)
 	}
+	if phentsize > maxProgHeaderSize {
+		return info, fmt.Errorf("bad program header size %d", phentsize)
+	}
 	if phnum > maxProgHeaders || phoff > 1<<40 {
 		return info, fmt.Errorf("bad program header table (%d entries at %d)", phnum, phoff)
 	}
@@ -96,11 +149,13 @@ func readELF(r io.ReaderAt) (elfInfo, error) {
 	type seg struct{ off, vaddr, filesz uint64 }
 	var loads []seg
 	var dyn *seg
-	buf := make([]byte, phentsize)
+	// The table in one read (it is within the head for any real object).
+	table := make([]byte, phnum*phentsize)
+	if _, err := r.ReadAt(table, int64(phoff)); err != nil {
+		return info, fmt.Errorf("reading the %d program headers at %d: %w", phnum, phoff, err)
+	}
 	for i := 0; i < phnum; i++ {
-		if _, err := r.ReadAt(buf, int64(phoff)+int64(i*phentsize)); err != nil {
-			return info, fmt.Errorf("reading program header %d: %w", i, err)
-		}
+		buf := table[i*phentsize : (i+1)*phentsize]
 		var s seg
 		var typ elf.ProgType
 		if info.Class == elf.ELFCLASS64 {
@@ -179,6 +234,49 @@ func readELF(r io.ReaderAt) (elfInfo, error) {
 		return info, nil
 	}
 	return info, fmt.Errorf("SONAME address %#x outside the loaded segments", addr)
+}
+
+// headSize is how much of a file readELF reads at once from its start: the
+// ELF header and the program headers are there in every object a linker
+// wrote, and often the dynamic segment and the SONAME too.
+const headSize = 4096
+
+// headReader serves reads within the first headSize bytes of a file from
+// one read, and the others from the file: readELF then costs one to three
+// reads per object instead of one per header.
+type headReader struct {
+	r    io.ReaderAt
+	head []byte
+	eof  bool // the file ends within head
+}
+
+// heads recycles headReader buffers: a discovery reads dozens of files, and
+// fresh memory costs a fresh process page faults.
+var heads = sync.Pool{New: func() any { return new([headSize]byte) }}
+
+func newHeadReader(r io.ReaderAt) *headReader {
+	h := &headReader{r: r, head: heads.Get().(*[headSize]byte)[:]}
+	n, err := r.ReadAt(h.head, 0)
+	h.head = h.head[:n]
+	h.eof = n < headSize && err != nil
+	return h
+}
+
+// release returns the buffer; h must not be used afterwards.
+func (h *headReader) release() {
+	heads.Put((*[headSize]byte)(h.head[:headSize]))
+	h.head = nil
+}
+
+func (h *headReader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off > int64(len(h.head)) || (!h.eof && off+int64(len(p)) > int64(len(h.head))) {
+		return h.r.ReadAt(p, off)
+	}
+	n := copy(p, h.head[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 // ReadELF returns the word size, machine and DT_SONAME of the ELF shared

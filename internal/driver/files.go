@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -46,7 +45,7 @@ func findBinaries(r *resolver) []File {
 			if err != nil {
 				continue
 			}
-			fi, err := os.Stat(r.host(p))
+			fi, err := r.stat(p)
 			if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 				continue
 			}
@@ -75,13 +74,13 @@ func findBinaries(r *resolver) []File {
 }
 
 func isELF(p string) bool {
-	f, err := os.Open(p)
+	f, err := openRaw(p)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
 	var magic [4]byte
-	if _, err := io.ReadFull(f, magic[:]); err != nil {
+	if n, _ := f.ReadAt(magic[:], 0); n < len(magic) {
 		return false
 	}
 	return bytes.Equal(magic[:], []byte("\x7fELF"))
@@ -119,7 +118,7 @@ func findFirmware(r *resolver, version string) []File {
 			if err != nil {
 				continue
 			}
-			if fi, err := os.Stat(r.host(p)); err != nil || !fi.Mode().IsRegular() {
+			if fi, err := r.stat(p); err != nil || !fi.Mode().IsRegular() {
 				continue
 			}
 			seen[n] = true
@@ -194,6 +193,12 @@ var xorgDirs = []string{
 // symlinks it may be lead), so HostPath is the real file and ContainerPath
 // the lookup path.
 func findConfigs(r *resolver, version string, libs []File) []File {
+	return append(findConfigFiles(r, version), findModules(r, version, libs)...)
+}
+
+// findConfigFiles is findConfigs' configuration files, which do not depend
+// on the libraries.
+func findConfigFiles(r *resolver, version string) []File {
 	var out []File
 	for _, c := range configFiles() {
 		rel := c.Rel
@@ -205,7 +210,7 @@ func findConfigs(r *resolver, version string, libs []File) []File {
 			if err != nil {
 				continue
 			}
-			if _, err := os.Stat(r.host(p)); err != nil {
+			if _, err := r.stat(p); err != nil {
 				continue
 			}
 			cp := path.Join(d, rel)
@@ -217,6 +222,12 @@ func findConfigs(r *resolver, version string, libs []File) []File {
 		}
 	}
 
+	return out
+}
+
+// findModules is findConfigs' X server modules and GBM backend.
+func findModules(r *resolver, version string, libs []File) []File {
+	var out []File
 	// X server modules, next to libcuda first (NVIDIA's .run installer),
 	// then the X server's own module directories.
 	dirs := []string{}
@@ -232,7 +243,7 @@ func findConfigs(r *resolver, version string, libs []File) []File {
 			if err != nil {
 				continue
 			}
-			if fi, err := os.Stat(r.host(p)); err != nil || !fi.Mode().IsRegular() {
+			if fi, err := r.stat(p); err != nil || !fi.Mode().IsRegular() {
 				continue
 			}
 			out = append(out, File{HostPath: r.host(p), ContainerPath: path.Join(d, name), Kind: KindConfig, Capability: Display})
@@ -276,7 +287,7 @@ func findSockets(r *resolver) []File {
 		if err != nil || seen[p] {
 			continue
 		}
-		if _, err := os.Stat(r.host(p)); err != nil {
+		if _, err := r.stat(p); err != nil {
 			continue
 		}
 		seen[p] = true

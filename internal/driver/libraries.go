@@ -6,6 +6,8 @@ import (
 	"path"
 	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gantry-gpu/gantry/internal/ldcache"
 )
@@ -158,6 +160,19 @@ func (s *libraryScan) add(lib int, p string) {
 	s.cands = append(s.cands, candidate{lib: lib, path: real})
 }
 
+// addResolved adds the in-root path p, which has no symlink in it.
+func (s *libraryScan) addResolved(lib int, p string) {
+	if s.asked[p] {
+		return
+	}
+	s.asked[p] = true
+	if s.seen[p] {
+		return
+	}
+	s.seen[p] = true
+	s.cands = append(s.cands, candidate{lib: lib, path: p})
+}
+
 // fromCache adds the cache entries that name driver libraries. A missing or
 // unreadable cache is not an error: the directory scan still finds the files.
 func (s *libraryScan) fromCache(cachePath string) error {
@@ -190,9 +205,18 @@ func (s *libraryScan) fromDir(dir string, done map[string]bool) {
 		return
 	}
 	for _, e := range ents {
-		if i, ok := stemOf(e.Name()); ok {
-			s.add(i, path.Join(rd, e.Name()))
+		i, ok := stemOf(e.Name())
+		if !ok {
+			continue
 		}
+		p := path.Join(rd, e.Name())
+		if e.Type().IsRegular() {
+			// rd has no symlinks left and this is no symlink: p is its
+			// own resolution, without an lstat.
+			s.addResolved(i, p)
+			continue
+		}
+		s.add(i, p)
 	}
 }
 
@@ -227,6 +251,7 @@ func selectLibraries(r *resolver, cands []candidate, version string) []File {
 	}
 	taken := map[key]bool{}
 	driverDirs := map[string]bool{}
+	infos := readELFs(r, cands, version)
 	var out []File
 	for pass := 0; pass < 2; pass++ {
 		for _, c := range cands {
@@ -245,10 +270,11 @@ func selectLibraries(r *resolver, cands []candidate, version string) []File {
 			} else if suffix != version {
 				continue
 			}
-			info, err := readELFFile(r.host(c.path))
-			if err != nil {
+			got, ok := infos[c.path]
+			if !ok || got.err != nil {
 				continue
 			}
+			info := got.info
 			bits := 0
 			switch {
 			case info.Class == elf.ELFCLASS64 && info.Machine == m64:
@@ -276,6 +302,62 @@ func selectLibraries(r *resolver, cands []candidate, version string) []File {
 				SONAME:        info.SONAME,
 			})
 		}
+	}
+	return out
+}
+
+// elfResult is one readELFFile outcome.
+type elfResult struct {
+	info elfInfo
+	err  error
+}
+
+// maxELFReaders bounds the goroutines readELFs reads with: each may cost
+// the runtime a new thread, tens of microseconds in a fresh process.
+const maxELFReaders = 4
+
+// readELFs reads the ELF facts of every candidate whose name selectLibraries
+// may take (the driver's version, or a version of the library's own), by
+// in-root path, several files at a time: they are the bulk of a discovery's
+// reads, each a few small reads of another file. The selection itself stays
+// in search order, so the result does not depend on which read ends first.
+func readELFs(r *resolver, cands []candidate, version string) map[string]elfResult {
+	var paths []string
+	for _, c := range cands {
+		spec := driverLibraries[c.lib]
+		suffix, ok := strings.CutPrefix(path.Base(c.path), spec.Stem+".")
+		if !ok {
+			continue
+		}
+		if spec.OwnVersion && (IsVersion(suffix) || isNumber(suffix)) || !spec.OwnVersion && suffix == version {
+			paths = append(paths, c.path)
+		}
+	}
+	out := make(map[string]elfResult, len(paths))
+	results := make([]elfResult, len(paths))
+	workers := min(runtime.GOMAXPROCS(0), maxELFReaders, len(paths)/4)
+	if workers < 2 {
+		for i, p := range paths {
+			results[i].info, results[i].err = readELFFile(r.host(p))
+		}
+	} else {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= len(paths) {
+						return
+					}
+					results[i].info, results[i].err = readELFFile(r.host(paths[i]))
+				}
+			})
+		}
+		wg.Wait()
+	}
+	for i, p := range paths {
+		out[p] = results[i]
 	}
 	return out
 }

@@ -110,6 +110,16 @@ func (r *resolver) lstat(full string) lstatted {
 	return f
 }
 
+// stat is os.Stat of p, an in-root path Resolve returned: the lstat that
+// Resolve made of it (the last step of a resolution is no symlink), without
+// another system call.
+func (r *resolver) stat(p string) (os.FileInfo, error) {
+	if f, ok := r.files[p]; ok && f.err == nil && f.fi.Mode()&os.ModeSymlink == 0 {
+		return f.fi, nil
+	}
+	return os.Stat(r.host(p))
+}
+
 // resolveDir resolves a directory path, caching the outcome (errors too:
 // most of the standard library directories are missing on any one host).
 func (r *resolver) resolveDir(dir string, links *int) (string, error) {
@@ -122,7 +132,7 @@ func (r *resolver) resolveDir(dir string, links *int) (string, error) {
 	p, err := r.resolve(dir, links)
 	if err == nil {
 		var fi os.FileInfo
-		if fi, err = os.Stat(r.host(p)); err == nil && !fi.IsDir() {
+		if fi, err = r.stat(p); err == nil && !fi.IsDir() {
 			err = &os.PathError{Op: "resolve", Path: r.host(p), Err: syscall.ENOTDIR}
 		}
 	}

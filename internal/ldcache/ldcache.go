@@ -531,7 +531,11 @@ func Open(path string) (*Cache, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("loader cache %s is a %s, not a regular file: %w", path, st.Mode().Type(), ErrCorrupt)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	// One read of the size the file has (io.ReadAll would grow its buffer
+	// from 512 bytes, a dozen copies for a real cache); a file that grows
+	// meanwhile is still read to its end, up to the limit.
+	buf := make([]byte, 0, min(st.Size(), MaxFileSize)+1)
+	b, err := readAllInto(buf, io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading loader cache %s: %w", path, err)
 	}
@@ -543,6 +547,23 @@ func Open(path string) (*Cache, error) {
 		return nil, fmt.Errorf("%s (regenerate it with ldconfig): %w", path, err)
 	}
 	return c, nil
+}
+
+// readAllInto is io.ReadAll appending to b.
+func readAllInto(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // UnmarshalBinary replaces c with the cache parsed from b.
