@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
@@ -47,8 +48,10 @@ func (e *encoder) strs(ss []string) {
 	}
 }
 
+// decoder reads the file as one string: every string it returns is a
+// slice of it, one allocation for all.
 type decoder struct {
-	b   []byte
+	s   string
 	err error
 }
 
@@ -56,47 +59,55 @@ func (d *decoder) fail() {
 	if d.err == nil {
 		d.err = errCorrupt
 	}
-	d.b = nil
+	d.s = ""
 }
 
+// uint reads a uvarint (binary.Uvarint's rules: at most 10 bytes, no
+// overflow).
 func (d *decoder) uint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail()
-		return 0
+	var v uint64
+	for i := 0; i < len(d.s) && i < binary.MaxVarintLen64; i++ {
+		c := d.s[i]
+		if i == binary.MaxVarintLen64-1 && c > 1 {
+			break
+		}
+		v |= uint64(c&0x7f) << (7 * i)
+		if c < 0x80 {
+			d.s = d.s[i+1:]
+			return v
+		}
 	}
-	d.b = d.b[n:]
-	return v
+	d.fail()
+	return 0
 }
 
 func (d *decoder) int() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail()
-		return 0
+	u := d.uint()
+	v := int64(u >> 1)
+	if u&1 != 0 {
+		v = ^v
 	}
-	d.b = d.b[n:]
 	return v
 }
 
 func (d *decoder) str() string {
 	n := d.uint()
-	if n > uint64(len(d.b)) {
+	if n > uint64(len(d.s)) {
 		d.fail()
 		return ""
 	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
+	s := d.s[:n]
+	d.s = d.s[n:]
 	return s
 }
 
 func (d *decoder) bool() bool {
-	if len(d.b) == 0 || d.b[0] > 1 {
+	if len(d.s) == 0 || d.s[0] > 1 {
 		d.fail()
 		return false
 	}
-	v := d.b[0] == 1
-	d.b = d.b[1:]
+	v := d.s[0] == 1
+	d.s = d.s[1:]
 	return v
 }
 
@@ -106,7 +117,7 @@ func (d *decoder) bool() bool {
 // the elements actually there.
 func (d *decoder) count() int {
 	n := d.uint()
-	if n > uint64(len(d.b)) {
+	if n > uint64(len(d.s)) {
 		d.fail()
 		return 0
 	}
@@ -203,11 +214,11 @@ func encodeCache(c cacheFile) []byte {
 // decodeKey reads the magic and the key: all a cache's reader needs to
 // know whether the rest is worth decoding.
 func decodeKey(d *decoder) cacheKey {
-	if len(d.b) < len(cacheMagic) || string(d.b[:len(cacheMagic)]) != cacheMagic {
+	if !strings.HasPrefix(d.s, cacheMagic) {
 		d.fail()
 		return cacheKey{}
 	}
-	d.b = d.b[len(cacheMagic):]
+	d.s = d.s[len(cacheMagic):]
 	var k cacheKey
 	k.Format = int(d.uint())
 	k.DriverRoot = d.str()
@@ -221,7 +232,7 @@ func decodeKey(d *decoder) cacheKey {
 // decodeCache is the cache file b, or an error if it is not one (wrong
 // magic, corrupt, truncated, or bytes left over).
 func decodeCache(b []byte) (*cacheFile, error) {
-	d := &decoder{b: b}
+	d := &decoder{s: string(b)}
 	c := &cacheFile{Key: decodeKey(d)}
 	if d.err == nil && c.Key.Format != cacheFormat {
 		return nil, fmt.Errorf("inventory cache format %d, want %d", c.Key.Format, cacheFormat)
@@ -299,7 +310,7 @@ func decodeCache(b []byte) (*cacheFile, error) {
 		}
 		c.GPUs = s
 	}
-	if d.err == nil && len(d.b) > 0 {
+	if d.err == nil && len(d.s) > 0 {
 		d.fail()
 	}
 	if d.err != nil {

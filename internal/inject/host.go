@@ -221,7 +221,7 @@ func ReadCacheStamp(p string) (CacheStamp, error) {
 	if err != nil {
 		return CacheStamp{}, err
 	}
-	d := &decoder{b: b}
+	d := &decoder{s: string(b)}
 	k := decodeKey(d)
 	if d.err != nil {
 		return CacheStamp{}, fmt.Errorf("%s: %w", p, d.err)
