@@ -3,6 +3,7 @@ package shim
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -239,11 +240,13 @@ func decodeArray[T any](o *object, key string) ([]json.RawMessage, []T, error) {
 	if err := json.Unmarshal(raw, &elems); err != nil {
 		return nil, nil, err
 	}
-	typed := make([]T, len(elems))
-	for i, e := range elems {
-		if err := json.Unmarshal(e, &typed[i]); err != nil {
-			return nil, nil, err
-		}
+	// Typed in one call: a call per element cost more than the decoding.
+	var typed []T
+	if err := json.Unmarshal(raw, &typed); err != nil {
+		return nil, nil, err
+	}
+	if len(typed) != len(elems) {
+		return nil, nil, fmt.Errorf("%s: %d entries decoded as %d", key, len(elems), len(typed))
 	}
 	return elems, typed, nil
 }
