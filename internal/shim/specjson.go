@@ -34,6 +34,8 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 		return v.appendTo(b)
 	case []json.RawMessage:
 		return appendRawArray(b, v), nil
+	case json.RawMessage:
+		return append(b, v...), nil
 	}
 	out, err := json.Marshal(v)
 	return append(b, out...), err

@@ -19,7 +19,7 @@ func TestSpecJSONMatchesEncodingJSON(t *testing.T) {
 		reflect.TypeOf(ocispecs.LinuxDeviceCgroup{}): 5,
 	} {
 		if typ.NumField() != fields {
-			t.Errorf("%s has %d fields, the encoder in specjson.go knows %d: teach it the new ones", typ, typ.NumField(), fields)
+			t.Errorf("%s has %d fields, the encoder in specjson.go and the comparison in specpatch.go (eqMount, eqDevice, eqRule) know %d: teach them the new ones", typ, typ.NumField(), fields)
 		}
 	}
 	odd := []string{"", "plain", `q"uote\back`, "<tag>&amp;", "ctl\x00\x01\x1f\b\f\n\r\t", "bad\xffutf8\xc3", "sep\u2028\u2029", "ünï©ødé 😀", "\x7f"}

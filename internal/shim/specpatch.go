@@ -1,11 +1,11 @@
 package shim
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -39,18 +39,20 @@ func patchSpec(top *object, plan *inject.Plan) ([]byte, error) {
 	var err error
 	var spec ocispecs.Spec
 	var d patchDoc
-	if d.proc, err = top.object("process"); err != nil {
+	// process is decoded as an object only when its env changes.
+	if d.procRaw, err = top.get("process"); err != nil {
 		return nil, err
 	}
-	if d.proc != nil {
-		spec.Process = &ocispecs.Process{}
-		if err := d.proc.decode("env", &spec.Process.Env); err != nil {
+	if d.procRaw != nil {
+		var p struct {
+			Env  []string      `json:"env"`
+			User ocispecs.User `json:"user"`
+		}
+		if err := json.Unmarshal(d.procRaw, &p); err != nil {
 			return nil, err
 		}
-		if err := d.proc.decode("user", &spec.Process.User); err != nil {
-			return nil, err
-		}
-		d.env = slices.Clone(spec.Process.Env)
+		spec.Process = &ocispecs.Process{Env: p.Env, User: p.User}
+		d.env = slices.Clone(p.Env)
 	}
 	if d.mounts, spec.Mounts, err = decodeArray[ocispecs.Mount](top, "mounts"); err != nil {
 		return nil, err
@@ -92,14 +94,20 @@ func patchSpec(top *object, plan *inject.Plan) ([]byte, error) {
 		return nil, err
 	}
 
-	if spec.Process != nil && (d.proc == nil || !slices.Equal(spec.Process.Env, d.env)) {
-		if d.proc == nil {
-			d.proc = &object{}
+	if spec.Process != nil && (d.procRaw == nil || !slices.Equal(spec.Process.Env, d.env)) {
+		proc := &object{}
+		if d.procRaw != nil {
+			if proc, err = decodeObject(d.procRaw); err != nil {
+				return nil, err
+			}
+			if _, err := proc.get("env"); err != nil {
+				return nil, err
+			}
 		}
-		d.proc.set("env", spec.Process.Env)
-		top.set("process", d.proc)
+		proc.set("env", spec.Process.Env)
+		top.set("process", proc)
 	}
-	if m, changed, err := mergeArray(d.mounts, origMounts, spec.Mounts); err != nil {
+	if m, changed, err := mergeArray(d.mounts, origMounts, spec.Mounts, eqMount); err != nil {
 		return nil, err
 	} else if changed {
 		top.set("mounts", m)
@@ -109,7 +117,7 @@ func patchSpec(top *object, plan *inject.Plan) ([]byte, error) {
 		if d.linux == nil {
 			d.linux = &object{}
 		}
-		devs, changed, err := mergeArray(d.devices, origDevices, spec.Linux.Devices)
+		devs, changed, err := mergeArray(d.devices, origDevices, spec.Linux.Devices, eqDevice)
 		if err != nil {
 			return nil, err
 		}
@@ -118,7 +126,7 @@ func patchSpec(top *object, plan *inject.Plan) ([]byte, error) {
 			linuxChanged = true
 		}
 		if r := spec.Linux.Resources; r != nil {
-			rules, changed, err := mergeArray(d.rules, origRules, r.Devices)
+			rules, changed, err := mergeArray(d.rules, origRules, r.Devices, eqRule)
 			if err != nil {
 				return nil, err
 			}
@@ -143,9 +151,10 @@ func patchSpec(top *object, plan *inject.Plan) ([]byte, error) {
 
 // patchDoc holds the raw JSON of the parts patchSpec may rewrite.
 type patchDoc struct {
-	proc, linux, res       *object
+	procRaw                json.RawMessage
+	linux, res             *object
 	env                    []string
-	mounts, devices, rules []json.RawMessage
+	mounts, devices, rules json.RawMessage
 }
 
 // object is one JSON object of config.json, its values left undecoded.
@@ -229,47 +238,93 @@ func (o *object) appendTo(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// decodeArray decodes the array under key both raw, element by element, and
-// typed.
-func decodeArray[T any](o *object, key string) ([]json.RawMessage, []T, error) {
+// decodeArray returns the array under key as it is and typed.
+func decodeArray[T any](o *object, key string) (json.RawMessage, []T, error) {
 	raw, err := o.get(key)
 	if err != nil || raw == nil {
 		return nil, nil, err
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, nil, err
-	}
-	// Typed in one call: a call per element cost more than the decoding.
 	var typed []T
 	if err := json.Unmarshal(raw, &typed); err != nil {
 		return nil, nil, err
 	}
-	if len(typed) != len(elems) {
-		return nil, nil, fmt.Errorf("%s: %d entries decoded as %d", key, len(elems), len(typed))
-	}
-	return elems, typed, nil
+	return raw, typed, nil
 }
 
-// mergeArray is the array after an edit: an element the edit left as it
-// was keeps its original JSON (with any field this build does not know),
-// a replaced or appended one is encoded. ApplyToSpec only replaces in place
-// and appends. changed is false when nothing changed.
-func mergeArray[T any](raw []json.RawMessage, orig, now []T) ([]json.RawMessage, bool, error) {
-	if len(now) == len(orig) && reflect.DeepEqual(now, orig) {
+// mergeArray is the array raw after an edit that turned orig into now
+// (ApplyToSpec only replaces entries in place and appends): raw itself
+// with the new entries added when none was replaced (the usual case), or
+// entry by entry, those left as they were keeping their original JSON.
+// Either way an entry the edit did not touch keeps fields this build does
+// not know. changed is false when nothing changed.
+func mergeArray[T any](raw json.RawMessage, orig, now []T, eq func(a, b *T) bool) (json.RawMessage, bool, error) {
+	same := 0
+	for same < len(orig) && same < len(now) && eq(&orig[same], &now[same]) {
+		same++
+	}
+	if same == len(orig) && len(now) == len(orig) {
 		return raw, false, nil
 	}
-	out := make([]json.RawMessage, len(now))
-	for i := range now {
-		if i < len(orig) && reflect.DeepEqual(now[i], orig[i]) {
-			out[i] = raw[i]
-			continue
+	var err error
+	if same == len(orig) {
+		// Appended only: the original array, its closing bracket moved.
+		b := append([]byte(nil), '[')
+		if inner := bytes.TrimSpace(raw); len(inner) >= 2 {
+			if inner = bytes.TrimSpace(inner[1 : len(inner)-1]); len(inner) > 0 {
+				b = append(append(b, inner...), ',')
+			}
 		}
-		b, err := appendJSON(nil, now[i])
-		if err != nil {
+		for i, v := range now[len(orig):] {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, err = appendJSON(b, v); err != nil {
+				return nil, false, err
+			}
+		}
+		return append(b, ']'), true, nil
+	}
+	var elems []json.RawMessage
+	if raw != nil {
+		if err := json.Unmarshal(raw, &elems); err != nil {
 			return nil, false, err
 		}
-		out[i] = b
 	}
-	return out, true, nil
+	if len(elems) != len(orig) {
+		return nil, false, fmt.Errorf("%d entries decoded as %d", len(elems), len(orig))
+	}
+	b := append([]byte(nil), '[')
+	for i := range now {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if i < len(orig) && eq(&orig[i], &now[i]) {
+			b = append(b, elems[i]...)
+			continue
+		}
+		if b, err = appendJSON(b, now[i]); err != nil {
+			return nil, false, err
+		}
+	}
+	return append(b, ']'), true, nil
+}
+
+// eqMount, eqDevice and eqRule compare every field
+// (TestSpecJSONMatchesEncodingJSON counts them).
+func eqMount(a, b *ocispecs.Mount) bool {
+	return a.Destination == b.Destination && a.Type == b.Type && a.Source == b.Source &&
+		slices.Equal(a.Options, b.Options) && slices.Equal(a.UIDMappings, b.UIDMappings) && slices.Equal(a.GIDMappings, b.GIDMappings)
+}
+
+func eqDevice(a, b *ocispecs.LinuxDevice) bool {
+	return a.Path == b.Path && a.Type == b.Type && a.Major == b.Major && a.Minor == b.Minor &&
+		eqPtr(a.FileMode, b.FileMode) && eqPtr(a.UID, b.UID) && eqPtr(a.GID, b.GID)
+}
+
+func eqRule(a, b *ocispecs.LinuxDeviceCgroup) bool {
+	return a.Allow == b.Allow && a.Type == b.Type && eqPtr(a.Major, b.Major) && eqPtr(a.Minor, b.Minor) && a.Access == b.Access
+}
+
+func eqPtr[T comparable](a, b *T) bool {
+	return a == b || (a != nil && b != nil && *a == *b)
 }
