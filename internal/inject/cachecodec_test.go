@@ -33,6 +33,18 @@ func fill(v reflect.Value, path string, n *int) {
 		for i := 0; i < 2; i++ {
 			fill(v.Index(i), path+"["+string(rune('0'+i))+"]", n)
 		}
+	case reflect.Array:
+		for i := 0; i < v.Len(); i++ {
+			fill(v.Index(i), path+"["+string(rune('0'+i))+"]", n)
+		}
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		for i := 0; i < 2; i++ {
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			fill(k, path+"{key}", n)
+			fill(e, path+"{value}", n)
+			v.SetMapIndex(k, e)
+		}
 	case reflect.Struct:
 		for i := 0; i < v.NumField(); i++ {
 			if v.Type().Field(i).IsExported() {
@@ -129,6 +141,56 @@ func FuzzDecodeCache(f *testing.F) {
 		again, err := decodeCache(encodeCache(*c))
 		if err != nil || !reflect.DeepEqual(again, c) {
 			t.Errorf("re-encoded cache: %v, %+v, want %+v", err, again, c)
+		}
+	})
+}
+
+// Every field of the driver tree's cache survives it, maps included.
+func TestTreeCodecEveryField(t *testing.T) {
+	var c treeCache
+	n := 0
+	fill(reflect.ValueOf(&c).Elem(), "c", &n)
+	c.Format = treeFormat
+	got, err := decodeTree(encodeTree(&c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(*got, c) {
+		t.Errorf("tree cache round trip lost data:\n got %+v\nwant %+v", *got, c)
+	}
+	b := encodeTree(&c)
+	for i := 0; i < len(b); i++ {
+		if _, err := decodeTree(b[:i]); err == nil {
+			t.Fatalf("truncated to %d of %d bytes: no error", i, len(b))
+		}
+		m := bytes.Clone(b)
+		m[i] ^= 0x80
+		_, _ = decodeTree(m) // must not panic
+	}
+	old := c
+	old.Format = treeFormat - 1
+	if _, err := decodeTree(encodeTree(&old)); err == nil {
+		t.Error("another format: no error")
+	}
+	if _, err := decodeTree([]byte(`{"format":3}`)); err == nil {
+		t.Error("a JSON tree cache: no error")
+	}
+}
+
+func FuzzDecodeTree(f *testing.F) {
+	var c treeCache
+	n := 0
+	fill(reflect.ValueOf(&c).Elem(), "c", &n)
+	c.Format = treeFormat
+	f.Add(encodeTree(&c))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := decodeTree(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeTree(encodeTree(c))
+		if err != nil || !reflect.DeepEqual(again, c) {
+			t.Errorf("re-encoded tree cache: %v, %+v, want %+v", err, again, c)
 		}
 	})
 }

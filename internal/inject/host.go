@@ -3,7 +3,6 @@ package inject
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -278,16 +277,10 @@ func writeInventoryCache(path string, c cacheFile) error {
 	return atomicfile.Write(path, encodeCache(c), atomicfile.Options{Mode: 0o600})
 }
 
-// writeCache writes c (JSON) to path through a temporary file and a rename,
-// so concurrent creates never read half a file.
-func writeCache(path string, c any) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// writeTreeCache writes c (encodeTree) to path, as writeInventoryCache.
+func writeTreeCache(path string, c *treeCache) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		return err
-	}
-	return atomicfile.Write(path, b, atomicfile.Options{Mode: 0o600})
+	return atomicfile.Write(path, encodeTree(c), atomicfile.Options{Mode: 0o600})
 }
