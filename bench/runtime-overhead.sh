@@ -4,7 +4,7 @@
 # (exec, Go start, reading the request, the edits, the rootfs changes, the
 # config.json rewrite) plus one exec of /bin/true, which is timed alone too.
 #
-#   bench/runtime-overhead.sh [--sim] [--runs N]   (root; bin/ from `make gpu-e2e`)
+#   bench/runtime-overhead.sh [--sim] [--runs N] [--compare RUNTIME]   (root; bin/ from `make gpu-e2e`)
 #
 # Prints the median, minimum and trimmed mean in microseconds for a container
 # asking for all GPUs, one asking for none, the low-level runtime run the same
@@ -12,19 +12,27 @@
 # the no-request create and plain (issue 12's goal: at most 500 us), and
 # /bin/true by itself; then gantry-runtime's log line for the last GPU create
 # (startup and per-phase times). The variants are interleaved round by round.
+# --compare RUNTIME adds another gantry-runtime binary (a build of another
+# commit, say) as one more variant of the all-GPU create, with its own log
+# line, so two builds are compared in the same rounds on a shared machine.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-runs=60 sim=
+runs=60 sim= compare=
 while [ $# -gt 0 ]; do
   case $1 in
     --sim) sim=--sim ;;
     --runs) runs=${2:?--runs needs a number}; shift ;;
+    --compare) compare=${2:?--compare needs a gantry-runtime binary}; shift ;;
     -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) echo "unknown argument $1 (use --sim, --runs N)" >&2; exit 2 ;;
+    *) echo "unknown argument $1 (use --sim, --runs N, --compare RUNTIME)" >&2; exit 2 ;;
   esac
   shift
 done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs $runs: need a positive number" >&2; exit 2; }
+if [ -n "$compare" ]; then
+  [ -x "$compare" ] || { echo "--compare $compare: not an executable" >&2; exit 2; }
+  compare=$(cd "$(dirname "$compare")" && pwd)/$(basename "$compare")
+fi
 WORK=$(mktemp -d /tmp/gantry-overhead.XXXXXX)
 # shellcheck source=scripts/lib/bundle.sh
 . "$REPO/scripts/lib/bundle.sh"
@@ -48,12 +56,16 @@ stat() {
 # gantry-runtime without a request, and the low-level runtime itself run
 # the same way (same command line, same fresh bundle): "plain runc".
 # The first 3 rounds warm the caches.
+variants="all none plain"
+[ -n "$compare" ] && variants="all compare none plain"
 for ((i = 0; i < runs + 3; i++)); do
-  for v in all none plain; do
+  for v in $variants; do
     b=$WORK/b-$v
-    rm -rf "$b" && cp -a "$WORK/tpl-${v/plain/none}" "$b"
+    tpl=${v/plain/none}
+    rm -rf "$b" && cp -a "$WORK/tpl-${tpl/compare/all}" "$b"
     rt=$GANTRY_RUNTIME
     [ $v = plain ] && rt=/bin/true
+    [ $v = compare ] && rt=$compare
     s=${EPOCHREALTIME/[.,]/}
     "$rt" --root "$STATE" create --bundle "$b" "c$v$i" </dev/null >/dev/null 2>&1 ||
       die "gantry-runtime create failed ($v)"
@@ -69,9 +81,14 @@ done
 paste "$WORK/none.us" "$WORK/plain.us" | awk '{ print $1 - $2 }' >"$WORK/gap.us"
 echo "== gantry-runtime create with low-level /bin/true, $runs interleaved rounds"
 printf '%-38s %s\n' "all GPUs (NVIDIA_VISIBLE_DEVICES=all)" "$(stat "$WORK/all.us")"
+[ -n "$compare" ] && printf '%-38s %s\n' "all GPUs, --compare runtime" "$(stat "$WORK/compare.us")"
 printf '%-38s %s\n' "no GPU request" "$(stat "$WORK/none.us")"
 printf '%-38s %s\n' "plain: /bin/true, same command line" "$(stat "$WORK/plain.us")"
 printf '%-38s %s\n' "no GPU request - plain, per round" "$(stat "$WORK/gap.us")"
 printf '%-38s %s\n' "/bin/true alone" "$(stat "$WORK/true.us")"
 echo "last GPU create, as logged:"
-grep '"changed":true' "$WORK/gantry.log" | tail -1
+grep '"changed":true' "$WORK/gantry.log" | grep '"container":"call' | tail -1
+if [ -n "$compare" ]; then
+  echo "last GPU create of the --compare runtime, as logged:"
+  grep '"changed":true' "$WORK/gantry.log" | grep '"container":"ccompare' | tail -1
+fi

@@ -15,7 +15,9 @@ import (
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
+	injectpkg "github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/ldcache"
+	"github.com/gantry-gpu/gantry/internal/request"
 	"sigs.k8s.io/yaml"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 )
@@ -216,12 +218,22 @@ func TestStaleCDISpec(t *testing.T) {
 	expect(t, checks, CheckKernel, Pass, []string{upgraded}, "")
 }
 
+// The cache gantry-runtime wrote for the driver before an upgrade is
+// reported stale, with the version it was made for; a file that is not a
+// cache is reported unreadable.
 func TestStaleInventoryCacheIsReported(t *testing.T) {
 	h := newHost(t)
-	h.write(t, filepath.Join(h.opts.Config.Runtime.CacheDir, "inventory-0123456789ab.json"),
-		`{"key":{"driverRoot":"`+h.res.Root+`","version":"535.1.1"},"inventory":{}}`)
-	checks := Run(h.opts)
-	expect(t, checks, CheckInventoryCache, Pass, []string{"stale", "535.1.1"}, "")
+	cfg := h.opts.Config
+	rec := injectpkg.NewRecord(injectpkg.FrontEndRuntime, "", "")
+	if _, err := injectpkg.Prepare(cfg, &request.Request{Devices: request.Selection{Mode: request.All}}, injectpkg.Options{}, rec); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, Run(h.opts), CheckInventoryCache, Pass, []string{"current " + filepath.Join(cfg.Runtime.CacheDir, "inventory-")}, "")
+	const upgraded = "560.35.03"
+	h.write(t, filepath.Join(h.res.Root, "proc/driver/nvidia/version"),
+		"NVRM version: NVIDIA UNIX x86_64 Kernel Module  "+upgraded+"  Tue Aug 13 00:00:00 UTC 2024\n")
+	h.write(t, filepath.Join(cfg.Runtime.CacheDir, "inventory-0123456789ab.bin"), `{"key":{}}`)
+	expect(t, Run(h.opts), CheckInventoryCache, Pass, []string{"stale", "(driver " + fakedriver.DefaultVersion + ")", "inventory-0123456789ab.bin (unreadable"}, "")
 }
 
 func TestDockerConfig(t *testing.T) {

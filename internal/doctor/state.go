@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	injectpkg "github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/request"
 )
 
@@ -24,31 +24,22 @@ func checkInventoryCache(cfg config.Config, running string) Check {
 	if dir == "" {
 		return skip(CheckInventoryCache, "the cache is disabled (runtime.cache-dir is empty)")
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "inventory-*.json"))
+	files, _ := filepath.Glob(filepath.Join(dir, injectpkg.CacheGlob))
 	if len(files) == 0 {
 		return skip(CheckInventoryCache, "no cached inventory in %s yet (gantry-runtime writes one on the first GPU container)", dir)
 	}
 	var current, stale, other []string
 	for _, f := range files {
-		var c struct {
-			Key struct {
-				DriverRoot string `json:"driverRoot"`
-				Version    string `json:"version"`
-			} `json:"key"`
-		}
-		b, err := os.ReadFile(f)
-		if err == nil {
-			err = json.Unmarshal(b, &c)
-		}
+		c, err := injectpkg.ReadCacheStamp(f)
 		switch {
 		case err != nil:
 			stale = append(stale, fmt.Sprintf("%s (unreadable: %v)", f, err))
-		case c.Key.DriverRoot != cfg.DriverRoot:
+		case c.DriverRoot != cfg.DriverRoot:
 			other = append(other, f)
-		case c.Key.Version == running:
+		case c.Version == running:
 			current = append(current, f)
 		default:
-			stale = append(stale, fmt.Sprintf("%s (driver %s)", f, c.Key.Version))
+			stale = append(stale, fmt.Sprintf("%s (driver %s)", f, c.Version))
 		}
 	}
 	ev := fmt.Sprintf("driver %s: current %s", running, listOrNone(current))

@@ -3,8 +3,8 @@ package inject
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,30 +17,32 @@ import (
 	"github.com/gantry-gpu/gantry/internal/gpu"
 )
 
-// cacheFormat changes whenever driver.Inventory's meaning changes, so a new
-// gantry never trusts an old gantry's cache.
-const cacheFormat = 1
+// cacheFormat changes whenever driver.Inventory's meaning or the cache's
+// encoding (cachecodec.go) changes, so a new gantry never trusts an old
+// gantry's cache. 2: the binary encoding, in inventory-*.bin (1 was JSON,
+// in inventory-*.json, which a new gantry ignores).
+const cacheFormat = 2
 
 // cacheKey is what a cached inventory is valid for. The driver version is
 // read from one small file per create; the loader cache's size and time
 // catch libraries added or removed without a driver upgrade.
 type cacheKey struct {
-	Format      int      `json:"format"`
-	DriverRoot  string   `json:"driverRoot"`
-	DevRoot     string   `json:"devRoot"`
-	SearchPaths []string `json:"searchPaths,omitempty"`
-	Version     string   `json:"version"`
-	LDCache     string   `json:"ldCache"`
+	Format      int
+	DriverRoot  string
+	DevRoot     string
+	SearchPaths []string
+	Version     string
+	LDCache     string
 }
 
 type cacheFile struct {
-	Key       cacheKey          `json:"key"`
-	Inventory *driver.Inventory `json:"inventory"`
+	Key       cacheKey
+	Inventory *driver.Inventory
 	// GPUs is the GPU list the light discovery gave, valid while the
 	// driver's list of GPUs (GPUKey) is the same and no GPU has MIG
 	// instances; absent when that cannot be told (simulated GPUs, MIG).
-	GPUKey string      `json:"gpuKey,omitempty"`
-	GPUs   *gpu.System `json:"gpus,omitempty"`
+	GPUKey string
+	GPUs   *gpu.System
 }
 
 // inventorySource says where an inventory came from, for the log.
@@ -115,7 +117,7 @@ func loadHost(cfg config.Config, fullGPUs bool) (sys *gpu.System, inv *driver.In
 	// simulated or with MIG instances, rewrote the same file on every
 	// create). A cache that cannot be written costs speed, not correctness.
 	if stale {
-		_ = writeCache(path, *c)
+		_ = writeInventoryCache(path, *c)
 	}
 	return sys, c.Inventory, gpuSrc, invSrc, nil
 }
@@ -152,11 +154,14 @@ func gpuKey(cfg config.Config, proc string) string {
 	return strings.Join(names, ",")
 }
 
+// CacheGlob matches the inventory cache files in runtime.cache-dir.
+const CacheGlob = "inventory-*.bin"
+
 // cachePath names the cache file after the driver location, so hosts that
 // switch driver roots (a driver container) keep one file per root.
 func cachePath(dir string, k cacheKey) string {
 	h := sha256.Sum256([]byte(k.DriverRoot + "\x00" + k.DevRoot + "\x00" + strings.Join(k.SearchPaths, "\x00")))
-	return filepath.Join(dir, "inventory-"+hex.EncodeToString(h[:6])+".json")
+	return filepath.Join(dir, "inventory-"+hex.EncodeToString(h[:6])+".bin")
 }
 
 func fileStamp(p string) string {
@@ -169,21 +174,61 @@ func fileStamp(p string) string {
 
 // readCache returns the cached inventory if the file is ours (owned by this
 // user, not writable by others: its paths are bind-mounted into containers)
-// and its key matches; nil otherwise.
+// and its key matches; nil otherwise (absent, corrupt, another format).
 func readCache(path string, key cacheKey) *cacheFile {
-	f := openCache(path)
+	b := readCacheBytes(path)
+	if b == nil {
+		return nil
+	}
+	c, err := decodeCache(b)
+	if err != nil || c.Inventory == nil || !sameKey(c.Key, key) {
+		return nil
+	}
+	return c
+}
+
+// readCacheBytes is the content of the cache file p if it is ours
+// (openCache), nil otherwise.
+func readCacheBytes(p string) []byte {
+	f := openCache(p)
 	if f == nil {
 		return nil
 	}
 	defer f.Close()
-	var c cacheFile
-	if err := json.NewDecoder(f).Decode(&c); err != nil || c.Inventory == nil {
+	st, err := f.Stat()
+	if err != nil {
 		return nil
 	}
-	if !sameKey(c.Key, key) {
+	// One read of the size fstat gave, and one more to see the end.
+	b := make([]byte, st.Size()+1)
+	n, err := io.ReadFull(f, b)
+	if err != io.ErrUnexpectedEOF || int64(n) != st.Size() {
 		return nil
 	}
-	return &c
+	return b[:n]
+}
+
+// CacheStamp says what an inventory cache file (CacheGlob) was made for,
+// for gantry doctor.
+type CacheStamp struct {
+	DriverRoot, Version string
+}
+
+// ReadCacheStamp reads the key of the inventory cache file p.
+func ReadCacheStamp(p string) (CacheStamp, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return CacheStamp{}, err
+	}
+	d := &decoder{s: string(b)}
+	k := decodeKey(d)
+	if d.err != nil {
+		return CacheStamp{}, fmt.Errorf("%s: %w", p, d.err)
+	}
+	if k.Format != cacheFormat {
+		return CacheStamp{}, fmt.Errorf("%s: cache format %d, this gantry writes %d", p, k.Format, cacheFormat)
+	}
+	return CacheStamp{DriverRoot: k.DriverRoot, Version: k.Version}, nil
 }
 
 func sameKey(a, b cacheKey) bool {
@@ -223,16 +268,19 @@ func openCache(p string) *os.File {
 	return f
 }
 
-// writeCache writes c (JSON) to path through a temporary file and a rename,
-// so concurrent creates never read half a file.
-func writeCache(path string, c any) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// writeInventoryCache writes c (encodeCache) to path through a temporary
+// file and a rename, so concurrent creates never read half a file.
+func writeInventoryCache(path string, c cacheFile) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	b, err := json.Marshal(c)
-	if err != nil {
+	return atomicfile.Write(path, encodeCache(c), atomicfile.Options{Mode: 0o600})
+}
+
+// writeTreeCache writes c (encodeTree) to path, as writeInventoryCache.
+func writeTreeCache(path string, c *treeCache) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return atomicfile.Write(path, b, atomicfile.Options{Mode: 0o600})
+	return atomicfile.Write(path, encodeTree(c), atomicfile.Options{Mode: 0o600})
 }

@@ -78,9 +78,6 @@ func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree
 	for _, s := range e.Symlinks {
 		links = append(links, containerhook.Link{Target: s.Target, Link: s.Link})
 	}
-	if err := containerhook.CreateSymlinks(root, links); err != nil {
-		return err
-	}
 
 	byPath := make(map[string]driver.File, len(inv.Libraries))
 	for _, f := range inv.Libraries {
@@ -107,7 +104,7 @@ func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree
 		cuda = cuda || (f.SONAME == "libcuda.so.1" && !bits32)
 	}
 	if len(libs) == 0 {
-		return nil
+		return containerhook.CreateSymlinks(root, links)
 	}
 	dirs := append([]string(nil), e.LibraryDirs...)
 	if len(dirs) == 0 {
@@ -119,9 +116,14 @@ func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree
 			}
 		}
 	}
+	// The image's compat directory is read before anything is written,
+	// as it always was.
 	if forwardCompat && cuda && inv.Version != "" {
 		compat, why, err := containerhook.ForwardCompat(root, inv.Version)
 		if err != nil {
+			if lerr := containerhook.CreateSymlinks(root, links); lerr != nil {
+				return lerr
+			}
 			return err
 		}
 		if len(compat) > 0 {
@@ -130,5 +132,20 @@ func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree
 			note("CUDA forward compatibility: " + why)
 		}
 	}
-	return containerhook.AddToLDCache(root, libs, dirs, note)
+	// The links (in the libraries' directory) and the loader cache (in
+	// /etc) are made at once: they touch different names, each change is
+	// atomic on its own, and the filesystem's time on each (a directory
+	// entry created, a file renamed over another) is most of this phase.
+	// The result is the one made in turn; a failing link is the error
+	// reported first, as it was when the links came first.
+	if len(links) == 0 {
+		return containerhook.AddToLDCache(root, libs, dirs, note)
+	}
+	linked := make(chan error, 1)
+	go func() { linked <- containerhook.CreateSymlinks(root, links) }()
+	err := containerhook.AddToLDCache(root, libs, dirs, note)
+	if lerr := <-linked; lerr != nil {
+		return lerr
+	}
+	return err
 }

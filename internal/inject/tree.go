@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,29 +19,31 @@ import (
 	"github.com/gantry-gpu/gantry/internal/edits"
 )
 
-// treeFormat changes whenever treeCache's meaning changes.
-const treeFormat = 3
+// treeFormat changes whenever treeCache's meaning or encoding
+// (cachecodec.go) changes. 4: the binary encoding, in *.bin (3 was JSON,
+// in *.json, which a new gantry ignores).
+const treeFormat = 4
 
 // treeCache is what the runtime keeps of a driver tree between containers,
 // so that a create in the tree layout costs one small file read and one
 // stat: the tree's directory and, for each driver file it holds, where.
 type treeCache struct {
-	Format  int               `json:"format"`
-	Dir     string            `json:"dir"`
-	Root    string            `json:"root"`
-	Version string            `json:"version"`
-	Path    string            `json:"path"`
-	Files   map[string]string `json:"files"`
-	Links   []string          `json:"links,omitempty"`
+	Format  int
+	Dir     string
+	Root    string
+	Version string
+	Path    string
+	Files   map[string]string
+	Links   []string
 	// Tree is the tree directory's identity when the map was made: a tree
 	// removed and built again (another driver root of the same version)
 	// is not the one the map describes.
-	Tree stamp `json:"tree"`
+	Tree stamp
 	// Stamps identify each mapped file on both sides (host path, then the
 	// tree's file) when it was compared, so the map kept beside the tree
 	// (verifiedName) is trusted again after a reboot empties cache-dir by
 	// a stat of each, not a byte-for-byte comparison of a copied tree.
-	Stamps map[string][2]stamp `json:"stamps,omitempty"`
+	Stamps map[string][2]stamp
 }
 
 // stamp is what a stat says of a file's identity and content.
@@ -65,7 +66,7 @@ func stampOf(p string) (stamp, bool) {
 // outlives a reboot, unlike cache-dir) that keeps a version's verified map.
 func verifiedName(store drivervol.Store, root, version string) string {
 	h := sha256.Sum256([]byte(root))
-	return filepath.Join(store.Dir, ".gantry-files-"+version+"-"+hex.EncodeToString(h[:6])+".json")
+	return filepath.Join(store.Dir, ".gantry-files-"+version+"-"+hex.EncodeToString(h[:6])+".bin")
 }
 
 // useTree switches the plan's edits to the driver tree layout
@@ -113,7 +114,7 @@ func loadTree(cfg config.Config, inv *driver.Inventory) (*treeCache, error) {
 	var cachePath string
 	if cfg.Runtime.CacheDir != "" {
 		h := sha256.Sum256([]byte(store.Dir + "\x00" + inv.Root + "\x00" + inv.Version))
-		cachePath = filepath.Join(cfg.Runtime.CacheDir, "tree-"+hex.EncodeToString(h[:6])+".json")
+		cachePath = filepath.Join(cfg.Runtime.CacheDir, "tree-"+hex.EncodeToString(h[:6])+".bin")
 		if c := readTreeCache(cachePath, want); c != nil {
 			return c, nil
 		}
@@ -132,11 +133,11 @@ func loadTree(cfg config.Config, inv *driver.Inventory) (*treeCache, error) {
 			return nil, fmt.Errorf("the driver tree %s holds none of the driver's files", t.Path)
 		}
 		c.Tree, _ = stampOf(t.Path)
-		_ = writeCache(verified, c)
+		_ = writeTreeCache(verified, c)
 	}
 	if cachePath != "" {
 		// A cache that cannot be written costs speed, not correctness.
-		_ = writeCache(cachePath, c)
+		_ = writeTreeCache(cachePath, c)
 	}
 	return c, nil
 }
@@ -168,20 +169,19 @@ func readVerified(p string, want treeCache, path string) *treeCache {
 // for the inventory's: its paths become mounts), matches want, and the
 // tree's directory is still there (`docker volume rm` removes it).
 func readTreeCache(p string, want treeCache) *treeCache {
-	f := openCache(p)
-	if f == nil {
+	b := readCacheBytes(p)
+	if b == nil {
 		return nil
 	}
-	defer f.Close()
-	var c treeCache
-	if json.NewDecoder(f).Decode(&c) != nil || c.Format != want.Format || c.Dir != want.Dir ||
+	c, err := decodeTree(b)
+	if err != nil || c.Format != want.Format || c.Dir != want.Dir ||
 		c.Root != want.Root || c.Version != want.Version || len(c.Files) == 0 {
 		return nil
 	}
 	if now, ok := stampOf(c.Path); !ok || now.Dev != c.Tree.Dev || now.Ino != c.Tree.Ino || now.CtimeNsec != c.Tree.CtimeNsec {
 		return nil
 	}
-	return &c
+	return c
 }
 
 // treeFiles maps each of inv's programs and libraries that the tree holds

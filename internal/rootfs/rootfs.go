@@ -144,35 +144,9 @@ func openChild(dirfd int, base string, flags uint64) (int, error) {
 // Anything else than a regular file fails with ErrNotRegular, and is never
 // opened for reading (see the package documentation).
 func (r *Root) OpenFile(p string) (*os.File, error) {
-	pfd, err := r.openat(p, unix.O_PATH, 0)
+	fd, _, err := r.openRegular(p)
 	if err != nil {
 		return nil, err
-	}
-	defer unix.Close(pfd)
-	var want unix.Stat_t
-	if err := unix.Fstat(pfd, &want); err != nil {
-		return nil, r.pathErr("stat", p, err)
-	}
-	if want.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, r.pathErr("open", p, ErrNotRegular)
-	}
-	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
-	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), flags, 0)
-	if err != nil {
-		// No /proc: open by path in the root and check that it is the
-		// same file (a swap in between is refused below).
-		if fd, err = r.openat(p, uint64(flags), 0); err != nil {
-			return nil, err
-		}
-	}
-	var got unix.Stat_t
-	if err := unix.Fstat(fd, &got); err != nil {
-		unix.Close(fd)
-		return nil, r.pathErr("stat", p, err)
-	}
-	if got.Dev != want.Dev || got.Ino != want.Ino || got.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(fd)
-		return nil, r.pathErr("open", p, fmt.Errorf("%w (replaced while opening)", ErrNotRegular))
 	}
 	// Regular files ignore O_NONBLOCK; clear it anyway so that os.File
 	// treats the descriptor as an ordinary blocking one.
@@ -183,6 +157,43 @@ func (r *Root) OpenFile(p string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), r.describe(p)), nil
 }
 
+// openRegular opens the regular file at p for reading (OpenFile's rules)
+// and returns the descriptor (O_NONBLOCK, which regular files ignore) and
+// the file's size.
+func (r *Root) openRegular(p string) (int, int64, error) {
+	pfd, err := r.openat(p, unix.O_PATH, 0)
+	if err != nil {
+		return -1, 0, err
+	}
+	defer unix.Close(pfd)
+	var want unix.Stat_t
+	if err := unix.Fstat(pfd, &want); err != nil {
+		return -1, 0, r.pathErr("stat", p, err)
+	}
+	if want.Mode&unix.S_IFMT != unix.S_IFREG {
+		return -1, 0, r.pathErr("open", p, ErrNotRegular)
+	}
+	flags := unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(pfd), flags, 0)
+	if err != nil {
+		// No /proc: open by path in the root and check that it is the
+		// same file (a swap in between is refused below).
+		if fd, err = r.openat(p, uint64(flags), 0); err != nil {
+			return -1, 0, err
+		}
+	}
+	var got unix.Stat_t
+	if err := unix.Fstat(fd, &got); err != nil {
+		unix.Close(fd)
+		return -1, 0, r.pathErr("stat", p, err)
+	}
+	if got.Dev != want.Dev || got.Ino != want.Ino || got.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, 0, r.pathErr("open", p, fmt.Errorf("%w (replaced while opening)", ErrNotRegular))
+	}
+	return fd, got.Size, nil
+}
+
 // ReadFile reads the whole regular file at p (at most MaxReadFile bytes).
 func (r *Root) ReadFile(p string) ([]byte, error) {
 	return r.ReadFileMax(p, MaxReadFile)
@@ -191,22 +202,36 @@ func (r *Root) ReadFile(p string) ([]byte, error) {
 // ReadFileMax reads the whole regular file at p, failing with ErrTooLarge
 // (before reading, when its size says so) if it is over max bytes.
 func (r *Root) ReadFileMax(p string, max int64) ([]byte, error) {
-	f, err := r.OpenFile(p)
+	fd, size, err := r.openRegular(p)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > max {
-		return nil, r.pathErr("read", p, fmt.Errorf("%w (%d bytes, over %d)", ErrTooLarge, st.Size(), max))
+	defer unix.Close(fd)
+	if size > max {
+		return nil, r.pathErr("read", p, fmt.Errorf("%w (%d bytes, over %d)", ErrTooLarge, size, max))
 	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, r.pathErr("read", p, err)
+	// Read into a buffer of the size fstat gave, plus room to see a file
+	// that grew (up to max, then ErrTooLarge).
+	b := make([]byte, 0, size+512)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return nil, r.pathErr("read", p, err)
+		}
+		if n == 0 {
+			return b, nil
+		}
+		b = b[:len(b)+n]
+		if int64(len(b)) > max {
+			return nil, r.pathErr("read", p, fmt.Errorf("%w (over %d bytes)", ErrTooLarge, max))
+		}
 	}
-	if int64(len(b)) > max {
-		return nil, r.pathErr("read", p, fmt.Errorf("%w (over %d bytes)", ErrTooLarge, max))
-	}
-	return b, nil
 }
 
 // ReadDir lists the names in the directory at p, in directory order (not
@@ -329,11 +354,20 @@ func (r *Root) MkdirAll(p string, mode os.FileMode) error {
 
 // mkdirAll returns an O_PATH descriptor of the directory p, creating it.
 func (r *Root) mkdirAll(p string, mode os.FileMode) (int, error) {
+	c := clean(p)
+	// A directory that exists (the usual case: /usr/lib/x86_64-linux-gnu,
+	// /etc) is one openat2, resolved in the root as the walk below would
+	// resolve it; anything else takes the walk, which creates what is
+	// missing and names what is in the way.
+	if c != "." {
+		if fd, err := openat2(r.fd, c, &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}); err == nil {
+			return fd, nil
+		}
+	}
 	cur, err := r.openat(".", unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return -1, err
 	}
-	c := clean(p)
 	if c == "." {
 		return cur, nil
 	}
@@ -445,21 +479,22 @@ func (r *Root) symlinkAt(pfd int, target, base, link string, replace bool) error
 	if target == "" || strings.IndexByte(target, 0) >= 0 {
 		return r.pathErr("symlink", link, fmt.Errorf("invalid target %q", target))
 	}
-	cur, err := readlinkat(pfd, base)
-	if err == nil && cur == target {
+	// Nothing there is the usual case in a fresh root filesystem: one
+	// symlinkat. Only when something is there is it read, and replaced
+	// (through a temporary name and a rename, so the name never
+	// disappears) unless it already is this link.
+	err := unix.Symlinkat(target, pfd, base)
+	if err == nil {
 		return nil
 	}
-	if !replace || errors.Is(err, unix.ENOENT) {
-		// Nothing there (the usual case in a fresh root filesystem): one
-		// symlinkat. Replacing goes through a temporary name and a rename
-		// only when something is there, or appeared since.
-		err := unix.Symlinkat(target, pfd, base)
-		if err == nil {
-			return nil
-		}
-		if !replace || !errors.Is(err, unix.EEXIST) {
-			return r.pathErr("symlink", link, err)
-		}
+	if !errors.Is(err, unix.EEXIST) {
+		return r.pathErr("symlink", link, err)
+	}
+	if cur, rerr := readlinkat(pfd, base); rerr == nil && cur == target {
+		return nil
+	}
+	if !replace {
+		return r.pathErr("symlink", link, err)
 	}
 	tmp := tmpName(base)
 	if err := unix.Symlinkat(target, pfd, tmp); err != nil {
@@ -489,15 +524,14 @@ func (r *Root) WriteFileAtomic(p string, data []byte, mode os.FileMode) error {
 	if err != nil {
 		return r.pathErr("create", p, err)
 	}
-	f := os.NewFile(uintptr(fd), tmp)
-	_, werr := f.Write(data)
+	werr := writeAll(fd, data)
 	if werr == nil {
-		werr = f.Chmod(mode.Perm()) // undo the umask: the mode asked for is the mode
+		werr = unix.Fchmod(fd, uint32(mode.Perm())) // undo the umask: the mode asked for is the mode
 	}
 	if werr == nil && !r.noSync {
-		werr = f.Sync()
+		werr = unix.Fsync(fd)
 	}
-	if cerr := f.Close(); werr == nil {
+	if cerr := unix.Close(fd); werr == nil {
 		werr = cerr
 	}
 	if werr == nil {
@@ -512,6 +546,24 @@ func (r *Root) WriteFileAtomic(p string, data []byte, mode os.FileMode) error {
 	}
 	if err := unix.Fsync(pfd); err != nil {
 		return r.pathErr("sync", path.Dir("/"+clean(p)), err)
+	}
+	return nil
+}
+
+// writeAll writes data to fd, retrying short writes and EINTR.
+func writeAll(fd int, data []byte) error {
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		data = data[n:]
 	}
 	return nil
 }

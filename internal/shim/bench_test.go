@@ -5,7 +5,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/inject"
 )
 
 // BenchmarkModify is the work gantry-runtime adds to a container create, in
@@ -50,4 +53,45 @@ func BenchmarkModify(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSpecEdit is the "spec" phase's work on a runc-shaped config.json
+// without the write: the plan applied by patchSpec (the fields the edits
+// own) and by the whole spec's round trip (fullSpec, the fallback), from
+// the file's bytes to the new file's.
+func BenchmarkSpecEdit(b *testing.B) {
+	f := need(b)
+	cfg := config.Default()
+	cfg.GPUs = "sim:h100x8"
+	cfg.DriverRoot = f.driver.Root
+	rec := inject.NewRecord(inject.FrontEndRuntime, "", "")
+	req, err := inject.ReadRequest(&ocispecs.Spec{Process: &ocispecs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}}, cfg, rec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	plan, err := inject.Prepare(cfg, req, inject.Options{CDI: true}, rec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := []byte(specCases["runc spec"])
+	b.Run("patch", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			top, err := decodeObject(raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := patchSpec(top, plan); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("full", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if _, err := fullSpec(raw, plan); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -60,29 +60,22 @@ func modify(rec *inject.Record, bundle string, cfg config.Config) error {
 		return nil
 	}
 
-	// The whole spec. A spec with fields this build does not know (a newer
-	// runtime-spec) is merged back field by field when written, so nothing
-	// of it is lost; the usual spec is simply re-encoded.
-	var spec ocispecs.Spec
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	known := dec.Decode(&spec) == nil
-	if !known {
-		spec = ocispecs.Spec{}
-		if err := json.Unmarshal(raw, &spec); err != nil {
-			return fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
-		}
+	// The top level is checked to be a JSON object before anything is
+	// changed; the edits then go into the fields they touch (patchSpec), or
+	// through the whole spec when they cannot (fullSpec).
+	top, err := decodeObject(raw)
+	if err != nil {
+		return fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
 	}
-
-	plan, err := inject.Prepare(cfg, req, inject.Options{CDI: true, ForwardCompat: true, SpecMounts: inject.MountPaths(&spec)}, rec)
+	plan, err := inject.Prepare(cfg, req, inject.Options{CDI: true, ForwardCompat: true, SpecMounts: inject.MountPaths(peek.spec())}, rec)
 	if err != nil {
 		return err
 	}
 	err = plan.FinishRootfs(func() (*rootfs.Root, error) {
-		if spec.Root == nil || spec.Root.Path == "" {
+		if peek.Root == nil || peek.Root.Path == "" {
 			return nil, errors.New("config.json has no root.path: cannot add the driver libraries to the container's loader cache")
 		}
-		rootPath := spec.Root.Path
+		rootPath := peek.Root.Path
 		if !filepath.IsAbs(rootPath) {
 			rootPath = filepath.Join(bundle, rootPath)
 		}
@@ -98,17 +91,12 @@ func modify(rec *inject.Record, bundle string, cfg config.Config) error {
 		return err
 	}
 	rec.Phase("rootfs")
-	if err := plan.ApplyToSpec(&spec); err != nil {
-		return err
-	}
-	var out []byte
-	if known {
-		out, err = json.Marshal(&spec)
-	} else {
-		out, err = mergeJSON(raw, &spec)
+	out, err := patchSpec(top, plan)
+	if errors.Is(err, errNoPatch) {
+		out, err = fullSpec(raw, plan)
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", specPath, err)
 	}
 	if err := writeAtomic(specPath, out); err != nil {
 		return fmt.Errorf("writing %s: %w", specPath, err)
@@ -117,8 +105,35 @@ func modify(rec *inject.Record, bundle string, cfg config.Config) error {
 	return nil
 }
 
-// requestFields are the parts of config.json a request is read from.
+// fullSpec applies plan to the whole spec in raw. A spec with fields this
+// build does not know (a newer runtime-spec) is merged back field by field,
+// so nothing of it is lost; the usual spec is simply re-encoded.
+func fullSpec(raw []byte, plan *inject.Plan) ([]byte, error) {
+	var spec ocispecs.Spec
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	known := dec.Decode(&spec) == nil
+	if !known {
+		spec = ocispecs.Spec{}
+		if err := json.Unmarshal(raw, &spec); err != nil {
+			return nil, fmt.Errorf("not an OCI runtime spec: %w", err)
+		}
+	}
+	if err := plan.ApplyToSpec(&spec); err != nil {
+		return nil, err
+	}
+	if known {
+		return json.Marshal(&spec)
+	}
+	return mergeJSON(raw, &spec)
+}
+
+// requestFields are the parts of config.json a request is read from, and
+// the root filesystem's path.
 type requestFields struct {
+	Root *struct {
+		Path string `json:"path"`
+	} `json:"root"`
 	Process *struct {
 		Env          []string `json:"env"`
 		Capabilities *struct {
