@@ -152,6 +152,7 @@ func encodeCache(c cacheFile) []byte {
 	e.strs(k.SearchPaths)
 	e.str(k.Version)
 	e.str(k.LDCache)
+	e.str(k.Nodes)
 	e.str(c.GPUKey)
 	e.bool(c.Inventory != nil)
 	if inv := c.Inventory; inv != nil {
@@ -228,6 +229,7 @@ func decodeKey(d *decoder) cacheKey {
 	k.SearchPaths = d.strs()
 	k.Version = d.str()
 	k.LDCache = d.str()
+	k.Nodes = d.str()
 	return k
 }
 

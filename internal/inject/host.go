@@ -20,8 +20,9 @@ import (
 // cacheFormat changes whenever driver.Inventory's meaning or the cache's
 // encoding (cachecodec.go) changes, so a new gantry never trusts an old
 // gantry's cache. 2: the binary encoding, in inventory-*.bin (1 was JSON,
-// in inventory-*.json, which a new gantry ignores).
-const cacheFormat = 2
+// in inventory-*.json, which a new gantry ignores). 3: the key holds
+// driver.Stamp (device nodes, sockets, program directories).
+const cacheFormat = 3
 
 // cacheKey is what a cached inventory is valid for. The driver version is
 // read from one small file per create; the loader cache's size and time
@@ -33,6 +34,9 @@ type cacheKey struct {
 	SearchPaths []string
 	Version     string
 	LDCache     string
+	// Nodes is driver.Stamp: device nodes, sockets and program
+	// directories, which change without the version or ld.so.cache.
+	Nodes string
 }
 
 type cacheFile struct {
@@ -87,6 +91,7 @@ func loadHost(cfg config.Config, fullGPUs bool) (sys *gpu.System, inv *driver.In
 		SearchPaths: cfg.LibrarySearchPaths,
 		Version:     version,
 		LDCache:     fileStamp(filepath.Join(cfg.DriverRoot, "etc/ld.so.cache")),
+		Nodes:       driver.Stamp(cfg.DriverRoot, cfg.EffectiveDevRoot()),
 	}
 	gkey := ""
 	if !fullGPUs {
@@ -233,7 +238,7 @@ func ReadCacheStamp(p string) (CacheStamp, error) {
 
 func sameKey(a, b cacheKey) bool {
 	if a.Format != b.Format || a.DriverRoot != b.DriverRoot || a.DevRoot != b.DevRoot ||
-		a.Version != b.Version || a.LDCache != b.LDCache || len(a.SearchPaths) != len(b.SearchPaths) {
+		a.Version != b.Version || a.LDCache != b.LDCache || a.Nodes != b.Nodes || len(a.SearchPaths) != len(b.SearchPaths) {
 		return false
 	}
 	for i := range a.SearchPaths {

@@ -1,11 +1,18 @@
 package inject
 
 import (
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
 )
 
 // The GPU list is cached only while it can be told unchanged: the same
@@ -78,4 +85,87 @@ func TestOpenCacheTrust(t *testing.T) {
 		f.Close()
 		t.Error("another user's file is read as a cache")
 	}
+}
+
+// A cached inventory is dropped when what it lists changes while the
+// driver version and ld.so.cache stay the same: /dev/nvidia-uvm appearing
+// after the first container (the UVM module loaded later), a daemon's
+// socket, a program installed by a package that runs no ldconfig.
+func TestCacheFollowsNodesSocketsPrograms(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed: cannot build the fake driver root")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the fake driver's device nodes")
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "driver")
+	if _, err := fakedriver.Build(root, fakedriver.Options{DeviceNodes: true}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.GPUs, cfg.DriverRoot = "sim:h100x8", root
+	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+	load := func(want inventorySource) *driver.Inventory {
+		t.Helper()
+		_, inv, _, src, err := loadHost(cfg, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if src != want {
+			t.Fatalf("inventory from %s, want %s", src, want)
+		}
+		return inv
+	}
+	has := func(files []driver.File, p string) bool {
+		return slices.ContainsFunc(files, func(f driver.File) bool { return f.ContainerPath == p })
+	}
+	uvm := filepath.Join(root, "dev/nvidia-uvm")
+	var st unix.Stat_t
+	if err := unix.Stat(uvm, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(uvm); err != nil {
+		t.Fatal(err)
+	}
+	if has(load(fromDiscover).DeviceNodes, "/dev/nvidia-uvm") {
+		t.Fatal("nvidia-uvm listed before it exists")
+	}
+	load(fromCache)
+	// The UVM module is loaded: its node appears.
+	if err := unix.Mknod(uvm, unix.S_IFCHR|0o666, int(st.Rdev)); err != nil {
+		t.Fatal(err)
+	}
+	if !has(load(fromDiscover).DeviceNodes, "/dev/nvidia-uvm") {
+		t.Error("nvidia-uvm missing after it appeared: the stale cache was used")
+	}
+	load(fromCache)
+	// nvidia-persistenced starts.
+	sock := filepath.Join(root, "run/nvidia-persistenced/socket")
+	_ = os.Remove(sock)
+	load(fromDiscover)
+	load(fromCache)
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if !has(load(fromDiscover).Sockets, "/run/nvidia-persistenced/socket") {
+		t.Error("persistenced socket missing after it appeared")
+	}
+	// A package adds a driver program and runs no ldconfig.
+	prog := filepath.Join(root, "usr/bin/nvidia-cuda-mps-server")
+	_ = os.Remove(prog)
+	load(fromDiscover)
+	load(fromCache)
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if !has(load(fromDiscover).Binaries, "/usr/bin/nvidia-cuda-mps-server") {
+		t.Error("new program missing: the stale cache was used")
+	}
+	load(fromCache)
 }
