@@ -10,8 +10,10 @@
 # asking for all GPUs, one asking for none, the low-level runtime run the same
 # way without gantry-runtime ("plain runc"), the per-round difference between
 # the no-request create and plain (issue 12's goal: at most 500 us), and
-# /bin/true by itself; then gantry-runtime's log line for the last GPU create
-# (startup and per-phase times). The variants are interleaved round by round.
+# /bin/true by itself, and the start-up time gantry-runtime logged for the
+# GPU creates (startup_ms: from its C constructor to the request read); then
+# its log line for the last GPU create (startup and per-phase times). The
+# variants are interleaved round by round.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 runs=60 sim=
@@ -73,5 +75,10 @@ printf '%-38s %s\n' "no GPU request" "$(stat "$WORK/none.us")"
 printf '%-38s %s\n' "plain: /bin/true, same command line" "$(stat "$WORK/plain.us")"
 printf '%-38s %s\n' "no GPU request - plain, per round" "$(stat "$WORK/gap.us")"
 printf '%-38s %s\n' "/bin/true alone" "$(stat "$WORK/true.us")"
+# startup_ms of every timed GPU create (the log's time from the C
+# constructor to the request read: Go's start, package inits, the config).
+grep '"changed":true' "$WORK/gantry.log" | tail -n "$runs" | grep -o '"startup_ms":[0-9.]*' |
+  awk -F: '{ printf "%d\n", $2 * 1000 }' >"$WORK/startup.us"
+printf '%-38s %s\n' "startup_ms of the GPU creates" "$(stat "$WORK/startup.us")"
 echo "last GPU create, as logged:"
 grep '"changed":true' "$WORK/gantry.log" | tail -1
