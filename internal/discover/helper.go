@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/gpu"
@@ -147,6 +148,9 @@ func viaHelper(path string, c config.Config, light bool) (*gpu.System, error) {
 		args = append(args, "--light")
 	}
 	cmd := exec.Command(path, args...)
+	// The helper dies with its caller (an engine's timeout kills the
+	// runtime; NVML on a wedged driver may never return).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Env = []string{"PATH=" + helperEnvPath}
 	if v, ok := os.LookupEnv("LD_LIBRARY_PATH"); ok {
 		cmd.Env = append(cmd.Env, "LD_LIBRARY_PATH="+v)
