@@ -63,8 +63,10 @@ image:
 demo: deps build
 	@scripts/demo.sh
 
+# The second line vets gantry-runtime's build (its tags pick other files).
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags $(RUNTIME_TAGS) ./cmd/gantry-runtime ./internal/gpu/nvml ./internal/discover
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
