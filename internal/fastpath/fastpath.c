@@ -1,7 +1,7 @@
 //go:build cgo
 
-// The pass-through fast path of gantry-runtime, run by the dynamic loader
-// before the Go runtime starts (see doc.go). Every constant copied from Go
+// The pass-through fast path of gantry-runtime, a constructor the C
+// library's start-up runs before the Go runtime starts (see doc.go). Every constant copied from Go
 // is pinned by constants_test.go.
 #define _GNU_SOURCE
 #include <errno.h>
