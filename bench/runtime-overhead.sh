@@ -4,7 +4,8 @@
 # (exec, Go start, reading the request, the edits, the rootfs changes, the
 # config.json rewrite) plus one exec of /bin/true, which is timed alone too.
 #
-#   bench/runtime-overhead.sh [--sim] [--runs N]   (root; bin/ from `make gpu-e2e`)
+#   bench/runtime-overhead.sh [--sim] [--runs N] [--compare RUNTIME]
+#                                       (root; bin/ from `make gpu-e2e`)
 #
 # Prints the median, minimum and trimmed mean in microseconds for a container
 # asking for all GPUs, one asking for none, the low-level runtime run the same
@@ -13,20 +14,28 @@
 # /bin/true by itself, and the start-up time gantry-runtime logged for the
 # GPU creates (startup_ms: from its C constructor to the request read); then
 # its log line for the last GPU create (startup and per-phase times). The
-# variants are interleaved round by round.
+# variants are interleaved round by round. --compare RUNTIME times another
+# gantry-runtime binary (an older build, kept with the gantry it needs beside
+# it) in the same rounds: its all-GPU and no-request creates, its gap and its
+# startup_ms, for an A/B on a noisy host.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-runs=60 sim=
+runs=60 sim= other=
 while [ $# -gt 0 ]; do
   case $1 in
     --sim) sim=--sim ;;
     --runs) runs=${2:?--runs needs a number}; shift ;;
+    --compare) other=${2:?--compare needs a gantry-runtime binary}; shift ;;
     -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) echo "unknown argument $1 (use --sim, --runs N)" >&2; exit 2 ;;
+    *) echo "unknown argument $1 (use --sim, --runs N, --compare RUNTIME)" >&2; exit 2 ;;
   esac
   shift
 done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs $runs: need a positive number" >&2; exit 2; }
+if [ -n "$other" ]; then
+  [ -x "$other" ] || { echo "--compare $other: not an executable file" >&2; exit 2; }
+  other=$(readlink -f "$other")
+fi
 WORK=$(mktemp -d /tmp/gantry-overhead.XXXXXX)
 # shellcheck source=scripts/lib/bundle.sh
 . "$REPO/scripts/lib/bundle.sh"
@@ -50,14 +59,18 @@ stat() {
 # gantry-runtime without a request, and the low-level runtime itself run
 # the same way (same command line, same fresh bundle): "plain runc".
 # The first 3 rounds warm the caches.
+# With --compare, the other binary's creates (all2, none2) join each round.
+variants="all none plain"
+[ -n "$other" ] && variants="all none plain all2 none2"
 for ((i = 0; i < runs + 3; i++)); do
-  for v in all none plain; do
+  for v in $variants; do
     b=$WORK/b-$v
-    rm -rf "$b" && cp -a "$WORK/tpl-${v/plain/none}" "$b"
+    rm -rf "$b" && cp -a "$WORK/tpl-$(case $v in all*) echo all ;; *) echo none ;; esac)" "$b"
     rt=$GANTRY_RUNTIME
     [ $v = plain ] && rt=/bin/true
+    [ "${v%2}" != "$v" ] && rt=$other
     s=${EPOCHREALTIME/[.,]/}
-    "$rt" --root "$STATE" create --bundle "$b" "c$v$i" </dev/null >/dev/null 2>&1 ||
+    "$rt" --root "$STATE" create --bundle "$b" "c$v-$i" </dev/null >/dev/null 2>&1 ||
       die "gantry-runtime create failed ($v)"
     e=${EPOCHREALTIME/[.,]/}
     [ $i -ge 3 ] && echo $((e - s)) >>"$WORK/$v.us"
@@ -77,8 +90,19 @@ printf '%-38s %s\n' "no GPU request - plain, per round" "$(stat "$WORK/gap.us")"
 printf '%-38s %s\n' "/bin/true alone" "$(stat "$WORK/true.us")"
 # startup_ms of every timed GPU create (the log's time from the C
 # constructor to the request read: Go's start, package inits, the config).
-grep '"changed":true' "$WORK/gantry.log" | tail -n "$runs" | grep -o '"startup_ms":[0-9.]*' |
-  awk -F: '{ printf "%d\n", $2 * 1000 }' >"$WORK/startup.us"
-printf '%-38s %s\n' "startup_ms of the GPU creates" "$(stat "$WORK/startup.us")"
+startup() {
+  grep "\"container\":\"c$1-" "$WORK/gantry.log" | grep '"changed":true' | tail -n "$runs" |
+    grep -o '"startup_ms":[0-9.]*' | awk -F: '{ printf "%d\n", $2 * 1000 }' >"$WORK/startup-$1.us"
+  stat "$WORK/startup-$1.us"
+}
+printf '%-38s %s\n' "startup_ms of the GPU creates" "$(startup all)"
+if [ -n "$other" ]; then
+  paste "$WORK/none2.us" "$WORK/plain.us" | awk '{ print $1 - $2 }' >"$WORK/gap2.us"
+  echo "== the same rounds with --compare $other"
+  printf '%-38s %s\n' "all GPUs (NVIDIA_VISIBLE_DEVICES=all)" "$(stat "$WORK/all2.us")"
+  printf '%-38s %s\n' "no GPU request" "$(stat "$WORK/none2.us")"
+  printf '%-38s %s\n' "no GPU request - plain, per round" "$(stat "$WORK/gap2.us")"
+  printf '%-38s %s\n' "startup_ms of the GPU creates" "$(startup all2)"
+fi
 echo "last GPU create, as logged:"
-grep '"changed":true' "$WORK/gantry.log" | tail -1
+grep '"container":"call-' "$WORK/gantry.log" | grep '"changed":true' | tail -1
