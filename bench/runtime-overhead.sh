@@ -32,10 +32,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs $runs: need a positive number" >&2; exit 2; }
-if [ -n "$other" ]; then
-  [ -x "$other" ] || { echo "--compare $other: not an executable file" >&2; exit 2; }
-  other=$(readlink -f "$other")
-fi
+[ -z "$other" ] || [ -x "$other" ] || { echo "--compare $other: not an executable file" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/gantry-overhead.XXXXXX)
 # shellcheck source=scripts/lib/bundle.sh
 . "$REPO/scripts/lib/bundle.sh"
@@ -44,6 +41,12 @@ setup_env $sim >/dev/null || die "setup failed"
 sed -i 's|^low-level = .*|low-level = "/bin/true"|' "$GANTRY_CONFIG"
 make_bundle "$WORK/tpl-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
 make_bundle "$WORK/tpl-none" -- /bin/true
+# The other build runs under the name gantry-runtime (its fast path acts on
+# that name only), through a link, so it still finds the gantry beside it.
+if [ -n "$other" ]; then
+  mkdir "$WORK/other" && ln -s "$(readlink -f "$other")" "$WORK/other/gantry-runtime"
+  other=$WORK/other/gantry-runtime
+fi
 
 # stat FILE: median, minimum and 20%-trimmed mean of the microsecond values in FILE.
 stat() {
@@ -98,7 +101,7 @@ startup() {
 printf '%-38s %s\n' "startup_ms of the GPU creates" "$(startup all)"
 if [ -n "$other" ]; then
   paste "$WORK/none2.us" "$WORK/plain.us" | awk '{ print $1 - $2 }' >"$WORK/gap2.us"
-  echo "== the same rounds with --compare $other"
+  echo "== the same rounds with --compare $(readlink "$other")"
   printf '%-38s %s\n' "all GPUs (NVIDIA_VISIBLE_DEVICES=all)" "$(stat "$WORK/all2.us")"
   printf '%-38s %s\n' "no GPU request" "$(stat "$WORK/none2.us")"
   printf '%-38s %s\n' "no GPU request - plain, per round" "$(stat "$WORK/gap2.us")"
