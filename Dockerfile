@@ -7,15 +7,18 @@
 # `make image` (scripts/build-image.sh) builds the same image without a
 # registry or Docker: from this machine's build and its glibc.
 #
-# /usr/bin holds the four binaries, built as `make build` builds them
+# /usr/bin holds the binaries, built as `make build` builds them
 # (cgo but for the static CDI hook, -trimpath, the version stamped) and
 # stripped (-s -w):
 #   gantry-device-plugin   what the DaemonSet runs (the entrypoint)
+#   gantry-dra-plugin      what the DRA DaemonSet runs
 #   gantry                 the CLI (gantry doctor, gantry cdi generate, ...)
 #   gantry-runtime         the runc shim and hook, for installers that copy it to the host
+#                          (static, no NVML: it runs the gantry beside it for NVML's answer,
+#                          so copy both, or set runtime.gantry-path)
 #   gantry-cdi-hook        the static hook the CDI specs of `gantry cdi generate` run
 #
-# The binaries use cgo (go-nvml loads libnvidia-ml.so.1 with dlopen), so the
+# The dynamic binaries use cgo (go-nvml loads libnvidia-ml.so.1 with dlopen), so the
 # final stage needs glibc; the driver's libraries themselves come from the
 # nvidia runtime when the pod starts. The builder is golang:*-bookworm so
 # that the binaries ask for no newer glibc than the final stage's, Debian
@@ -34,11 +37,14 @@ COPY . .
 ARG VERSION=dev
 ENV CGO_ENABLED=1 \
     CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
-RUN set -e; for cmd in gantry gantry-runtime gantry-device-plugin gantry-dra-plugin; do \
+RUN set -e; for cmd in gantry gantry-device-plugin gantry-dra-plugin; do \
       go build -tags grpcnotrace -trimpath \
         -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=${VERSION}" \
         -o /out/usr/bin/$cmd ./cmd/$cmd; \
     done; \
+    go build -tags nonvml,osusergo,netgo -trimpath \
+      -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=${VERSION} -linkmode external -extldflags -static" \
+      -o /out/usr/bin/gantry-runtime ./cmd/gantry-runtime; \
     CGO_ENABLED=0 go build -trimpath \
       -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=${VERSION}" \
       -o /out/usr/bin/gantry-cdi-hook ./cmd/gantry-cdi-hook

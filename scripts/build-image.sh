@@ -64,11 +64,16 @@ for d in bin lib lib64 sbin; do ln -s "usr/$d" "$root/$d"; done
 # The binaries, as the Dockerfile builds them (grpcnotrace: no gRPC request
 # tracing pages, whose html/template costs the device plugin 3 MB).
 export CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations"
-for cmd in gantry gantry-runtime gantry-device-plugin gantry-dra-plugin; do
+for cmd in gantry gantry-device-plugin gantry-dra-plugin; do
   "$GO" build -tags grpcnotrace -trimpath \
     -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=$VERSION" \
     -o "$root/usr/bin/$cmd" "./cmd/$cmd"
 done
+# gantry-runtime is static and has no NVML (it asks the gantry beside it),
+# as make build builds it.
+"$GO" build -tags nonvml,osusergo,netgo -trimpath \
+  -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=$VERSION -linkmode external -extldflags -static" \
+  -o "$root/usr/bin/gantry-runtime" ./cmd/gantry-runtime
 # The CDI hook is static (no cgo, no loader: its specs run it as root beside
 # image content), so it adds no libraries below.
 CGO_ENABLED=0 "$GO" build -trimpath \
@@ -78,7 +83,7 @@ CGO_ENABLED=0 "$GO" build -trimpath \
 # Their shared libraries, each at the path ldd names (through the tree's
 # own bin/lib links, so a host without merged /usr still fills usr/).
 libdirs=()
-for cmd in gantry gantry-runtime gantry-device-plugin gantry-dra-plugin; do
+for cmd in gantry gantry-device-plugin gantry-dra-plugin; do
   while read -r lib; do
     [ -n "$lib" ] || continue
     mkdir -p "$root$(dirname "$lib")"

@@ -35,6 +35,9 @@
 #      daemon's defaults) run cuda-check at the same time: each allocates 3/4 of
 #      the limit (must work), then 5/4 (must fail); the MPS server log must exist;
 #      SIGTERM must quit the daemon
+#   k  `nvidia-container-cli info` through gantry-runtime, which links no NVML (a static
+#      binary) and asks `gantry gpus-json`, the gantry beside it, for NVML's GPUs:
+#      the host's GPU UUIDs, each with a brand and an architecture (NVML's fields)
 # In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
@@ -386,6 +389,23 @@ else
     FAIL "j: the MPS control daemon was not stopped cleanly"
     show "$WORK/j.daemon.log"
   fi
+fi
+
+echo "== k: gantry-runtime's NVML answer through gantry (nvidia-container-cli info)"
+ln -sf "$(readlink -f "$GANTRY_RUNTIME")" "$WORK/nvidia-container-cli"
+if "$WORK/nvidia-container-cli" info >"$WORK/k.out" 2>&1; then
+  got=$(awk '/^GPU UUID:/ {print $3}' "$WORK/k.out" | sort | tr '\n' ' ')
+  want=$(printf '%s\n' "${UUID[@]}" | sort | tr '\n' ' ')
+  blank=$(grep -cE '^(Brand|Architecture): *$' "$WORK/k.out")
+  if [ "$got" = "$want" ] && [ "$blank" = 0 ]; then
+    PASS "k: nvidia-container-cli info lists the host's $ngpu GPU(s) with brand and architecture ($(awk '/^Brand:/ {print $2}' "$WORK/k.out" | sort -u | tr '\n' ' '))"
+  else
+    FAIL "k: nvidia-container-cli info: UUIDs '$got', want '$want'; $blank blank brand or architecture lines"
+    show "$WORK/k.out"
+  fi
+else
+  FAIL "k: nvidia-container-cli info failed (gantry-runtime asking gantry for the GPUs)"
+  show "$WORK/k.out"
 fi
 
 if [ "${DRIVER_LAYOUT:-files}" = tree ]; then

@@ -15,6 +15,10 @@
 //
 // `make install` links the names to it. The gantry binary answers to the
 // same names too, for installs that link everything to gantry.
+//
+// The Makefile builds it statically with the nonvml tag (see RUNTIME_TAGS):
+// it links no NVML and, when it needs NVML's answer, runs the gantry beside
+// it (package discover's HelperCommand).
 package main
 
 import (

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/version"
 )
 
@@ -66,6 +67,12 @@ func register(c *command) { commands = append(commands, c) }
 
 // Main runs gantry with args (without the program name) and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
+	// gantry-runtime, built without NVML, asks gantry for NVML's GPUs
+	// (package discover): a command of the binaries', not listed, reading
+	// no configuration.
+	if len(args) > 0 && args[0] == discover.HelperCommand {
+		return discover.HelperMain(args[1:], stdout, stderr)
+	}
 	cmd, rest := findCommand(args)
 	if cmd == nil {
 		if len(args) == 0 || isHelp(args[0]) {

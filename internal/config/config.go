@@ -104,6 +104,11 @@ type Runtime struct {
 	// --no-cgroups) and gantry-runtime adds no linux.resources.devices
 	// rules; the nodes are still added to the container.
 	NoCgroups bool `toml:"no-cgroups"`
+	// GantryPath is the gantry binary gantry-runtime (built without NVML)
+	// runs to ask NVML for the GPUs when /proc/driver/nvidia cannot answer
+	// (MIG devices, or the driver's proc files not visible); empty means
+	// the gantry beside gantry-runtime, else /usr/bin/gantry.
+	GantryPath string `toml:"gantry-path"`
 }
 
 // DriverLayout values.
@@ -386,5 +391,6 @@ const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in 
 # runtime.driver-tree-dir  where the trees are kept (shared with nvidia-docker-plugin's volume)
 # runtime.driver-tree-path where a container sees the tree
 # runtime.no-cgroups       true for rootless Docker/Podman: no device cgroup rules (NVIDIA's nvidia-container-cli.no-cgroups)
+# runtime.gantry-path      the gantry binary gantry-runtime asks for NVML's GPUs (MIG); empty = gantry beside it, else /usr/bin's
 
 `

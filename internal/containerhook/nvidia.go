@@ -14,7 +14,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -509,7 +508,21 @@ gets no file. /dev is read inside the container's root.`,
 // AppProfileFile is the application profile update-application-profile writes.
 const AppProfileFile = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"
 
-var gpuNode = regexp.MustCompile(`^nvidia[0-9]+$`)
+// isGPUNode reports whether name is a GPU's device node name, nvidiaN
+// (not nvidiactl, nvidia-uvm, ...). No regexp: compiling one at package init
+// cost every start of gantry-runtime and gantry-cdi-hook.
+func isGPUNode(name string) bool {
+	n, ok := strings.CutPrefix(name, "nvidia")
+	if !ok || n == "" {
+		return false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // UpdateApplicationProfile writes AppProfileFile for the GPU nodes in the
 // container's /dev and returns the mask written (0: no file).
@@ -523,7 +536,7 @@ func UpdateApplicationProfile(root *rootfs.Root, warn func(string)) (uint64, err
 	}
 	var mask uint64
 	for _, n := range names {
-		if !gpuNode.MatchString(n) {
+		if !isGPUNode(n) {
 			continue
 		}
 		fi, err := root.Lstat("/dev/" + n)

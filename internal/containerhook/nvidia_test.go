@@ -439,3 +439,15 @@ echo host:; cat /proc/driver/nvidia/params`
 		t.Errorf("the image's file itself changed: %q", b)
 	}
 }
+
+func TestIsGPUNode(t *testing.T) {
+	for name, want := range map[string]bool{
+		"nvidia0": true, "nvidia7": true, "nvidia15": true,
+		"nvidia": false, "nvidiactl": false, "nvidia-uvm": false, "nvidia-caps": false,
+		"nvidia0x": false, "xnvidia0": false, "nvidia-modeset": false, "nvidia٣": false, "": false,
+	} {
+		if got := isGPUNode(name); got != want {
+			t.Errorf("isGPUNode(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -6,7 +6,7 @@ package discover
 
 import (
 	"fmt"
-	"github.com/gantry-gpu/gantry/internal/kubeletckpt"
+	"os"
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/config"
@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/nvml"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
+	"github.com/gantry-gpu/gantry/internal/kubeletckpt"
 	"github.com/gantry-gpu/gantry/internal/request"
 )
 
@@ -22,7 +23,9 @@ import (
 // UUID and bus id: it reads them from /proc/driver/nvidia (a fraction of a
 // millisecond) instead of loading and initialising NVML (11 ms or more on an
 // H100 host), and falls back to NVML when procfs cannot answer (MIG devices
-// exist, or the driver's proc files are not visible).
+// exist, or the driver's proc files are not visible). A binary built without
+// NVML (gantry-runtime) gets NVML's answer from the gantry binary: see
+// HelperCommand.
 func GPUs(c config.Config, light bool) (*gpu.System, error) {
 	if spec, ok := strings.CutPrefix(c.GPUs, "sim:"); ok {
 		return sim.Load(spec)
@@ -35,7 +38,35 @@ func GPUs(c config.Config, light bool) (*gpu.System, error) {
 			return sys, nil
 		}
 	}
-	return nvml.Discover(nvml.Options{DriverRoot: c.DriverRoot, Light: light})
+	return nvmlGPUs(c, light)
+}
+
+// nvmlGPUs asks NVML: in this process when the binary links it (gantry, the
+// plugins), else through the gantry binary (gantry-runtime, see helper.go).
+func nvmlGPUs(c config.Config, light bool) (*gpu.System, error) {
+	opts := nvml.Options{DriverRoot: c.DriverRoot, Light: light}
+	if nvml.Linked {
+		return nvml.Discover(opts)
+	}
+	self, _ := os.Executable()
+	path, err := helperPath(c, self)
+	if err != nil {
+		return nil, err
+	}
+	if sameFile(path, self) {
+		// A gantry built without NVML would only ask itself again.
+		return nvml.Discover(opts)
+	}
+	return viaHelper(path, c, light)
+}
+
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 // Driver returns the driver files under the configured driver root.

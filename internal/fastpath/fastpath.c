@@ -1,7 +1,7 @@
 //go:build cgo
 
-// The pass-through fast path of gantry-runtime, run by the dynamic loader
-// before the Go runtime starts (see doc.go). Every constant copied from Go
+// The pass-through fast path of gantry-runtime, a constructor the C
+// library's start-up runs before the Go runtime starts (see doc.go). Every constant copied from Go
 // is pinned by constants_test.go.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -45,6 +45,7 @@ const char *const gantry_neutral_keys[] = {
 	"runtime.accept-volume-mounts", "runtime.log-file", "runtime.disable-require",
 	"runtime.kubernetes-env", "runtime.kubelet-dir", "runtime.no-cgroups",
 	"runtime.driver-layout", "runtime.driver-tree-dir", "runtime.driver-tree-path",
+	"runtime.gantry-path",
 	"cdi.kind", "cdi.spec-dirs", "cdi.hook-path", NULL};
 
 // runc's flags that take a value (shim's args.go has the same lists).

@@ -30,6 +30,9 @@
 // capability, memory, brand or MIG devices (it refuses, with ErrMIGNeedsNVML,
 // when MIG instances exist). Its System.Backend is "procfs".
 //
-// The NVML backend needs cgo; a binary built without it still compiles and
-// Discover then returns ErrNoNVML saying so.
+// The NVML backend needs cgo and a dynamically linked binary (go-nvml's
+// dlopen loads a library built against the host's C library). A binary
+// built without cgo, or with the nonvml build tag (gantry-runtime, a static
+// binary, see package discover), still compiles: Linked is false and
+// Discover returns ErrNoNVML saying so.
 package nvml

@@ -1,4 +1,4 @@
-//go:build cgo
+//go:build cgo && !nonvml
 
 package nvml
 
@@ -13,6 +13,9 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/gpu"
 )
+
+// Linked reports whether this binary can load NVML itself.
+const Linked = true
 
 // go-nvml keeps process-wide state in package variables (the versioned
 // symbol table, the error-string function), so loads and unloads must not

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"sync"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/gantry-gpu/gantry/internal/gpu"
 )
 
@@ -46,48 +44,48 @@ var profiles embed.FS
 // by Parse (see the package documentation for the defaults).
 type Host struct {
 	// DriverVersion is the kernel driver version, e.g. "580.159.04".
-	DriverVersion string `json:"driverVersion"`
+	DriverVersion string `json:"driverVersion" yaml:"driverVersion"`
 	// CUDADriverVersion is "major.minor", e.g. "13.0".
-	CUDADriverVersion string `json:"cudaDriverVersion"`
+	CUDADriverVersion string `json:"cudaDriverVersion" yaml:"cudaDriverVersion"`
 	// Seed makes the generated UUIDs; defaults to the profile or file name.
-	Seed    string       `json:"seed,omitempty"`
-	Devices []DeviceSpec `json:"devices"`
+	Seed    string       `json:"seed,omitempty" yaml:"seed,omitempty"`
+	Devices []DeviceSpec `json:"devices" yaml:"devices"`
 }
 
 // DeviceSpec is one simulated GPU. Pointers mark fields whose zero value is
 // meaningful, so that omitting them can pick a default.
 type DeviceSpec struct {
-	Name              string       `json:"name"`
-	UUID              string       `json:"uuid,omitempty"`
-	Minor             *int         `json:"minor,omitempty"`
-	PCIBusID          string       `json:"pciBusID,omitempty"`
-	MemoryMiB         uint64       `json:"memoryMiB"`
-	ComputeCapability string       `json:"computeCapability"`
-	Architecture      string       `json:"architecture,omitempty"`
-	Brand             string       `json:"brand,omitempty"`
-	NUMANode          *int         `json:"numaNode,omitempty"`
-	MIGEnabled        bool         `json:"migEnabled,omitempty"`
-	MIGDevices        []MIGSpec    `json:"migDevices,omitempty"`
-	NVLinks           []NVLinkSpec `json:"nvlinks,omitempty"`
+	Name              string       `json:"name" yaml:"name"`
+	UUID              string       `json:"uuid,omitempty" yaml:"uuid,omitempty"`
+	Minor             *int         `json:"minor,omitempty" yaml:"minor,omitempty"`
+	PCIBusID          string       `json:"pciBusID,omitempty" yaml:"pciBusID,omitempty"`
+	MemoryMiB         uint64       `json:"memoryMiB" yaml:"memoryMiB"`
+	ComputeCapability string       `json:"computeCapability" yaml:"computeCapability"`
+	Architecture      string       `json:"architecture,omitempty" yaml:"architecture,omitempty"`
+	Brand             string       `json:"brand,omitempty" yaml:"brand,omitempty"`
+	NUMANode          *int         `json:"numaNode,omitempty" yaml:"numaNode,omitempty"`
+	MIGEnabled        bool         `json:"migEnabled,omitempty" yaml:"migEnabled,omitempty"`
+	MIGDevices        []MIGSpec    `json:"migDevices,omitempty" yaml:"migDevices,omitempty"`
+	NVLinks           []NVLinkSpec `json:"nvlinks,omitempty" yaml:"nvlinks,omitempty"`
 }
 
 // MIGSpec is one MIG device (a GPU instance with one compute instance).
 type MIGSpec struct {
 	// Profile such as "1g.10gb" or "1c.3g.20gb".
-	Profile string `json:"profile"`
+	Profile string `json:"profile" yaml:"profile"`
 	// GPUInstance defaults to the MIG device's position + 1.
-	GPUInstance     *int   `json:"gpuInstance,omitempty"`
-	ComputeInstance int    `json:"computeInstance,omitempty"`
-	MemoryMiB       uint64 `json:"memoryMiB,omitempty"`
-	UUID            string `json:"uuid,omitempty"`
+	GPUInstance     *int   `json:"gpuInstance,omitempty" yaml:"gpuInstance,omitempty"`
+	ComputeInstance int    `json:"computeInstance,omitempty" yaml:"computeInstance,omitempty"`
+	MemoryMiB       uint64 `json:"memoryMiB,omitempty" yaml:"memoryMiB,omitempty"`
+	UUID            string `json:"uuid,omitempty" yaml:"uuid,omitempty"`
 }
 
 // NVLinkSpec is a set of links from a GPU to a peer GPU or to the NVSwitch fabric.
 type NVLinkSpec struct {
 	// Peer is the other GPU's UUID or index; empty with Switch.
-	Peer   string `json:"peer,omitempty"`
-	Links  int    `json:"links"`
-	Switch bool   `json:"switch,omitempty"`
+	Peer   string `json:"peer,omitempty" yaml:"peer,omitempty"`
+	Links  int    `json:"links" yaml:"links"`
+	Switch bool   `json:"switch,omitempty" yaml:"switch,omitempty"`
 }
 
 // Profiles lists the built-in profile names, sorted.
@@ -166,23 +164,13 @@ func Load(spec string) (*gpu.System, error) {
 // when the text sets no seed of its own. The result's Backend is empty.
 func Parse(data []byte, seed string) (*gpu.System, error) {
 	var h Host
-	if err := yaml.UnmarshalStrict(data, &h); err != nil {
-		return nil, invalidf("%s", cleanYAMLError(err))
+	if err := decodeStrict(data, &h); err != nil {
+		return nil, invalidf("%s", err)
 	}
 	if h.Seed == "" {
 		h.Seed = seed
 	}
 	return h.build()
-}
-
-// cleanYAMLError drops the layers of decoder names sigs.k8s.io/yaml puts in
-// front of the part a user needs (e.g. `json: unknown field "foo"`).
-func cleanYAMLError(err error) string {
-	s := err.Error()
-	for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "error converting YAML to JSON: "} {
-		s = strings.ReplaceAll(s, p, "")
-	}
-	return strings.Replace(s, "json: unknown field", "unknown key", 1)
 }
 
 var (
@@ -196,8 +184,8 @@ var (
 	migMemRE     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`g\.([0-9]+)gb`) })
 )
 
-// wholeVersion turns "13" into "13.0": YAML reads an unquoted 13.0 as the
-// number 13, and sigs.k8s.io/yaml then hands us the string "13".
+// wholeVersion turns "13" into "13.0", for a version written as a bare
+// number.
 func wholeVersion(s string) string {
 	if s != "" && strings.Trim(s, "0123456789") == "" {
 		return s + ".0"

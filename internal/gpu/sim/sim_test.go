@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -211,6 +212,8 @@ func TestParseErrors(t *testing.T) {
 		{"unknown top key", "driverVersoin: 1\n" + head, `unknown key "driverVersoin"`},
 		{"not yaml", "devices: [", "did not find expected node content"},
 		{"wrong type", head + "- name: GPU\n  memoryMiB: lots\n", "memoryMiB"},
+		{"wrong type in a flow mapping", head + dev + "  migEnabled: true\n  migDevices: [{profile: 1g.5gb, gpuInstance: x}]\n", "line 8: gpuInstance: cannot unmarshal"},
+		{"duplicate key", head + dev + "  name: other\n", `mapping key "name" already defined`},
 		{"no driver", "cudaDriverVersion: \"12.4\"\n", `driverVersion: ""`},
 		{"bad cuda", "driverVersion: \"550.54.15\"\ncudaDriverVersion: twelve\n", `cudaDriverVersion: "twelve"`},
 		{"no name", head + "- memoryMiB: 1\n  computeCapability: \"8.0\"\n", "devices[0].name: missing"},
@@ -334,4 +337,20 @@ func FuzzLoadYAML(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Bare scalars keep their text in string fields, YAML 1.1's yes/no fill
+// bool fields, and JSON is read as well.
+func TestParseScalars(t *testing.T) {
+	sys, err := Parse([]byte("driverVersion: 550.54.15\ncudaDriverVersion: 13.0\ndevices:\n- name: GPU\n  memoryMiB: 1024\n  computeCapability: 9.0\n  migEnabled: yes\n"), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := sys.Devices[0]; sys.CUDADriverVersion != "13.0" || d.ComputeCapability != "9.0" || !d.MIGEnabled {
+		t.Errorf("parsed %+v", sys)
+	}
+	js, err := Parse([]byte(`{"driverVersion": "550.54.15", "cudaDriverVersion": "13.0", "devices": [{"name": "GPU", "memoryMiB": 1024, "computeCapability": "9.0", "migEnabled": true}]}`), "t")
+	if err != nil || !reflect.DeepEqual(js, sys) {
+		t.Errorf("the same as JSON: %+v, %v", js, err)
+	}
 }

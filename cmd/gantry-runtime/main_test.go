@@ -1,0 +1,152 @@
+package main
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/gpu/nvml"
+)
+
+// The build flags of gantry-runtime, as the Makefile's RUNTIME_TAGS and
+// RUNTIME_LDFLAGS give them (TestStaticBinary checks they still do).
+const (
+	runtimeTags    = "nonvml,osusergo,netgo"
+	runtimeLDFlags = "-linkmode external -extldflags -static"
+)
+
+// TestMain lets this test binary, which links NVML (no nonvml tag), stand
+// in for gantry as the NVML helper of the static gantry-runtime built below:
+// it answers the same command with the same code (discover.HelperMain).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == discover.HelperCommand {
+		os.Exit(discover.HelperMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func goTool(t *testing.T) string {
+	t.Helper()
+	g := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	if _, err := os.Stat(g); err == nil {
+		return g
+	}
+	g, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool")
+	}
+	return g
+}
+
+// Built with its tags, gantry-runtime links no NVML and nothing that makes
+// a static glibc program load libraries at run time (os/user and net's
+// cgo lookups go through NSS), but keeps cgo for the fast path's constructor.
+func TestDependencies(t *testing.T) {
+	cmd := exec.Command(goTool(t), "list", "-deps", "-tags", runtimeTags, "-f", "{{.ImportPath}} {{len .CgoFiles}}", ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "internal/fastpath 1") || !strings.Contains(string(out), "internal/gpu/nvml 0") {
+		t.Fatalf("go list -deps lists neither the fast path's cgo nor the nvml package: the check proves nothing\n%s", out)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, cgo, _ := strings.Cut(l, " ")
+		switch {
+		case strings.HasPrefix(pkg, "github.com/NVIDIA/go-nvml"), pkg == "os/user", pkg == "net", pkg == "plugin":
+			t.Errorf("gantry-runtime links %s", pkg)
+		case cgo != "0" && !strings.HasSuffix(pkg, "/internal/fastpath") && pkg != "runtime/cgo":
+			t.Errorf("gantry-runtime links cgo code of %s", pkg)
+		}
+	}
+}
+
+// Built as make build builds it, gantry-runtime needs no program
+// interpreter and no shared library, and gets NVML's answer from the gantry
+// binary beside it, or says which is missing.
+func TestStaticBinary(t *testing.T) {
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(mk), "RUNTIME_TAGS := "+runtimeTags+"\n") || !strings.Contains(string(mk), "RUNTIME_LDFLAGS := "+runtimeLDFlags+"\n") {
+		t.Fatalf("the Makefile's RUNTIME_TAGS or RUNTIME_LDFLAGS differ from this test's (%s; %s): update the test", runtimeTags, runtimeLDFlags)
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed: cannot link gantry-runtime")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "gantry-runtime")
+	cmd := exec.Command(goTool(t), "build", "-tags", runtimeTags, "-trimpath", "-ldflags", runtimeLDFlags, "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	} else if len(out) > 0 {
+		// The linker warns when something needs glibc's shared objects at run time.
+		t.Errorf("the static link warned:\n%s", out)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("gantry-runtime has a %v program header: it is dynamically linked", p.Type)
+		}
+	}
+	f.Close()
+
+	// nvidia-container-cli info asks for NVML's GPUs (brand, architecture),
+	// which gantry-runtime gets from the gantry beside it: first none.
+	cli := filepath.Join(dir, "nvidia-container-cli")
+	if err := os.Symlink("gantry-runtime", cli); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(conf, []byte("gpus = \"nvml\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	info := func() (string, error) {
+		c := exec.Command(cli, "info")
+		c.Env = []string{"GANTRY_CONFIG=" + conf, "PATH=/usr/bin:/bin"}
+		out, err := c.CombinedOutput()
+		return string(out), err
+	}
+	if _, err := os.Stat(discover.DefaultHelperPath); err != nil {
+		out, err := info()
+		if err == nil || !strings.Contains(out, filepath.Join(dir, "gantry")+" nor "+discover.DefaultHelperPath) || !strings.Contains(out, "runtime.gantry-path") {
+			t.Errorf("nvidia-container-cli info without gantry: %v\n%s", err, out)
+		}
+	}
+	// Then this test binary as gantry: its answer, whatever NVML says here.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(self, filepath.Join(dir, "gantry")); err != nil {
+		t.Fatal(err)
+	}
+	out, err := info()
+	t.Logf("nvidia-container-cli info through gantry: %v\n%s", err, out)
+	sys, derr := nvml.Discover(nvml.Options{DriverRoot: "/"})
+	switch {
+	case derr != nil:
+		if err == nil || !strings.Contains(out, derr.Error()) {
+			t.Errorf("nvidia-container-cli info through gantry: %v\n%s\nwant the error %q", err, out, derr)
+		}
+	case err != nil:
+		t.Errorf("nvidia-container-cli info through gantry: %v\n%s", err, out)
+	default:
+		for _, d := range sys.Devices {
+			if !regexp.MustCompile(`(?m)^GPU UUID:\s+` + regexp.QuoteMeta(d.UUID)).MatchString(out) {
+				t.Errorf("nvidia-container-cli info lacks GPU %s:\n%s", d.UUID, out)
+			}
+		}
+	}
+}
