@@ -24,6 +24,7 @@ const (
 // in for gantry as the NVML helper of the static gantry-runtime built below:
 // it answers the same command with the same code (discover.HelperMain).
 func TestMain(m *testing.M) {
+	recordArgv()
 	if len(os.Args) > 1 && os.Args[1] == discover.HelperCommand {
 		os.Exit(discover.HelperMain(os.Args[2:], os.Stdout, os.Stderr))
 	}

@@ -15,13 +15,14 @@ import (
 // environment's PATH to when it stands in for the gantry binary.
 const argvEnv = "GANTRY_TEST_ARGV_FILE"
 
-func TestMain(m *testing.M) {
+// recordArgv is the test binary standing in for gantry: it writes its
+// argv to the file in argvEnv and exits 3 (called from TestMain).
+func recordArgv() {
 	if f := os.Getenv(argvEnv); f != "" {
 		b, _ := json.Marshal(os.Args)
 		os.WriteFile(f, b, 0o644)
 		os.Exit(3)
 	}
-	os.Exit(m.Run())
 }
 
 // gantry-runtime run as nvidia-ctk, as make install links it: cdi list and
