@@ -42,7 +42,7 @@ RUN set -e; for cmd in gantry gantry-device-plugin gantry-dra-plugin; do \
         -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=${VERSION}" \
         -o /out/usr/bin/$cmd ./cmd/$cmd; \
     done; \
-    go build -tags nonvml,osusergo,netgo -trimpath \
+    go build -tags nonvml,gantrylean,osusergo,netgo -trimpath \
       -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=${VERSION} -linkmode external -extldflags -static" \
       -o /out/usr/bin/gantry-runtime ./cmd/gantry-runtime; \
     CGO_ENABLED=0 go build -trimpath \

@@ -31,7 +31,7 @@ deps:
 # the gantry beside it (runtime.gantry-path to name another; internal/discover).
 # osusergo,netgo keep glibc's NSS (dlopen'ed at run time) out of the link.
 # cmd/gantry-runtime's TestStaticBinary builds it with these flags too.
-RUNTIME_TAGS := nonvml,osusergo,netgo
+RUNTIME_TAGS := nonvml,gantrylean,osusergo,netgo
 RUNTIME_LDFLAGS := -linkmode external -extldflags -static
 
 # gantry-cdi-hook, which the CDI specs of gantry cdi generate run as root
@@ -66,7 +66,7 @@ demo: deps build
 # The second line vets gantry-runtime's build (its tags pick other files).
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags $(RUNTIME_TAGS) ./cmd/gantry-runtime ./internal/gpu/nvml ./internal/discover
+	$(GO) vet -tags $(RUNTIME_TAGS) ./cmd/gantry-runtime ./internal/gpu/nvml ./internal/discover ./internal/cdispec
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -38,7 +38,8 @@
 # --sim: simulated GPUs (SIM_PROFILE, default h100x8) and a fake driver root, for
 # trying it without a GPU (the numbers then say nothing about a GPU host).
 #
-# Environment: RUNS (default 30), DRIVER_ROOT, NVIDIA_RUNTIME, NVIDIA_CTK, GANTRY, RUNC.
+# Environment: RUNS (default 30), DRIVER_ROOT, NVIDIA_RUNTIME, NVIDIA_CTK, GANTRY, RUNC,
+# COMPARE_RUNTIME (another gantry-runtime build: variant compare-all, all GPUs).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 runs=${RUNS:-30} sim= cpus= split= trace= tree=
@@ -72,6 +73,14 @@ declare -A RT=([runc]=$RUNC [gantry-none]=$GANTRY_RUNTIME [gantry-all]=$GANTRY_R
 make_bundle "$WORK/tpl-runc" -- /bin/true
 make_bundle "$WORK/tpl-gantry-none" -- /bin/true
 make_bundle "$WORK/tpl-gantry-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+# COMPARE_RUNTIME=PATH: another gantry-runtime build (another commit's) as
+# one more all-GPU variant in the same rounds, for a before/after.
+if [ -n "${COMPARE_RUNTIME:-}" ]; then
+  [ -x "$COMPARE_RUNTIME" ] || die "COMPARE_RUNTIME=$COMPARE_RUNTIME: not an executable file"
+  variants+=(compare-all)
+  RT[compare-all]=$(cd "$(dirname "$COMPARE_RUNTIME")" && pwd)/$(basename "$COMPARE_RUNTIME")
+  make_bundle "$WORK/tpl-compare-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+fi
 # hook-all: Docker's --gpus path, plain runc with Gantry's prestart hook
 # (nvidia-container-runtime-hook: the same binary as the runtime) in config.json.
 HOOK=$WORK/nvidia-container-runtime-hook

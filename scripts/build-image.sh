@@ -71,7 +71,7 @@ for cmd in gantry gantry-device-plugin gantry-dra-plugin; do
 done
 # gantry-runtime is static and has no NVML (it asks the gantry beside it),
 # as make build builds it.
-"$GO" build -tags nonvml,osusergo,netgo -trimpath \
+"$GO" build -tags nonvml,gantrylean,osusergo,netgo -trimpath \
   -ldflags "-s -w -X github.com/gantry-gpu/gantry/internal/version.Version=$VERSION -linkmode external -extldflags -static" \
   -o "$root/usr/bin/gantry-runtime" ./cmd/gantry-runtime
 # The CDI hook is static (no cgo, no loader: its specs run it as root beside

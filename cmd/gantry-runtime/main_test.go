@@ -10,13 +10,14 @@ import (
 	"testing"
 
 	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu/nvml"
 )
 
 // The build flags of gantry-runtime, as the Makefile's RUNTIME_TAGS and
 // RUNTIME_LDFLAGS give them (TestStaticBinary checks they still do).
 const (
-	runtimeTags    = "nonvml,osusergo,netgo"
+	runtimeTags    = "nonvml,gantrylean,osusergo,netgo"
 	runtimeLDFlags = "-linkmode external -extldflags -static"
 )
 
@@ -60,7 +61,8 @@ func TestDependencies(t *testing.T) {
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		pkg, cgo, _ := strings.Cut(l, " ")
 		switch {
-		case strings.HasPrefix(pkg, "github.com/NVIDIA/go-nvml"), pkg == "os/user", pkg == "net", pkg == "plugin":
+		case strings.HasPrefix(pkg, "github.com/NVIDIA/go-nvml"), pkg == "os/user", pkg == "net", pkg == "plugin",
+			pkg == "go.yaml.in/yaml/v2": // its init, ~0.15 ms, on every container start
 			t.Errorf("gantry-runtime links %s", pkg)
 		case cgo != "0" && !strings.HasSuffix(pkg, "/internal/fastpath") && pkg != "runtime/cgo":
 			t.Errorf("gantry-runtime links cgo code of %s", pkg)
@@ -149,5 +151,40 @@ func TestStaticBinary(t *testing.T) {
 				t.Errorf("nvidia-container-cli info lacks GPU %s:\n%s", d.UUID, out)
 			}
 		}
+	}
+
+	// nvidia-ctk cdi generate: the static build writes the spec itself
+	// (it links no yaml.v2), and hands a command line whose spec needs
+	// yaml.v2 (a hook path with a blank) to the gantry beside it, here this
+	// test binary recording its argv.
+	root := filepath.Join(dir, "driver")
+	if _, err := fakedriver.Build(root, fakedriver.Options{GPUs: 8, DeviceNodes: os.Geteuid() == 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(conf, []byte("gpus = \"sim:h100x8\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctk := filepath.Join(dir, "nvidia-ctk")
+	if err := os.Symlink("gantry-runtime", ctk); err != nil {
+		t.Fatal(err)
+	}
+	argv := filepath.Join(dir, "argv.json")
+	generate := func(extra ...string) (string, int) {
+		c := exec.Command(ctk, append([]string{"cdi", "generate", "--driver-root=" + root, "--nvidia-cdi-hook-path=/usr/bin/nvidia-cdi-hook"}, extra...)...)
+		c.Env = []string{"GANTRY_CONFIG=" + conf, "PATH=/usr/bin:/bin", argvEnv + "=" + argv}
+		out, _ := c.CombinedOutput()
+		return string(out), c.ProcessState.ExitCode()
+	}
+	if out, code := generate(); code != 0 || !strings.Contains(out, "nvidia.com/gpu") {
+		t.Errorf("nvidia-ctk cdi generate through the static gantry-runtime: exit %d\n%s", code, out)
+	}
+	if _, err := os.Stat(argv); err == nil {
+		t.Errorf("nvidia-ctk cdi generate ran gantry for a spec gantry-runtime writes itself")
+	}
+	if out, code := generate("--nvidia-cdi-hook-path=/opt/my hooks/nvidia-cdi-hook"); code != 3 {
+		t.Errorf("a spec needing yaml.v2: exit %d, want gantry's (3)\n%s", code, out)
+	}
+	if b, err := os.ReadFile(argv); err != nil || !strings.Contains(string(b), `"nvidia-ctk","cdi","generate"`) || !strings.Contains(string(b), "my hooks") {
+		t.Errorf("gantry's argv: %s (%v), want nvidia-ctk cdi generate with the same flags", b, err)
 	}
 }

@@ -1,6 +1,7 @@
 package cdicmd
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gantry-gpu/gantry/internal/cdispec"
 	"github.com/gantry-gpu/gantry/internal/config"
 )
 
@@ -266,6 +268,9 @@ func Lean(args []string, stdout, stderr io.Writer) (code int, served bool) {
 		} else {
 			err = NVGenerate(vals, debug, stdout, stderr)
 		}
+	}
+	if errors.Is(err, cdispec.ErrFullYAML) {
+		return 0, false // written by nothing yet: gantry does it all
 	}
 	return ErrorCode(stderr, name, err), true
 }

@@ -553,7 +553,9 @@ func TestMarshalYAMLMatchesLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oddStrings := []string{"0", "1.5", "yes", "no", "on", "null", "~", "true", "", " lead", "trail ", "a: b", "#c", "x #y", "line\nbreak", "tab\t", "quote\"", "'", "é ü", "\u2028", "-", "- x", "0x1F", "1e3", "2001-12-14", "*a", "&a", "!t", "%p", "@", "`", "{", "[", "|", ">", "?", "yEs", "Off", "a:", "a::b", "/x/y.so.1", "_", "x=y", "a#b", "é", "\x01", strings.Repeat("ab ", 40)}
+	oddStrings := []string{"0", "1.5", "yes", "no", "on", "null", "~", "true", "", " lead", "trail ", "a: b", "#c", "x #y", "line\nbreak", "tab\t", "quote\"", "'", "é ü", "\u2028", "-", "- x", "0x1F", "1e3", "2001-12-14", "*a", "&a", "!t", "%p", "@", "`", "{", "[", "|", ">", "?", "yEs", "Off", "a:", "a::b", "/x/y.so.1", "_", "x=y", "a#b", "é", "\x01", strings.Repeat("ab ", 40),
+		"--link", "--a-b", "--x:y", "---", "---x", "--1", "--", "-x", "580.159.04", "1.2.3", "1.2", "1.2.", "0:1", "0:60", "1:59:30", "0:5:9", "08", "007",
+		"99999999999999999999", "0:1.5", "1_000", "0b101", ".5", "+1", "-1", "1:", ":1", strings.Repeat("1", 65)}
 	odd := map[string]any{
 		"strings": []string{"0", "1.5", "yes", "no", "on", "null", "~", "true", "", " lead", "trail ", "a: b", "#c", "x #y", "line\nbreak", "tab\t", "quote\"", "'", "é ü", "\u2028", "-", "- x", "0x1F", "1e3", "2001-12-14", "*a", "&a", "!t", "%p", "@", "`", "{", "[", "|", ">", "?"},
 		"numbers": []any{0, -1, 1 << 40, uint64(1) << 63, 1.5, 1e300, -0.0, uint32(4294967295)},
@@ -589,6 +591,27 @@ func TestMarshalYAMLMatchesLibrary(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s: marshalYAML differs from sigs.k8s.io/yaml:\n%s\nwant\n%s", name, got, want)
+		}
+	}
+}
+
+// The specs cdi generate writes, MIG devices included, need no yaml.v2:
+// the lean nvidia-ctk (gantry-runtime, which links none) writes them
+// itself instead of handing the command line to gantry.
+func TestGeneratedSpecsNeedNoYAMLv2(t *testing.T) {
+	saved := yamlV2
+	t.Cleanup(func() { yamlV2 = saved })
+	yamlV2 = func(v any) ([]byte, error) { return nil, fmt.Errorf("yaml.v2 asked for %#v", v) }
+	spec, _ := generate(t, Options{})
+	sys := eightGPUs()
+	big, err := Generate(sys, testInventory(), Options{HookPath: hookPath, DevRoot: makeDevRoot(t, sys)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The 2-GPU system has MIG devices (names "1:0"; see 2gpu-mig.golden.yaml).
+	for name, sp := range map[string]*specs.Spec{"2 GPUs with MIG": spec, "8 GPUs": big} {
+		if _, err := marshalYAML(sp); err != nil {
+			t.Errorf("%s: %v", name, err)
 		}
 	}
 }

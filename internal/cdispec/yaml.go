@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"go.yaml.in/yaml/v2"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
@@ -54,8 +53,12 @@ func marshalYAML(v any) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return yaml.Marshal(yamlTyped(obj))
+	return yamlV2(yamlTyped(obj))
 }
+
+// ErrFullYAML is the lean build's answer for a spec that needs yaml.v2
+// (see yamlv2_lean.go): the caller hands the work to the gantry binary.
+var ErrFullYAML = errors.New("this spec needs the YAML encoder of the gantry binary")
 
 // errYAMLFallback: a value yamlWriter leaves to yaml.v2.
 var errYAMLFallback = errors.New("left to yaml.v2")
@@ -154,16 +157,22 @@ func (w *yamlWriter) scalar(v any) error {
 		}
 		w.b = append(w.b, x...)
 	case string:
-		if plainSafe(x) {
+		if plainSafe(x) || plainToo(x) {
 			w.b = append(w.b, x...)
 			break
+		}
+		if numberLike(x) {
+			// yaml.v2 resolves these to numbers, so it double-quotes them:
+			// device names "0", MIG names "0:1".
+			w.b = append(append(append(w.b, '"'), x...), '"', '\n')
+			return nil
 		}
 		if strings.ContainsAny(x, " \t\n\r\u0085\u2028\u2029") || len(x) > 64 {
 			// Literal style, or quoted with breaks that depend on the
 			// column the scalar starts at.
 			return errYAMLFallback
 		}
-		q, err := yaml.Marshal(x)
+		q, err := yamlV2(x)
 		if err != nil || bytes.Count(q, []byte("\n")) != 1 {
 			return errYAMLFallback
 		}
@@ -209,6 +218,66 @@ func plainSafe(s string) bool {
 	switch strings.ToLower(s) {
 	case "y", "yes", "n", "no", "true", "false", "on", "off", "null":
 		return false
+	}
+	return true
+}
+
+// plainToo reports the other strings of a CDI spec that yaml.v2 writes
+// as plain scalars: hook flags ("--link": a '-' not followed by a blank is
+// no indicator, and no number parses from it) and dotted versions of three
+// or more parts ("580.159.04": neither an integer, nor a float, nor a
+// base-60 number to yaml.v2's resolver).
+func plainToo(s string) bool {
+	switch {
+	case len(s) > 2 && s[0] == '-' && s[1] == '-' && s[2]|0x20 >= 'a' && s[2]|0x20 <= 'z':
+		for i := 3; i < len(s); i++ {
+			c := s[i]
+			if !(c|0x20 >= 'a' && c|0x20 <= 'z') && !(c >= '0' && c <= '9') && !strings.ContainsRune("/_.=+-", rune(c)) {
+				return false
+			}
+		}
+		return true
+	case s != "" && s[0] >= '0' && s[0] <= '9':
+		parts := strings.Split(s, ".")
+		if len(parts) < 3 {
+			return false
+		}
+		for _, p := range parts {
+			if !digits(p) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// numberLike reports the strings yaml.v2 double-quotes because, plain,
+// they would be numbers: decimal digits (an integer, or a float when too
+// big), and digit groups joined by ':' whose later groups are below 60 (a
+// base-60 number to YAML 1.1), at most 64 bytes.
+func numberLike(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	groups := strings.Split(s, ":")
+	for i, g := range groups {
+		if !digits(g) || (i > 0 && (len(g) > 2 || (len(g) == 2 && g[0] > '5'))) {
+			return false
+		}
+	}
+	return true
+}
+
+// digits reports whether s is one or more ASCII decimal digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
 	}
 	return true
 }
