@@ -13,6 +13,12 @@
 // C out of cgo: a freestanding object with its own entry point (the
 // linker's -E) and raw system calls.
 //
+// A create that goes to Go starts it pinned to the CPU the constructor ran
+// on (the Go runtime makes one P per CPU of the affinity mask, and waking
+// and creating the threads for idle Ps is a good part of a Go start on a
+// many-core host); shim puts the caller's mask back (RestoreAffinity)
+// before it executes the low-level runtime.
+//
 // Engines call the runtime for every step of a container's life (create,
 // start, state, kill, delete, ...), and only create and run need Gantry,
 // and only for a container that asks for a GPU. Starting the Go runtime and

@@ -7,7 +7,11 @@ package fastpath
 // #include "fastpath.h"
 import "C"
 
-import "unsafe"
+import (
+	"runtime"
+	"syscall"
+	"unsafe"
+)
 
 // Enabled is whether this build has the C fast path (cgo).
 const Enabled = true
@@ -15,6 +19,19 @@ const Enabled = true
 // StartupMillis is the time since the C constructor ran, in milliseconds.
 func StartupMillis() float64 {
 	return float64(C.gantry_now_ns()-C.gantry_start_ns) / 1e6
+}
+
+// RestoreAffinity gives the calling OS thread the CPU affinity the process
+// started with, which the C constructor narrows to one CPU for a create
+// that Go handles (the Go runtime then starts with one P). Call it just
+// before executing the low-level runtime: it locks the goroutine to its
+// thread, since the mask is per thread and execve keeps the caller's.
+func RestoreAffinity() error {
+	runtime.LockOSThread()
+	if e := C.gantry_restore_affinity(); e != 0 {
+		return syscall.Errno(e)
+	}
+	return nil
 }
 
 // NoRequest is the C fast path's decision on the text of a config.json:

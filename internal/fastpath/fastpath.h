@@ -9,6 +9,11 @@
 extern long long gantry_start_ns;
 long long gantry_now_ns(void);
 
+// gantry_restore_affinity gives the calling thread back the CPU affinity
+// the process started with, when the constructor narrowed it for a create
+// that Go handles; 0 or an errno.
+int gantry_restore_affinity(void);
+
 // gantry_no_request: 1 when the text of a config.json cannot hold a GPU request.
 int gantry_no_request(const char *buf, size_t len);
 

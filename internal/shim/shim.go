@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/fastpath"
 	"github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/version"
 )
@@ -102,6 +103,12 @@ func Main(args []string, stderr io.Writer) int {
 			report(stderr, inv, err)
 			return 1
 		}
+	}
+	// The C constructor ran this create's Go on one CPU; the low-level
+	// runtime, and the container it starts, get the caller's CPUs back.
+	if err := fastpath.RestoreAffinity(); err != nil {
+		report(stderr, inv, fmt.Errorf("restoring the CPU affinity gantry-runtime was started with: %w", err))
+		return 1
 	}
 	argv := append([]string{lowLevel}, args...)
 	err = syscall.Exec(lowLevel, argv, os.Environ())
