@@ -24,6 +24,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/nvcli"
@@ -31,9 +32,11 @@ import (
 )
 
 func main() {
-	switch filepath.Base(os.Args[0]) {
-	case "gantry-hook", "nvidia-container-runtime-hook", "nvidia-container-toolkit":
+	name := filepath.Base(os.Args[0])
+	if slices.Contains(hook.Names, name) {
 		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
+	}
+	switch name {
 	case "nvidia-container-cli":
 		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	case "nvidia-ctk":

@@ -18,6 +18,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/gantry-gpu/gantry/internal/cli"
 	"github.com/gantry-gpu/gantry/internal/hook"
@@ -27,11 +28,13 @@ import (
 )
 
 func main() {
-	switch filepath.Base(os.Args[0]) {
+	name := filepath.Base(os.Args[0])
+	if slices.Contains(hook.Names, name) {
+		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
+	}
+	switch name {
 	case "gantry-runtime", "nvidia-container-runtime":
 		os.Exit(shim.Main(os.Args[1:], os.Stderr))
-	case "gantry-hook", "nvidia-container-runtime-hook", "nvidia-container-toolkit":
-		os.Exit(hook.Main(os.Args[1:], os.Stdin, os.Stderr))
 	case "nvidia-container-cli":
 		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	case "nvidia-ctk":

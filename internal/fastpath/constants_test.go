@@ -3,6 +3,8 @@
 package fastpath_test
 
 import (
+	"github.com/gantry-gpu/gantry/internal/hook"
+
 	"path"
 	"reflect"
 	"slices"
@@ -49,6 +51,9 @@ func TestConstants(t *testing.T) {
 	}
 	if want := []string{"gantry-runtime", "nvidia-container-runtime"}; !slices.Equal(c.RuntimeNames, want) {
 		t.Errorf("runtime names %q, want %q", c.RuntimeNames, want)
+	}
+	if !slices.Equal(c.HookNames, hook.Names) {
+		t.Errorf("hook names %q, want hook.Names %q", c.HookNames, hook.Names)
 	}
 
 	// Every configuration key is either neutral (in fastpath.c's list) or

@@ -18,6 +18,7 @@
 #include "fastpath.h"
 
 const char *const gantry_runtime_names[] = {"gantry-runtime", "nvidia-container-runtime", NULL};
+const char *const gantry_hook_names[] = {"gantry-hook", "nvidia-container-runtime-hook", "nvidia-container-toolkit", NULL}; // hook.Names
 const char gantry_config_env[] = "GANTRY_CONFIG";               // config.EnvPath
 const char gantry_config_default[] = "/etc/gantry/config.toml"; // config.DefaultPath
 const char gantry_no_fastpath_env[] = "GANTRY_NO_FASTPATH";
@@ -61,10 +62,12 @@ static int in_list(const char *const *list, const char *s) {
 	return 0;
 }
 
-static int is_runtime_name(const char *argv0) {
+static int is_name(const char *const *names, const char *argv0) {
 	const char *base = strrchr(argv0, '/');
-	return in_list(gantry_runtime_names, base ? base + 1 : argv0);
+	return in_list(names, base ? base + 1 : argv0);
 }
+
+static int is_runtime_name(const char *argv0) { return is_name(gantry_runtime_names, argv0); }
 
 // flag_name copies the name of flag a ("-x", "--x", "--x=v") into buf:
 // the length of the name, or 0 if it does not fit.
@@ -369,6 +372,12 @@ int gantry_restore_affinity(void) {
 
 __attribute__((constructor)) static void gantry_runtime_fastpath(int argc, char **argv, char **envp) {
 	gantry_start_ns = gantry_now_ns();
+	if (argc >= 1 && argv && argv[0] && is_name(gantry_hook_names, argv[0])) {
+		// The prestart hook is all Go and starts no program: one CPU
+		// for its few milliseconds, and nothing to restore.
+		narrow_affinity();
+		return;
+	}
 	if (argc < 2 || !argv || !argv[0] || !is_runtime_name(argv[0])) return;
 	const char *e = getenv(gantry_no_fastpath_env);
 	if (e && *e && strcmp(e, "0") != 0) return;

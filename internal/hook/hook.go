@@ -89,6 +89,12 @@ Flags:
   --help          this text
 `
 
+// Names are the program names the hook answers to: Gantry's, the one
+// Docker's --gpus runs, and the one NVIDIA's hooks.d file names. The
+// binaries dispatch on them; package fastpath's constructor knows them too
+// (it starts the hook on one CPU).
+var Names = []string{"gantry-hook", "nvidia-container-runtime-hook", "nvidia-container-toolkit"}
+
 // Main runs the hook with args (without the program name) and the OCI state
 // on stdin, and returns the exit code.
 func Main(args []string, stdin io.Reader, stderr io.Writer) int {
