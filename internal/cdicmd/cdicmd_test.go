@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/cli"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
@@ -26,7 +28,8 @@ func setup(t *testing.T) string {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(t.TempDir(), "gantry.toml")
-	if err := os.WriteFile(cfg, []byte("gpus = \"sim:h100x8\"\n"), 0o644); err != nil {
+	conf := "gpus = \"sim:h100x8\"\n\n[runtime]\ncache-dir = \"" + t.TempDir() + "\"\n"
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("GANTRY_CONFIG", cfg)
@@ -195,5 +198,47 @@ func TestGantryPath(t *testing.T) {
 	os.Chmod(filepath.Join(exeDir, "gantry"), 0o755)
 	if p, err := cdicmd.GantryPath(); err != nil || p != filepath.Join(exeDir, "gantry") {
 		t.Errorf("gantry beside and on $PATH: %q, %v; want the one beside", p, err)
+	}
+}
+
+// cdi generate reads the containers' inventory cache when it is current
+// and fills it otherwise; a driver change the cache key sees (here the UVM
+// node going away and coming back) is in the next spec.
+func TestGenerateUsesCurrentCache(t *testing.T) {
+	root := setup(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the fake driver's device nodes")
+	}
+	gen := func() string {
+		t.Helper()
+		r := lean(t, "", "cdi", "generate", "--driver-root="+root)
+		if r.code != 0 {
+			t.Fatalf("cdi generate: exit %d: %s", r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	first := gen()
+	if !strings.Contains(first, "/dev/nvidia-uvm") {
+		t.Fatalf("spec without /dev/nvidia-uvm:\n%s", first)
+	}
+	if second := gen(); second != first {
+		t.Errorf("a second generate from the cache differs:\n%s\nwant\n%s", second, first)
+	}
+	uvm := filepath.Join(root, "dev/nvidia-uvm")
+	var st unix.Stat_t
+	if err := unix.Stat(uvm, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(uvm); err != nil {
+		t.Fatal(err)
+	}
+	if s := gen(); strings.Contains(s, "path: /dev/nvidia-uvm\n") {
+		t.Errorf("/dev/nvidia-uvm is gone but the spec still has it: a stale cache was used")
+	}
+	if err := unix.Mknod(uvm, unix.S_IFCHR|0o666, int(st.Rdev)); err != nil {
+		t.Fatal(err)
+	}
+	if s := gen(); s != first {
+		t.Errorf("after /dev/nvidia-uvm came back the spec differs from the first:\n%s", s)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/cdispec"
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/fastpath"
 )
 
 // NVIDIA's nvidia-ctk flag grammar (urfave/cli), and its cdi generate and
@@ -321,6 +322,10 @@ func ExecGantry(name string, args []string) error {
 	p, err := GantryPath()
 	if err != nil {
 		return err
+	}
+	// cdi generate may have started on one CPU (package fastpath).
+	if err := fastpath.RestoreAffinity(); err != nil {
+		return fmt.Errorf("restoring the CPU affinity before running %s: %w", p, err)
 	}
 	err = syscall.Exec(p, append([]string{name}, args...), os.Environ())
 	return fmt.Errorf("running %s as %s: %w", p, name, err)

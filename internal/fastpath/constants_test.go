@@ -52,6 +52,9 @@ func TestConstants(t *testing.T) {
 	if want := []string{"gantry-runtime", "nvidia-container-runtime"}; !slices.Equal(c.RuntimeNames, want) {
 		t.Errorf("runtime names %q, want %q", c.RuntimeNames, want)
 	}
+	if want := []string{"nvidia-ctk"}; !slices.Equal(c.CTKNames, want) {
+		t.Errorf("nvidia-ctk names %q, want %q", c.CTKNames, want)
+	}
 	if !slices.Equal(c.HookNames, hook.Names) {
 		t.Errorf("hook names %q, want hook.Names %q", c.HookNames, hook.Names)
 	}

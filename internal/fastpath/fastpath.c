@@ -18,6 +18,7 @@
 #include "fastpath.h"
 
 const char *const gantry_runtime_names[] = {"gantry-runtime", "nvidia-container-runtime", NULL};
+const char *const gantry_ctk_names[] = {"nvidia-ctk", NULL};
 const char *const gantry_hook_names[] = {"gantry-hook", "nvidia-container-runtime-hook", "nvidia-container-toolkit", NULL}; // hook.Names
 const char gantry_config_env[] = "GANTRY_CONFIG";               // config.EnvPath
 const char gantry_config_default[] = "/etc/gantry/config.toml"; // config.DefaultPath
@@ -375,6 +376,14 @@ __attribute__((constructor)) static void gantry_runtime_fastpath(int argc, char 
 	if (argc >= 1 && argv && argv[0] && is_name(gantry_hook_names, argv[0])) {
 		// The prestart hook is all Go and starts no program: one CPU
 		// for its few milliseconds, and nothing to restore.
+		narrow_affinity();
+		return;
+	}
+	if (argc >= 3 && argv && argv[0] && strcmp(argv[1], "cdi") == 0 && strcmp(argv[2], "generate") == 0 &&
+	    is_name(gantry_ctk_names, argv[0])) {
+		// nvidia-ctk cdi generate: Go, milliseconds, the inventory
+		// usually from the cache; a hand-over to gantry restores the
+		// caller's CPUs first (cdicmd.ExecGantry).
 		narrow_affinity();
 		return;
 	}

@@ -71,7 +71,7 @@ func list(p **C.char) []string {
 // Constants are the values fastpath.c copies from Go, for TestConstants.
 type Constants struct {
 	RequestNeedles, NeutralKeys, RuntimeNames []string
-	HookNames                                 []string
+	HookNames, CTKNames                       []string
 	GlobalValueFlags, CreateValueFlags        []string
 	ConfigEnv, ConfigDefault, DefaultPath     string
 	NoFastPathEnv                             string
@@ -85,6 +85,7 @@ func CConstants() Constants {
 		NeutralKeys:      list((**C.char)(unsafe.Pointer(&C.gantry_neutral_keys))),
 		RuntimeNames:     list((**C.char)(unsafe.Pointer(&C.gantry_runtime_names))),
 		HookNames:        list((**C.char)(unsafe.Pointer(&C.gantry_hook_names))),
+		CTKNames:         list((**C.char)(unsafe.Pointer(&C.gantry_ctk_names))),
 		GlobalValueFlags: list((**C.char)(unsafe.Pointer(&C.gantry_global_value_flags))),
 		CreateValueFlags: list((**C.char)(unsafe.Pointer(&C.gantry_create_value_flags))),
 		ConfigEnv:        C.GoString((*C.char)(unsafe.Pointer(&C.gantry_config_env))),

@@ -29,6 +29,7 @@ extern const char *const gantry_request_needles[];
 extern const char *const gantry_neutral_keys[];
 extern const char *const gantry_runtime_names[];
 extern const char *const gantry_hook_names[];
+extern const char *const gantry_ctk_names[];
 extern const char *const gantry_global_value_flags[];
 extern const char *const gantry_create_value_flags[];
 extern const char gantry_config_env[], gantry_config_default[], gantry_default_path[], gantry_no_fastpath_env[];

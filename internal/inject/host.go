@@ -57,6 +57,14 @@ const (
 	fromDiscover inventorySource = "discovery"
 )
 
+// LoadHost is loadHost for cdi generate: the GPUs as light discovery gives
+// them and the driver inventory, from the same cache as the containers'
+// (runtime.cache-dir) when it is current, else discovered (and cached).
+func LoadHost(cfg config.Config) (*gpu.System, *driver.Inventory, error) {
+	sys, inv, _, _, err := loadHost(cfg, false)
+	return sys, inv, err
+}
+
 // loadHost returns the GPUs and the driver inventory for cfg: from the
 // cache in cfg.Runtime.CacheDir when it matches the running driver,
 // otherwise by discovery (then written to the cache for the next
