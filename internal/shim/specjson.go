@@ -2,6 +2,7 @@ package shim
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -123,13 +124,8 @@ func appendStringMap(b []byte, m map[string]string) []byte {
 	if m == nil {
 		return append(b, "null"...)
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	b = append(b, '{')
-	for i, k := range keys {
+	for i, k := range slices.Sorted(maps.Keys(m)) {
 		if i > 0 {
 			b = append(b, ',')
 		}

@@ -221,13 +221,8 @@ func (o *object) appendTo(b []byte) ([]byte, error) {
 	if o.err != nil {
 		return nil, o.err
 	}
-	keys := make([]string, 0, len(o.m))
-	for k := range o.m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	b = append(b, '{')
-	for i, k := range keys {
+	for i, k := range slices.Sorted(maps.Keys(o.m)) {
 		if i > 0 {
 			b = append(b, ',')
 		}
