@@ -85,9 +85,28 @@ func (d *Daemon) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// controlSocket checks that the pipe directory's control socket is one: a
+// container writes the pipe directory (its clients' mount), and a link
+// there to another daemon's socket would send this daemon's commands
+// (quit) to that one.
+func (d *Daemon) controlSocket() error {
+	p := filepath.Join(d.Pipe, "control")
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return fmt.Errorf("the daemon's control socket: %w", err)
+	}
+	if fi.Mode().Type() != os.ModeSocket {
+		return fmt.Errorf("the daemon's control socket %s is not a socket (%v): left alone", p, fi.Mode().Type())
+	}
+	return nil
+}
+
 // Command runs the control program with lines as its input and returns
 // what it printed.
 func (d *Daemon) Command(ctx context.Context, lines ...string) (string, error) {
+	if err := d.controlSocket(); err != nil {
+		return "", err
+	}
 	ctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
 	cmd := d.cmd(ctx)
@@ -106,9 +125,6 @@ func (d *Daemon) Command(ctx context.Context, lines ...string) (string, error) {
 // Check asks the daemon a question it can only answer when it runs: its
 // default active thread percentage (a number).
 func (d *Daemon) Check(ctx context.Context) error {
-	if _, err := os.Stat(filepath.Join(d.Pipe, "control")); err != nil {
-		return fmt.Errorf("the daemon's control socket: %w", err)
-	}
 	reply, err := d.Command(ctx, "get_default_active_thread_percentage")
 	if err != nil {
 		return err

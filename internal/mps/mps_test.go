@@ -79,3 +79,50 @@ func TestDaemonStartOutputHeld(t *testing.T) {
 		t.Errorf("Start took %v: it waited for the held output", time.Since(start))
 	}
 }
+
+// The pipe directory is a container's to write (its clients' mount): a
+// "control" there that is a link to another daemon's socket must not
+// make Check pass, nor Quit and SetDefaults reach that other daemon.
+func TestDaemonControlLinkRefused(t *testing.T) {
+	dir, err := os.MkdirTemp("", "mps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	control := mpstest.BuildFake(t)
+	mk := func(name string) *mps.Daemon {
+		d := &mps.Daemon{Pipe: filepath.Join(dir, name, "pipe"), Log: filepath.Join(dir, name, "log"), GPUs: []string{"GPU-" + name},
+			Control: control, Timeout: 5 * time.Second}
+		for _, p := range []string{d.Pipe, d.Log} {
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return d
+	}
+	ctx := context.Background()
+	victim, attacker := mk("b"), mk("a")
+	if _, err := victim.Start(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { victim.Quit(ctx) })
+	if err := os.Symlink(filepath.Join(victim.Pipe, "control"), filepath.Join(attacker.Pipe, "control")); err != nil {
+		t.Fatal(err)
+	}
+	if attacker.Check(ctx) == nil {
+		t.Error("Check passed through a link to another daemon's socket")
+	}
+	if err := attacker.SetDefaults(ctx, 1, nil); err == nil {
+		t.Error("SetDefaults went through a link to another daemon's socket")
+	}
+	if err := attacker.Quit(ctx); err == nil {
+		t.Error("Quit went through a link to another daemon's socket")
+	}
+	if err := victim.Check(ctx); err != nil {
+		t.Errorf("the other daemon no longer answers: %v", err)
+	}
+	b, _ := os.ReadFile(filepath.Join(victim.Log, "control.log"))
+	if strings.Contains(string(b), "quit") || strings.Contains(string(b), "percentage 1\n") {
+		t.Errorf("the other daemon got commands meant for this one:\n%s", b)
+	}
+}

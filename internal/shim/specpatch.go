@@ -160,6 +160,10 @@ type patchDoc struct {
 // object is one JSON object of config.json, its values left undecoded.
 type object struct {
 	m map[string]json.RawMessage
+	// dup says a name appears twice in the object: encoding/json (runc's
+	// decoder) merges the two objects' fields or keeps the last array,
+	// which a map of raw values cannot reproduce.
+	dup bool
 	// err is the first error of set, reported by patchSpec.
 	err error
 }
@@ -169,12 +173,51 @@ func decodeObject(raw []byte) (*object, error) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, err
 	}
-	return &object{m: m}, nil
+	return &object{m: m, dup: members(raw) != len(m)}, nil
+}
+
+// members counts the members of the JSON object raw (valid JSON: the
+// commas at its first level, outside strings).
+func members(raw []byte) int {
+	depth, n, empty := 0, 0, true
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; c {
+		case '"':
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+			empty = false
+		case '{', '[':
+			depth++
+			if depth > 1 {
+				empty = false
+			}
+		case '}', ']':
+			depth--
+		case ',':
+			if depth == 1 {
+				n++
+			}
+		case ' ', '\t', '\n', '\r':
+		default:
+			empty = false
+		}
+	}
+	if empty {
+		return 0
+	}
+	return n + 1
 }
 
 // get returns the raw value of key (nil when absent or null), or
-// errNoPatch when another key of o is the same name in other case.
+// errNoPatch when another key of o is the same name in other case or a
+// name appears twice.
 func (o *object) get(key string) (json.RawMessage, error) {
+	if o.dup {
+		return nil, errNoPatch
+	}
 	for k := range o.m {
 		if k != key && strings.EqualFold(k, key) {
 			return nil, errNoPatch

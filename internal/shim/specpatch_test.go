@@ -190,6 +190,12 @@ func TestPatchSpecGivesWay(t *testing.T) {
 		`{"Linux":{},"linux":{},"root":{"path":"r"}}`,
 		`{"linux":{"resources":{"Devices":[],"devices":[]}},"root":{"path":"r"}}`,
 		`{"MOUNTS":[],"root":{"path":"r"}}`,
+		// A name twice: runc's decoder merges the objects (the first
+		// one's maskedPaths stay), a map of raw values keeps the last.
+		`{"linux":{"maskedPaths":["/proc/kcore"]},"root":{"path":"r"},"linux":{"namespaces":[{"type":"mount"}]}}`,
+		`{"process":{"env":["A=1"],"capabilities":{"bounding":["CAP_KILL"]},"capabilities":{"effective":["CAP_KILL"]}},"root":{"path":"r"}}`,
+		`{"linux":{"resources":{"devices":[],"memory":{"limit":1},"memory":{"swap":2}}},"root":{"path":"r"}}`,
+		`{"linux":{"devices":[],"devices":[{"path":"/dev/fuse","type":"c","major":10,"minor":229}]},"root":{"path":"r"}}`,
 	} {
 		top, err := decodeObject([]byte(doc))
 		if err != nil {
@@ -218,5 +224,16 @@ func TestPatchSpecGivesWay(t *testing.T) {
 	top, _ := decodeObject([]byte(specCases["minimal"]))
 	if _, err := patchSpec(top, &withCDI); !errors.Is(err, errNoPatch) {
 		t.Errorf("other vendors' CDI devices: %v, want errNoPatch", err)
+	}
+}
+
+func TestMembers(t *testing.T) {
+	for doc, want := range map[string]int{
+		`{}`: 0, " { \n } ": 0, `{"a":1}`: 1, `{"a,b":"},{\"x\":[1,2]","b":{"c":[1,{"d":2}]},"c":null}`: 3,
+		`{"a":"\\","b":2}`: 2, `{"a":1,"a":2}`: 2,
+	} {
+		if got := members([]byte(doc)); got != want {
+			t.Errorf("members(%s) = %d, want %d", doc, got, want)
+		}
 	}
 }
