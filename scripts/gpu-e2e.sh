@@ -300,7 +300,7 @@ fi
 
 echo "== j: MPS: gantry-device-plugin mps-control-daemon runs nvidia-cuda-mps-control, two containers share GPU 0"
 # What Allocate gives an MPS replica (internal/deviceplugin/mps.go; the CI tests
-# check that over gRPC): the daemon's pipe directory and its /dev/shm mounted,
+# check that over gRPC): the daemon's pipe directory (read-only) and its /dev/shm mounted,
 # CUDA_MPS_PIPE_DIRECTORY, and the replica's memory and thread share. Here the
 # real control daemon runs on this host, in a mount namespace of its own whose
 # /dev/shm is <root>/shm, as the DaemonSet's pod has it.
@@ -349,7 +349,7 @@ else
       shift
       make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 "CUDA_MPS_PIPE_DIRECTORY=$pipe" "$@" \
         -- /bin/sh -c "cuda-check --mem $lo,$hi --hold 5; echo \"cuda-exit=\$?\""
-      MNT1=$(printf '{"destination": "%s", "type": "bind", "source": "%s", "options": ["rbind", "rw"]}' "$pipe" "$mps_root/$res/pipe") \
+      MNT1=$(printf '{"destination": "%s", "type": "bind", "source": "%s", "options": ["rbind", "ro"]}' "$pipe" "$mps_root/$res/pipe") \
         MNT2=$(printf '{"destination": "/dev/shm", "type": "bind", "source": "%s", "options": ["rbind", "rw"]}' "$mps_root/shm") \
         awk '/"mounts": *\[/ { m = 1 } m && /^\t\]/ { print "\t\t," ENVIRON["MNT1"] ", " ENVIRON["MNT2"]; m = 0 } { print }' \
         "$b/config.json" >"$b/config.json.new" && mv "$b/config.json.new" "$b/config.json"

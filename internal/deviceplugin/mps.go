@@ -250,7 +250,7 @@ func (s *server) addMPS(r *pluginapi.ContainerAllocateResponse, devs []*Device) 
 	pipe := filepath.Join(MPSContainerRoot, s.res.Name, "pipe")
 	r.Envs[envMPSPipeDir] = pipe
 	r.Mounts = append(r.Mounts,
-		&pluginapi.Mount{ContainerPath: pipe, HostPath: paths.pipe},
+		&pluginapi.Mount{ContainerPath: pipe, HostPath: paths.pipe, ReadOnly: true},
 		&pluginapi.Mount{ContainerPath: "/dev/shm", HostPath: paths.shm},
 	)
 	gpu0 := devs[0].GPU

@@ -365,7 +365,7 @@ func TestMPSPluginAllocate(t *testing.T) {
 	}
 	pipe := "/mps/" + res + "/pipe"
 	wantMounts := []*pluginapi.Mount{
-		{ContainerPath: pipe, HostPath: filepath.Join(root, res, "pipe")},
+		{ContainerPath: pipe, HostPath: filepath.Join(root, res, "pipe"), ReadOnly: true},
 		{ContainerPath: "/dev/shm", HostPath: filepath.Join(root, "shm")},
 	}
 	quarter := 81559 / 4

@@ -226,7 +226,7 @@ func (d *Driver) planSharing(uid string, plans []sharingPlan) ([]preparedSharing
 			ce := specs.ContainerEdits{
 				Env: []string{mps.EnvPipeDir + "=" + MPSContainerPipe},
 				Mounts: []*specs.Mount{
-					{HostPath: m.pipe(), ContainerPath: MPSContainerPipe, Options: []string{"rw", "nosuid", "nodev", "bind"}},
+					{HostPath: m.pipe(), ContainerPath: MPSContainerPipe, Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
 					{HostPath: m.shm(), ContainerPath: "/dev/shm", Options: []string{"rw", "nosuid", "nodev", "bind"}},
 				},
 			}

@@ -276,6 +276,12 @@ func TestMPSClaim(t *testing.T) {
 	mounts := map[string]string{}
 	for _, mt := range oci.Mounts {
 		mounts[mt.Destination] = mt.Source
+		// Clients only connect to the daemon's sockets: the pipe directory
+		// is read-only to them (no client plants a link where the daemon,
+		// root in the host's root, creates its files).
+		if mt.Destination == MPSContainerPipe && !slices.Contains(mt.Options, "ro") {
+			t.Errorf("the pipe directory is mounted %v, want read-only", mt.Options)
+		}
 	}
 	if mounts[MPSContainerPipe] != m.pipe() || mounts["/dev/shm"] != m.shm() {
 		t.Errorf("mounts %v", mounts)

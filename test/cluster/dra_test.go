@@ -839,7 +839,7 @@ func TestDRAMPSSharedClaim(t *testing.T) {
 	script := `exec 2>&1
 echo '== mps'; echo "pipe=$CUDA_MPS_PIPE_DIRECTORY"
 echo "threads=$(echo get_default_active_thread_percentage | nvidia-cuda-mps-control)"
-awk '$5 == "/tmp/nvidia-mps" || $5 == "/dev/shm" { print "mount", $5, $4 }' /proc/self/mountinfo
+awk '$5 == "/tmp/nvidia-mps" || $5 == "/dev/shm" { print "mount", $5, $4, $6 }' /proc/self/mountinfo
 echo '== cuda'; ` + cuda + `
 echo '== end'; sleep 3600`
 	k.apply(withConfig(claimYAML(false, "mps", "gpu.nvidia.com", "", 1),
@@ -874,11 +874,17 @@ echo '== end'; sleep 3600`
 		if !slices.Contains(m, "threads=50.0") {
 			t.Errorf("%s: the daemon answered %q, want threads=50.0 (the claim's defaultActiveThreadPercentage)", p, m)
 		}
-		mounts := map[string]string{}
+		mounts, opts := map[string]string{}, map[string]string{}
 		for _, l := range m {
-			if f := strings.Fields(l); len(f) == 3 && f[0] == "mount" {
-				mounts[f[1]] = f[2]
+			if f := strings.Fields(l); len(f) == 4 && f[0] == "mount" {
+				mounts[f[1]], opts[f[1]] = f[2], f[3]
 			}
+		}
+		// Clients only connect to the daemon's sockets: the pipe directory
+		// is read-only to them, so no client plants a link where the
+		// daemon (root, in the host's root) creates its files.
+		if o := opts["/tmp/nvidia-mps"]; !slices.Contains(strings.Split(o, ","), "ro") {
+			t.Errorf("%s: /tmp/nvidia-mps is mounted %q, want read-only", p, o)
 		}
 		// The mount's root in its file system: the host path, or its tail
 		// when /var/lib/kubelet is a file system of its own.
