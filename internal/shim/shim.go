@@ -60,6 +60,9 @@ Configuration: %s (or $%s), table [runtime]:
   low-level    the runtime executed (default runc; crun or an absolute path)
   cache-dir    cached driver inventory (default /run/gantry)
   log-file     one line per container handled (the engines hide stderr)
+  gantry-path  the gantry binary asked for the GPUs when NVML is needed (MIG
+               devices): this program links no NVML (default: the gantry
+               beside it, then /usr/bin/gantry)
 See "gantry config default" for every key.
 `
 
