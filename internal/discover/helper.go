@@ -106,6 +106,11 @@ func HelperMain(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// HelperPath is the gantry binary the gantry-runtime at self (its real
+// path) asks for NVML's GPUs under configuration c, or the error that
+// gantry-runtime would report: for gantry doctor.
+func HelperPath(c config.Config, self string) (string, error) { return helperPath(c, self) }
+
 // helperPath is the gantry binary to ask: runtime.gantry-path, else the
 // gantry beside the running program (make install, bin/ of make build and
 // the image put them side by side), else DefaultHelperPath. self is the

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/engineconfig"
 )
 
@@ -23,8 +25,12 @@ type registered = engineconfig.Runtime
 
 // judgeRuntimes fails when no entry runs a GPU runtime (configure is the
 // fix) or its program is missing (reinstall is).
-func judgeRuntimes(name, file, configure, reinstall string, all []registered) Check {
-	var names, gpuRuntimes, missing []string
+//
+// A registered gantry-runtime links no NVML and asks the gantry binary for
+// NVML's GPUs (MIG devices): with no gantry to ask, that fails when MIG
+// instances exist on this host (opts.Proc), and is a note otherwise.
+func judgeRuntimes(opts Options, name, file, configure, reinstall string, all []registered) Check {
+	var names, gpuRuntimes, missing, noHelper []string
 	for _, r := range all {
 		names = append(names, r.Name)
 		if !runtimeBinaries[filepath.Base(r.Program)] {
@@ -44,15 +50,47 @@ func judgeRuntimes(name, file, configure, reinstall string, all []registered) Ch
 			continue
 		}
 		gpuRuntimes = append(gpuRuntimes, fmt.Sprintf("%q -> %s", r.Name, p))
+		if prob := nvmlHelperProblem(opts.Config, p); prob != "" {
+			noHelper = append(noHelper, fmt.Sprintf("runtime %q (%s): %s", r.Name, p, prob))
+		}
 	}
 	if len(missing) > 0 {
 		return fail(name, reinstall, "%s: %s", file, strings.Join(missing, "; "))
+	}
+	if len(noHelper) > 0 && len(gpuRuntimes) > 0 {
+		if migInstances(opts.Proc) {
+			return fail(name, fix(fixNVMLHelper), "%s: MIG instances exist, and %s", file, strings.Join(noHelper, "; "))
+		}
+		return pass(name, "%s: runtime %s (note: %s; containers given MIG devices would fail)", file, strings.Join(gpuRuntimes, ", "), strings.Join(noHelper, "; "))
 	}
 	if len(gpuRuntimes) == 0 {
 		return fail(name, configure, "%s registers no runtime that runs gantry-runtime or nvidia-container-runtime (runtimes: %s)",
 			file, listOrNone(names))
 	}
 	return pass(name, "%s: runtime %s", file, strings.Join(gpuRuntimes, ", "))
+}
+
+// nvmlHelperProblem is why the program p, when it is Gantry's static
+// gantry-runtime (which links no NVML), could not ask a gantry binary for
+// NVML's GPUs; "" when it can, and for any other program (the gantry
+// binary itself, which links NVML, or NVIDIA's runtime).
+func nvmlHelperProblem(cfg config.Config, p string) string {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil || filepath.Base(real) != "gantry-runtime" {
+		return ""
+	}
+	if _, err := discover.HelperPath(cfg, real); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// migInstances reports whether a GPU of this host has MIG instances (the
+// driver's capability directories under proc), when GPU containers need
+// NVML.
+func migInstances(proc string) bool {
+	m, _ := filepath.Glob(filepath.Join(proc, "driver/nvidia/capabilities/gpu*/mig/gi*"))
+	return len(m) > 0
 }
 
 func noGPURuntime(all []registered) bool {
@@ -105,7 +143,7 @@ func checkDocker(opts Options, installed, hookOK bool) Check {
 				"%s: dockerd was not restarted after the file changed", strings.Join(problems, "; "))
 		}
 	}
-	c := judgeRuntimes(CheckDocker, file, configure, fix(fixDockerReinstall), all)
+	c := judgeRuntimes(opts, CheckDocker, file, configure, fix(fixDockerReinstall), all)
 	if c.Status == Fail && hookOK && noGPURuntime(all) {
 		return info(CheckDocker, "%s registers no GPU runtime (docker run --runtime nvidia is not available); docker run --gpus uses the hook (see %s)", file, CheckHook)
 	}
@@ -132,7 +170,7 @@ func checkContainerd(opts Options, live []registered, socket string, liveErr err
 	// The running containerd's own configuration, where its CRI service
 	// answers: what it registers now, whatever file it was started with.
 	if liveErr == nil {
-		c := judgeRuntimes(CheckContainerd, "the running containerd at "+socket+" (its configuration from CRI Status)", fix(fixContainerdLive, "SOCKET", socket), fix(fixContainerdReinstall), live)
+		c := judgeRuntimes(opts, CheckContainerd, "the running containerd at "+socket+" (its configuration from CRI Status)", fix(fixContainerdLive, "SOCKET", socket), fix(fixContainerdReinstall), live)
 		if c.Status == Fail && noGPURuntime(live) {
 			if _, err := os.Stat(opts.KubeletDir); err != nil {
 				return info(CheckContainerd, "the running containerd at %s registers no GPU runtime (runtimes: %s), and this is no Kubernetes node (no %s): containerd is not used through CRI for GPU containers here", socket, runtimeNames(live), opts.KubeletDir)
@@ -158,7 +196,7 @@ func checkContainerd(opts Options, live []registered, socket string, liveErr err
 	if err != nil {
 		return fail(CheckContainerd, fix(fixReadable), "%v", err)
 	}
-	c := judgeRuntimes(CheckContainerd, strings.Join(files, ", "), fix(fixContainerdConfigure), fix(fixContainerdReinstall), reg.Runtimes)
+	c := judgeRuntimes(opts, CheckContainerd, strings.Join(files, ", "), fix(fixContainerdConfigure), fix(fixContainerdReinstall), reg.Runtimes)
 	if c.Status != Fail || !noGPURuntime(reg.Runtimes) {
 		return c
 	}
@@ -189,7 +227,7 @@ func checkCRIO(opts Options) Check {
 		return fail(CheckCRIO, fix(fixReadable), "%v", err)
 	}
 	all := reg.Runtimes
-	c := judgeRuntimes(CheckCRIO, opts.CRIOConfig+" and "+opts.CRIODropins, fix(fixCRIOConfigure), fix(fixCRIOReinstall), all)
+	c := judgeRuntimes(opts, CheckCRIO, opts.CRIOConfig+" and "+opts.CRIODropins, fix(fixCRIOConfigure), fix(fixCRIOReinstall), all)
 	if c.Status == Fail && noGPURuntime(all) {
 		// CRI-O serves only a kubelet: without one it runs no GPU containers.
 		if _, err := os.Stat(opts.KubeletDir); err != nil {

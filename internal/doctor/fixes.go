@@ -33,6 +33,7 @@ const (
 	fixCRIOConfigure       = "`gantry runtime configure --runtime crio`, then `systemctl restart crio`"
 	fixCRIOReinstall       = "install `gantry-runtime` there, or re-register it: " + fixCRIOConfigure
 	fixCRIOTOML            = "correct the TOML (CRI-O will not start with it)"
+	fixNVMLHelper          = "install `gantry` beside `gantry-runtime` (`make install` does), or set `runtime.gantry-path` in the Gantry configuration to the gantry binary: `gantry-runtime` links no NVML and asks it for MIG devices"
 	fixHookPath            = "add DIR, where the hook is, to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), or `ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), then `systemctl restart docker`"
 
 	fixNoContainer = "name a running container (`docker ps`; `ctr -n NAMESPACE tasks ls`; `crictl ps`) and run doctor as root on its host, where the docker CLI reaches the daemon; for containerd give `--namespace`, and `--containerd-state` if its state directory is not `" + DefaultContainerdState + "`"
