@@ -12,6 +12,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/cdispec"
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/fastpath"
 )
 
@@ -296,8 +297,8 @@ func ErrorCode(stderr io.Writer, name string, err error) int {
 func GantryPath() (string, error) {
 	var tried []string
 	if exe, err := Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), "gantry")
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		p, ok := discover.GantryBeside(exe)
+		if ok {
 			return p, nil
 		}
 		tried = append(tried, p)
@@ -306,8 +307,7 @@ func GantryPath() (string, error) {
 		if dir == "" || !filepath.IsAbs(dir) {
 			continue
 		}
-		p := filepath.Join(dir, "gantry")
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		if p := filepath.Join(dir, "gantry"); discover.IsExecutable(p) {
 			return p, nil
 		}
 	}

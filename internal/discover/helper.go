@@ -117,27 +117,37 @@ func HelperPath(c config.Config, self string) (string, error) { return helperPat
 // running program's path.
 func helperPath(c config.Config, self string) (string, error) {
 	if p := c.Runtime.GantryPath; p != "" {
-		if !isExecutable(p) {
+		if !IsExecutable(p) {
 			return "", fmt.Errorf("%w: runtime.gantry-path %s is not an executable file: fix the path (the gantry binary, which loads NVML for gantry-runtime)", nvml.ErrNoNVML, p)
 		}
 		return p, nil
 	}
 	var tried []string
 	if self != "" {
-		p := filepath.Join(filepath.Dir(self), "gantry")
-		if isExecutable(p) {
+		p, ok := GantryBeside(self)
+		if ok {
 			return p, nil
 		}
 		tried = append(tried, p)
 	}
-	if isExecutable(DefaultHelperPath) {
+	if IsExecutable(DefaultHelperPath) {
 		return DefaultHelperPath, nil
 	}
 	tried = append(tried, DefaultHelperPath)
 	return "", fmt.Errorf("%w: this program (%s) has no NVML of its own and asks the gantry binary for the GPUs when /proc/driver/nvidia cannot answer (MIG devices, or no driver proc files), but found no gantry at %s: install gantry beside it or set runtime.gantry-path", nvml.ErrNoNVML, filepath.Base(self), strings.Join(tried, " nor "))
 }
 
-func isExecutable(p string) bool {
+// GantryBeside is the gantry binary beside the program at self, where make
+// install, make build and the image put it, and whether it is there (an
+// executable file). gantry-runtime's NVML helper and its nvidia-ctk
+// hand-over both look there first.
+func GantryBeside(self string) (string, bool) {
+	p := filepath.Join(filepath.Dir(self), "gantry")
+	return p, IsExecutable(p)
+}
+
+// IsExecutable reports whether p is a regular file with an execute bit.
+func IsExecutable(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
