@@ -14,24 +14,31 @@ import (
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
 
-// benchConfig is the per-file layout over a fake 8-GPU driver root, with
-// the inventory cache in a temporary directory.
-func benchConfig(b *testing.B) config.Config {
-	b.Helper()
+// fakeDriverConfig is the per-file layout over a fake driver root (root
+// user, gcc), the simulated GPUs of profile, and the inventory cache, in a
+// temporary directory (returned too).
+func fakeDriverConfig(tb testing.TB, profile string) (config.Config, string) {
+	tb.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
-		b.Skip("gcc not installed: cannot build the fake driver root")
+		tb.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
 	}
 	if os.Geteuid() != 0 {
-		b.Skip("needs root: the fake driver's device nodes")
+		tb.Skip("needs root: the fake driver's device nodes")
 	}
-	dir := b.TempDir()
+	dir := tb.TempDir()
 	root := filepath.Join(dir, "driver")
 	if _, err := fakedriver.Build(root, fakedriver.Options{DeviceNodes: true}); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	cfg := config.Default()
-	cfg.GPUs, cfg.DriverRoot = "sim:h100x8", root
+	cfg.GPUs, cfg.DriverRoot = "sim:"+profile, root
 	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+	return cfg, dir
+}
+
+// benchConfig is fakeDriverConfig with eight simulated H100s.
+func benchConfig(b *testing.B) config.Config {
+	cfg, _ := fakeDriverConfig(b, "h100x8")
 	return cfg
 }
 

@@ -3,7 +3,6 @@ package inject
 import (
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/driver"
-	"github.com/gantry-gpu/gantry/internal/fakedriver"
 )
 
 // The GPU list is cached only while it can be told unchanged: the same
@@ -92,20 +90,8 @@ func TestOpenCacheTrust(t *testing.T) {
 // after the first container (the UVM module loaded later), a daemon's
 // socket, a program installed by a package that runs no ldconfig.
 func TestCacheFollowsNodesSocketsPrograms(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed: cannot build the fake driver root")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the fake driver's device nodes")
-	}
-	dir := t.TempDir()
-	root := filepath.Join(dir, "driver")
-	if _, err := fakedriver.Build(root, fakedriver.Options{DeviceNodes: true}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.GPUs, cfg.DriverRoot = "sim:h100x8", root
-	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+	cfg, _ := fakeDriverConfig(t, "h100x8")
+	root := cfg.DriverRoot
 	load := func(want inventorySource) *driver.Inventory {
 		t.Helper()
 		_, inv, _, src, err := loadHost(cfg, false)

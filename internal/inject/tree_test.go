@@ -99,20 +99,7 @@ func TestPrepareDriverTree(t *testing.T) {
 // keeps the per-file layout: the tree's mount, made after the container's
 // own, would hide it. A mount above the path does not stand in the way.
 func TestPrepareDriverTreeSpecMounts(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the fake driver's device nodes")
-	}
-	dir := t.TempDir()
-	root := filepath.Join(dir, "driver")
-	if _, err := fakedriver.Build(root, fakedriver.Options{DeviceNodes: true}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := config.Default()
-	cfg.GPUs, cfg.DriverRoot = "sim:h100x1", root
-	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+	cfg, dir := fakeDriverConfig(t, "h100x1")
 	cfg.Runtime.DriverLayout = config.DriverLayoutTree
 	cfg.Runtime.DriverTreeDir = filepath.Join(dir, "trees")
 	for _, tc := range []struct {
