@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -196,5 +197,62 @@ func TestForwardCompat(t *testing.T) {
 				t.Errorf("compat %s on a %s host: probe says %q, want %q", tc.version, f.driver.Version, strings.TrimSpace(out), tc.want)
 			}
 		})
+	}
+}
+
+// A config.json that names "linux" twice: runc's decoder merges the two
+// objects, so the container's masked paths, given only in the first, hold.
+// gantry-runtime's in-place patch of config.json must not keep only the
+// last object (which dropped maskedPaths and seccomp before the fix): the
+// container still has its masked path masked and gets its GPUs.
+func TestDuplicateKeysKeepMaskedPaths(t *testing.T) { eachRuntime(t, testDuplicateKeysKeepMaskedPaths) }
+
+func testDuplicateKeysKeepMaskedPaths(t *testing.T) {
+	// A path of runc's default masked list that this kernel has (runc
+	// masks only those that exist).
+	path := ""
+	for _, p := range []string{"/proc/keys", "/proc/timer_list", "/proc/kcore"} {
+		if _, err := os.Stat(p); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		t.Skip("none of /proc/keys, /proc/timer_list, /proc/kcore exists here")
+	}
+	c := newContainer(t, opts{
+		env:  []string{"NVIDIA_VISIBLE_DEVICES=0"},
+		args: []string{"sh", "-c", "probe; echo masked-mounts=$(grep -c ' " + path + " ' /proc/self/mountinfo)"},
+	})
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(c.configJSON(), &top); err != nil {
+		t.Fatal(err)
+	}
+	var linux map[string]json.RawMessage
+	if err := json.Unmarshal(top["linux"], &linux); err != nil {
+		t.Fatal(err)
+	}
+	masked, ok := linux["maskedPaths"]
+	if !ok || !strings.Contains(string(masked), `"`+path+`"`) {
+		t.Fatalf("the test spec does not mask %s: %s", path, masked)
+	}
+	delete(linux, "maskedPaths")
+	delete(top, "linux")
+	rest, _ := json.Marshal(linux)
+	others, _ := json.Marshal(top)
+	// {"linux":{"maskedPaths":[...]}, ...the other members..., "linux":{...the rest...}}
+	spec := `{"linux":{"maskedPaths":` + string(masked) + `},` + strings.TrimPrefix(strings.TrimSuffix(string(others), "}"), "{") + `,"linux":` + string(rest) + `}`
+	if err := os.WriteFile(filepath.Join(c.bundle, "config.json"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := c.run()
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, stderr)
+	}
+	if !strings.Contains(out, "masked-mounts=1") {
+		t.Errorf("%s is not masked in the container (a repeated key lost maskedPaths):\n%s", path, out)
+	}
+	if !strings.Contains(out, "cuda=") {
+		t.Errorf("the container did not get its GPU:\n%s", out)
 	}
 }
