@@ -175,18 +175,34 @@ func Load(path string) (Config, string, error) {
 			path = DefaultPath
 		}
 	}
+	c, found, err := loadFile(path, explicit)
+	if err == nil && !found {
+		path = ""
+	}
+	return c, path, err
+}
+
+// LoadFile reads the configuration at path: Load once the path is known.
+// A missing file is the defaults unless the path was named explicitly
+// (the -config flag, $GANTRY_CONFIG), which is then an error.
+func LoadFile(path string, explicit bool) (Config, error) {
+	c, _, err := loadFile(path, explicit)
+	return c, err
+}
+
+func loadFile(path string, explicit bool) (Config, bool, error) {
 	b, err := readFile(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) && !explicit {
-			return Default(), "", nil
+			return Default(), false, nil
 		}
-		return Config{}, path, fmt.Errorf("reading config %s: %w (fix the path, or unset %s to use defaults)", path, err, EnvPath)
+		return Config{}, true, fmt.Errorf("reading config %s: %w (fix the path, or unset %s to use defaults)", path, err, EnvPath)
 	}
 	c, err := Parse(b)
 	if err != nil {
-		return Config{}, path, fmt.Errorf("config %s: %w", path, err)
+		return Config{}, true, fmt.Errorf("config %s: %w", path, err)
 	}
-	return c, path, nil
+	return c, true, nil
 }
 
 // MaxFileSize bounds the configuration file. Real ones are a few hundred
