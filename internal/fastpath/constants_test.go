@@ -41,6 +41,10 @@ func TestConstants(t *testing.T) {
 		"default config":  {c.ConfigDefault, config.DefaultPath},
 		"default PATH":    {c.DefaultPath, shim.DefaultPath},
 		"no-fastpath env": {c.NoFastPathEnv, "GANTRY_NO_FASTPATH"},
+		"server protocol": {c.ServerMagic, shim.ServerProtocol},
+		"server socket":   {c.ServerSocket, shim.DefaultServerSocket},
+		"server env":      {c.ServerSocketEnv, shim.ServerSocketEnv},
+		"server flag":     {c.ServerFlag, shim.ServerFlag},
 	} {
 		if pair[0] != pair[1] {
 			t.Errorf("%s: fastpath.c has %q, Go %q", name, pair[0], pair[1])

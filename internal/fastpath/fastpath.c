@@ -10,8 +10,12 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,6 +30,11 @@ const char gantry_no_fastpath_env[] = "GANTRY_NO_FASTPATH";
 // shim.DefaultPath: where the low-level runtime is looked for without PATH.
 const char gantry_default_path[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const long long gantry_max_spec_size = 16 << 20; // ocibundle.MaxSpecSize
+// The create server (shim/server.go): its protocol and where it listens.
+const char gantry_server_magic[] = "gantry-create/1";              // shim.ServerProtocol
+const char gantry_server_socket[] = "/run/gantry/runtime.sock";   // shim.DefaultServerSocket
+const char gantry_server_socket_env[] = "GANTRY_RUNTIME_SOCKET";  // shim.ServerSocketEnv
+const char gantry_server_flag[] = "--create-server";               // shim.ServerFlag
 
 // Text in config.json without which no container asks for a GPU under a
 // configuration of neutral keys only: the variables a request is read from
@@ -93,7 +102,8 @@ static int subcommand(int argc, char **argv) {
 		char buf[32];
 		const char *rest;
 		if (!flag_name(a, buf, sizeof buf, &rest)) continue;
-		if (strcmp(buf, "h") == 0 || strcmp(buf, "help") == 0 || strcmp(buf, "v") == 0 || strcmp(buf, "version") == 0)
+		if (strcmp(buf, "h") == 0 || strcmp(buf, "help") == 0 || strcmp(buf, "v") == 0 || strcmp(buf, "version") == 0 ||
+		    strcmp(buf, gantry_server_flag + 2) == 0)
 			return -1;
 		if (*rest == '=' || !in_list(gantry_global_value_flags, buf)) continue;
 		if (i + 1 >= argc) return -1;
@@ -283,14 +293,23 @@ int gantry_no_request(const char *buf, size_t len) {
 }
 
 // create_bundle finds config.json of a create/run line whose subcommand is
-// argv[at]: 1 and out filled, or 0 to leave it to Go.
-static int create_bundle(int argc, char **argv, int at, char *out, size_t size) {
+// argv[at]: 1 and out filled (and *dir, *id: the bundle directory and the
+// container ID as given), or 0 to leave it to Go.
+static int create_bundle(int argc, char **argv, int at, char *out, size_t size, const char **dir, const char **id) {
 	const char *bundle = NULL;
 	int ids = 0;
 	for (int i = at + 1; i < argc; i++) {
 		const char *a = argv[i];
-		if (strcmp(a, "--") == 0) { ids += argc - i - 1; break; }
-		if (a[0] != '-' || a[1] == 0) { ids++; continue; }
+		if (strcmp(a, "--") == 0) {
+			if (i + 1 < argc) *id = argv[i + 1];
+			ids += argc - i - 1;
+			break;
+		}
+		if (a[0] != '-' || a[1] == 0) {
+			*id = a;
+			ids++;
+			continue;
+		}
 		char buf[32];
 		const char *rest;
 		if (!flag_name(a, buf, sizeof buf, &rest)) return 0;
@@ -308,7 +327,68 @@ static int create_bundle(int argc, char **argv, int at, char *out, size_t size) 
 	if (strlen(bundle) + sizeof "/config.json" > size) return 0;
 	strcpy(out, bundle);
 	strcat(out, "/config.json");
+	*dir = bundle;
 	return 1;
+}
+
+// server_create asks the create server (shim/server.go) to make this
+// create's GPU changes: 1 when it answered that it did, so the low-level
+// runtime can run now; 0 (no server, any doubt, any error) leaves the
+// create to Go in-process, as without a server. The request: the protocol,
+// this executable's identity, the configuration file Go would read, the
+// bundle and container ID as given and the constructor's start time,
+// NUL-separated, with the bundle directory open (O_PATH) beside it.
+static int server_create(const char *bundle, const char *id) {
+	const char *sock = getenv(gantry_server_socket_env);
+	if (!sock || !*sock) sock = gantry_server_socket;
+	struct sockaddr_un addr;
+	memset(&addr, 0, sizeof addr);
+	addr.sun_family = AF_UNIX;
+	if (strlen(sock) >= sizeof addr.sun_path) return 0;
+	strcpy(addr.sun_path, sock);
+	struct stat self;
+	if (stat("/proc/self/exe", &self) != 0) return 0;
+	const char *cfg = getenv(gantry_config_env);
+	int explicit = cfg && *cfg;
+	if (!explicit) cfg = gantry_config_default;
+	static char msg[4 * 4096];
+	int n = snprintf(msg, sizeof msg, "%s%c%llu:%llu:%lld:%lld.%09ld%c%s%c%d%c%s%c%s%c%lld%c",
+	                 gantry_server_magic, 0, (unsigned long long)self.st_dev, (unsigned long long)self.st_ino,
+	                 (long long)self.st_size, (long long)self.st_mtim.tv_sec, (long)self.st_mtim.tv_nsec, 0,
+	                 cfg, 0, explicit, 0, bundle, 0, id, 0, gantry_start_ns, 0);
+	if (n <= 0 || n >= (int)sizeof msg) return 0;
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0) return 0;
+	int done = 0, dir = -1;
+	if (connect(s, (struct sockaddr *)&addr, sizeof addr) != 0) goto out;
+	dir = open(bundle, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0) goto out;
+	// A server that stops answering costs a minute, then Go does the work.
+	struct timeval tv = {.tv_sec = 60};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	struct iovec iov = {.iov_base = msg, .iov_len = (size_t)n};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	memset(&ctl, 0, sizeof ctl);
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &dir, sizeof(int));
+	if (sendmsg(s, &mh, MSG_NOSIGNAL) != n) goto out;
+	char answer;
+	ssize_t got;
+	do got = read(s, &answer, 1);
+	while (got < 0 && errno == EINTR);
+	done = got == 1 && answer == 'Y';
+out:
+	if (dir >= 0) close(dir);
+	close(s);
+	return done;
 }
 
 // spec_has_no_request: 1 when config.json (a regular file of at most
@@ -401,7 +481,9 @@ __attribute__((constructor)) static void gantry_runtime_fastpath(int argc, char 
 		// low-level runtime too; anything else (a possible request, an
 		// unusual line or configuration) is Go's to decide.
 		char spec[PATH_MAX];
-		if (conf != 1 || !create_bundle(argc, argv, at, spec, sizeof spec) || !spec_has_no_request(spec)) {
+		const char *bundle = NULL, *id = NULL;
+		int simple = create_bundle(argc, argv, at, spec, sizeof spec, &bundle, &id);
+		if ((conf != 1 || !simple || !spec_has_no_request(spec)) && !(simple && id && server_create(bundle, id))) {
 			narrow_affinity();
 			return;
 		}

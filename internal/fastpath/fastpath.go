@@ -70,12 +70,14 @@ func list(p **C.char) []string {
 
 // Constants are the values fastpath.c copies from Go, for TestConstants.
 type Constants struct {
-	RequestNeedles, NeutralKeys, RuntimeNames []string
-	HookNames, CTKNames                       []string
-	GlobalValueFlags, CreateValueFlags        []string
-	ConfigEnv, ConfigDefault, DefaultPath     string
-	NoFastPathEnv                             string
-	MaxSpecSize                               int64
+	RequestNeedles, NeutralKeys, RuntimeNames  []string
+	HookNames, CTKNames                        []string
+	GlobalValueFlags, CreateValueFlags         []string
+	ConfigEnv, ConfigDefault, DefaultPath      string
+	NoFastPathEnv                              string
+	ServerMagic, ServerSocket, ServerSocketEnv string
+	ServerFlag                                 string
+	MaxSpecSize                                int64
 }
 
 // CConstants returns fastpath.c's constants.
@@ -93,5 +95,9 @@ func CConstants() Constants {
 		DefaultPath:      C.GoString((*C.char)(unsafe.Pointer(&C.gantry_default_path))),
 		NoFastPathEnv:    C.GoString((*C.char)(unsafe.Pointer(&C.gantry_no_fastpath_env))),
 		MaxSpecSize:      int64(C.gantry_max_spec_size),
+		ServerMagic:      C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_magic))),
+		ServerSocket:     C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_socket))),
+		ServerSocketEnv:  C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_socket_env))),
+		ServerFlag:       C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_flag))),
 	}
 }

@@ -34,4 +34,5 @@ extern const char *const gantry_global_value_flags[];
 extern const char *const gantry_create_value_flags[];
 extern const char gantry_config_env[], gantry_config_default[], gantry_default_path[], gantry_no_fastpath_env[];
 extern const long long gantry_max_spec_size;
+extern const char gantry_server_magic[], gantry_server_socket[], gantry_server_socket_env[], gantry_server_flag[];
 #endif

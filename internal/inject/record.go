@@ -47,6 +47,9 @@ type Record struct {
 	// StartupMS is the time before the front end's Go code ran (the
 	// runtime's C constructor to Modify), when known.
 	StartupMS float64
+	// Server is set when gantry-runtime's create server did the work
+	// (shim.Server) instead of a Go start of gantry-runtime.
+	Server bool
 	// Edits is what was injected, named item by item at log-level debug.
 	Edits *edits.Edits
 
@@ -83,6 +86,9 @@ func (r *Record) Log(cfg config.Config, err error) {
 	}
 	if r.Bundle != "" {
 		rec["bundle"] = r.Bundle
+	}
+	if r.Server {
+		rec["server"] = true
 	}
 	if r.StartupMS > 0 {
 		// From the first C constructor to Modify: Go runtime start, inits,

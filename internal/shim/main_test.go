@@ -262,6 +262,10 @@ type container struct {
 	config string // GANTRY_CONFIG file
 	state  string // runc --root
 	low    string // the low-level runtime (runc or crun) gantry-runtime runs
+	// server is the create server's socket gantry-runtime is given; none
+	// by default (a path that does not exist), so that a server running
+	// on the test machine plays no part.
+	server string
 }
 
 type opts struct {
@@ -341,7 +345,11 @@ log-file = %q
 func (c *container) runtime(args ...string) (string, string, error) {
 	full := append([]string{"--root", c.state}, args...)
 	cmd := exec.Command(c.f.runtime, full...)
-	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config)
+	sock := c.server
+	if sock == "" {
+		sock = filepath.Join(c.f.dir, "no-create-server.sock")
+	}
+	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, ServerSocketEnv+"="+sock)
 	// Files, not pipes: after "create" the container's init keeps its
 	// stdio open until "start", and a pipe would block Wait until then.
 	stdout, err := os.CreateTemp("", "stdout-")

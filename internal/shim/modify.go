@@ -30,10 +30,12 @@ import (
 // container.
 func Modify(bundle string, cfg config.Config) (*inject.Record, error) {
 	rec := inject.NewRecord(inject.FrontEndRuntime, "", bundle)
-	return rec, modify(rec, bundle, cfg)
+	return rec, modify(rec, bundle, cfg, "")
 }
 
-func modify(rec *inject.Record, bundle string, cfg config.Config) error {
+// modify is Modify; an absolute root.path is taken below rootDir when set
+// (the create server's caller's root, /proc/PID/root), else as it is.
+func modify(rec *inject.Record, bundle string, cfg config.Config, rootDir string) error {
 	specPath := ocibundle.SpecPath(bundle)
 	raw, err := ocibundle.ReadSpec(bundle)
 	if err != nil {
@@ -78,6 +80,8 @@ func modify(rec *inject.Record, bundle string, cfg config.Config) error {
 		rootPath := peek.Root.Path
 		if !filepath.IsAbs(rootPath) {
 			rootPath = filepath.Join(bundle, rootPath)
+		} else if rootDir != "" {
+			rootPath = filepath.Join(rootDir, rootPath)
 		}
 		root, err := rootfs.Open(rootPath)
 		if err != nil {

@@ -70,6 +70,9 @@ See "gantry config default" for every key.
 // It returns only on failure, or after --help; otherwise it has become the
 // low-level runtime.
 func Main(args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == ServerFlag {
+		return ServerMain(args[1:], stderr)
+	}
 	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
 		fmt.Fprintf(stderr, usage, config.DefaultPath, config.EnvPath)
 		return 0

@@ -1,0 +1,382 @@
+package shim
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/inject"
+)
+
+// The create server (gantry-runtime --create-server) makes the GPU
+// changes of a create for gantry-runtime's C constructor, so that a GPU
+// container's create does not start the Go runtime at all: the
+// constructor sends the bundle (as an open directory) over a unix socket,
+// the server runs the same modify as the in-process path, and the
+// constructor executes the low-level runtime when the answer is "done".
+// Any other answer, or no server, and the create goes to Go in-process as
+// before, which decides, applies or refuses, and reports: the server only
+// ever takes work off the in-process path, never changes its outcome.
+//
+// It serves only callers that could have done the work themselves: root
+// in the server's user namespace, in the server's mount namespace (the
+// driver files and mount sources it names are the caller's), running this
+// very executable (the same build decides the same way). Absolute root
+// paths are taken below the caller's root (/proc/PID/root).
+
+// ServerProtocol opens every request; fastpath.c's gantry_server_magic
+// holds the same text (constants_test.go).
+const ServerProtocol = "gantry-create/1"
+
+// DefaultServerSocket is where gantry-runtime looks for the create server,
+// unless ServerSocketEnv names another socket (fastpath.c has both).
+const (
+	DefaultServerSocket = "/run/gantry/runtime.sock"
+	ServerSocketEnv     = "GANTRY_RUNTIME_SOCKET"
+)
+
+// ServerFlag, first on gantry-runtime's command line, runs the server.
+const ServerFlag = "--create-server"
+
+// maxRequest bounds a request: four paths and a few numbers.
+const maxRequest = 4 * 4096
+
+// request is one create as the constructor sends it.
+type serverRequest struct {
+	exe        string // the caller's executable identity (exeIdentity)
+	configPath string
+	explicit   bool
+	bundle     string // as given on the command line, for the log
+	container  string
+	startNS    int64 // the caller's constructor, CLOCK_MONOTONIC
+}
+
+func parseRequest(b []byte) (serverRequest, error) {
+	f := strings.Split(string(b), "\x00")
+	if len(f) != 8 || f[7] != "" || f[0] != ServerProtocol {
+		return serverRequest{}, errors.New("not a " + ServerProtocol + " request")
+	}
+	start, err := strconv.ParseInt(f[6], 10, 64)
+	if err != nil || (f[3] != "0" && f[3] != "1") || f[1] == "" || f[5] == "" {
+		return serverRequest{}, errors.New("malformed " + ServerProtocol + " request")
+	}
+	return serverRequest{exe: f[1], configPath: f[2], explicit: f[3] == "1", bundle: f[4], container: f[5], startNS: start}, nil
+}
+
+// exeIdentity names a file's identity as the constructor does: device,
+// inode, size and modification time of what /proc/self/exe is.
+func exeIdentity(p string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d:%d:%d:%d.%09d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec), nil
+}
+
+// Server answers the constructor's requests on one listener.
+type Server struct {
+	exe   string
+	mntNS string
+	uid   int
+	log   io.Writer
+	mu    sync.Mutex
+	cfgs  map[string]cachedConfig
+	stale sync.Once
+	l     *net.UnixListener
+}
+
+type cachedConfig struct {
+	stamp string
+	cfg   config.Config
+	err   error
+}
+
+// NewServer makes a server for this executable.
+func NewServer(log io.Writer) (*Server, error) {
+	exe, err := exeIdentity("/proc/self/exe")
+	if err != nil {
+		return nil, fmt.Errorf("reading this program's identity: %w", err)
+	}
+	ns, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return nil, fmt.Errorf("reading this program's mount namespace: %w", err)
+	}
+	return &Server{exe: exe, mntNS: ns, uid: os.Geteuid(), log: log, cfgs: map[string]cachedConfig{}}, nil
+}
+
+// Serve accepts requests on l until l is closed, or until a caller runs
+// another build of gantry-runtime (an upgrade): the server then stops
+// accepting, so that an init system can start the new build, and returns
+// once the requests in flight are done.
+func (s *Server) Serve(l *net.UnixListener) error {
+	s.l = l
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.handle(c)
+		}()
+	}
+}
+
+// The one-byte answers: done (execute the low-level runtime) or do it
+// yourself (in-process Go).
+const (
+	answerDone = 'Y'
+	answerSelf = 'N'
+)
+
+func (s *Server) handle(c *net.UnixConn) {
+	defer c.Close()
+	answer := byte(answerSelf)
+	defer func() { _, _ = c.Write([]byte{answer}) }()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	pid, ok := s.peer(c)
+	if !ok {
+		return
+	}
+	buf := make([]byte, maxRequest)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return
+	}
+	fd := -1
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if fds, err := unix.ParseUnixRights(&m); err == nil {
+				for _, f := range fds {
+					if fd < 0 {
+						fd = f
+					} else {
+						unix.Close(f)
+					}
+				}
+			}
+		}
+	}
+	if fd < 0 {
+		return
+	}
+	dir := os.NewFile(uintptr(fd), "bundle")
+	defer dir.Close()
+	req, err := parseRequest(buf[:n])
+	if err != nil {
+		fmt.Fprintf(s.log, "gantry-runtime create server: %v\n", err)
+		return
+	}
+	if req.exe != s.exe {
+		// Another build runs the creates now: it decides for itself,
+		// and this server makes way for one of that build.
+		s.stale.Do(func() {
+			fmt.Fprintf(s.log, "gantry-runtime create server: callers run another gantry-runtime (%s, this server is %s): stopping\n", req.exe, s.exe)
+			_ = s.l.Close()
+		})
+		return
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return
+	}
+	cfg, err := s.config(req.configPath, req.explicit)
+	if err != nil {
+		// The in-process path reports a bad configuration itself.
+		return
+	}
+	bundle := "/proc/self/fd/" + strconv.Itoa(fd)
+	logged := req.bundle
+	if p, err := os.Readlink(bundle); err == nil {
+		logged = p
+	}
+	rec := inject.NewRecord(inject.FrontEndRuntime, req.container, logged)
+	rec.Server = true
+	if req.startNS > 0 {
+		var ts unix.Timespec
+		if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
+			rec.StartupMS = float64(ts.Nano()-req.startNS) / 1e6
+		}
+	}
+	if err := modify(rec, bundle, cfg, fmt.Sprintf("/proc/%d/root", pid)); err != nil {
+		// Refusals and failures go back to the in-process path, which
+		// meets the same error and reports it as always (and logs it).
+		return
+	}
+	rec.Log(cfg, nil)
+	answer = answerDone
+}
+
+// peer is the caller's PID when the caller may be served: root (the
+// server's own user), in the server's mount namespace.
+func (s *Server) peer(c *net.UnixConn) (int, bool) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil || cred == nil {
+		return 0, false
+	}
+	if int(cred.Uid) != s.uid || cred.Pid <= 0 {
+		return 0, false
+	}
+	ns, err := os.Readlink("/proc/" + strconv.Itoa(int(cred.Pid)) + "/ns/mnt")
+	if err != nil || ns != s.mntNS {
+		return 0, false
+	}
+	return int(cred.Pid), true
+}
+
+// config loads the configuration at path, again only when the file
+// changed.
+func (s *Server) config(path string, explicit bool) (config.Config, error) {
+	if path == "" {
+		path, explicit = config.DefaultPath, false
+	}
+	stamp := ""
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err == nil {
+		stamp = fmt.Sprintf("%d:%d:%d:%d.%d:%d.%d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	key := path + "\x00" + strconv.FormatBool(explicit)
+	s.mu.Lock()
+	c, ok := s.cfgs[key]
+	s.mu.Unlock()
+	if ok && stamp != "" && c.stamp == stamp {
+		return c.cfg, c.err
+	}
+	cfg, err := config.LoadFile(path, explicit)
+	s.mu.Lock()
+	s.cfgs[key] = cachedConfig{stamp: stamp, cfg: cfg, err: err}
+	s.mu.Unlock()
+	return cfg, err
+}
+
+const serverUsage = `usage: gantry-runtime --create-server [--socket PATH]
+
+Serves the GPU changes of container creates for gantry-runtime, so that a
+GPU container's create does not start a Go program: gantry-runtime's C start
+sends the bundle to this server and runs the low-level runtime when it is
+done. Without a server, or with any doubt (another gantry-runtime build, a
+caller that is not root or in another mount namespace, an error), the create
+runs in-process exactly as before.
+
+  --socket PATH   the socket (default $GANTRY_RUNTIME_SOCKET, else
+                  /run/gantry/runtime.sock); mode 0600, root only
+
+Under systemd, socket activation (LISTEN_FDS) is used when present: see
+deploy/systemd/gantry-runtime-server.socket. The server stops by itself when
+callers run another build (an upgrade), and on SIGTERM or SIGINT.
+`
+
+// ServerMain runs the create server (arguments after --create-server).
+func ServerMain(args []string, stderr io.Writer) int {
+	sock := os.Getenv(ServerSocketEnv)
+	if sock == "" {
+		sock = DefaultServerSocket
+	}
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-h" || a == "--help":
+			fmt.Fprint(stderr, serverUsage)
+			return 0
+		case a == "--socket" && i+1 < len(args):
+			i++
+			sock = args[i]
+		case strings.HasPrefix(a, "--socket="):
+			sock = strings.TrimPrefix(a, "--socket=")
+		default:
+			fmt.Fprintf(stderr, "gantry-runtime --create-server: unknown argument %q\n%s", a, serverUsage)
+			return 2
+		}
+	}
+	s, err := NewServer(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry-runtime --create-server: %v\n", err)
+		return 1
+	}
+	l, err := serverListener(sock)
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry-runtime --create-server: %v\n", err)
+		return 1
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-sig
+		_ = l.Close()
+	}()
+	fmt.Fprintf(stderr, "gantry-runtime create server on %s\n", l.Addr())
+	if err := s.Serve(l); err != nil {
+		fmt.Fprintf(stderr, "gantry-runtime --create-server: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// serverListener is systemd's socket (LISTEN_FDS) when it passed one, or
+// a new socket at sock, 0600, replacing a stale one (a socket file nobody
+// listens on).
+func serverListener(sock string) (*net.UnixListener, error) {
+	if os.Getenv("LISTEN_PID") == strconv.Itoa(os.Getpid()) && os.Getenv("LISTEN_FDS") == "1" {
+		_ = os.Unsetenv("LISTEN_PID")
+		_ = os.Unsetenv("LISTEN_FDS")
+		unix.CloseOnExec(3)
+		fl, err := net.FileListener(os.NewFile(3, "systemd socket"))
+		if err != nil {
+			return nil, fmt.Errorf("the socket systemd passed (LISTEN_FDS): %w", err)
+		}
+		ul, ok := fl.(*net.UnixListener)
+		if !ok {
+			return nil, errors.New("the socket systemd passed (LISTEN_FDS) is not a unix stream socket")
+		}
+		return ul, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		return nil, err
+	}
+	if st, err := os.Lstat(sock); err == nil {
+		if st.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket: remove it or give another --socket", sock)
+		}
+		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("a server already listens on %s", sock)
+		}
+		_ = os.Remove(sock)
+	}
+	old := syscall.Umask(0o177)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}

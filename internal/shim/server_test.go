@@ -1,0 +1,303 @@
+//go:build cgo
+
+package shim
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startServer runs `gantry-runtime --create-server` of runtime on a socket
+// of its own until the test ends, and returns the socket and the server's
+// process (its output in the returned buffer's file).
+func startServer(t *testing.T, runtime string) (string, *exec.Cmd, string) {
+	t.Helper()
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "runtime.sock")
+	out := filepath.Join(dir, "server.out")
+	w, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cmd := exec.Command(runtime, "--create-server", "--socket", sock)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("the create server did not stop on SIGTERM")
+		}
+	})
+	for i := 0; ; i++ {
+		if st, err := os.Stat(sock); err == nil {
+			if st.Mode().Perm() != 0o600 {
+				t.Errorf("server socket mode %v, want 0600", st.Mode().Perm())
+			}
+			return sock, cmd, out
+		}
+		if i == 200 {
+			b, _ := os.ReadFile(out)
+			t.Fatalf("the create server made no socket in 10s:\n%s", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// logLines are the container's gantry.log records.
+func logLines(t *testing.T, c *container) []map[string]any {
+	t.Helper()
+	f, err := os.Open(filepath.Join(filepath.Dir(c.config), "gantry.log"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var recs []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("log line %q: %v", sc.Text(), err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// servedBy reports whether the container's create was made by the create
+// server (its log record says so), failing on anything but one record.
+func servedBy(t *testing.T, c *container) bool {
+	t.Helper()
+	recs := logLines(t, c)
+	if len(recs) != 1 {
+		t.Fatalf("container %s: %d log records, want 1: %v", c.id, len(recs), recs)
+	}
+	return recs[0]["server"] == true
+}
+
+// TestCreateServer: a GPU container created through the create server runs
+// (its probe finds libcuda.so.1 through the image's loader), and its
+// config.json and root filesystem are what the in-process create makes.
+func TestCreateServer(t *testing.T) {
+	f := need(t)
+	sock, _, _ := startServer(t, f.runtime)
+	env := []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}
+	args := []string{"sh", "-c", gpuScript}
+	served := newContainer(t, opts{env: env, args: args})
+	served.server = sock
+	out, stderr, err := served.run()
+	if err != nil {
+		t.Fatalf("gantry-runtime run through the server: %v\n%s\n%s", err, out, stderr)
+	}
+	if want := fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", f.driver.CUDAVersion, libDir); !strings.Contains(out, want) {
+		t.Errorf("probe in the container: want %q in\n%s", want, out)
+	}
+	if !servedBy(t, served) {
+		t.Errorf("the create was not made by the server: %v", logLines(t, served))
+	}
+	local := newContainer(t, opts{env: env, args: args})
+	if out2, stderr, err := local.run(); err != nil {
+		t.Fatalf("gantry-runtime run in-process: %v\n%s\n%s", err, out2, stderr)
+	} else if out2 != out {
+		t.Errorf("container output differs:\nserver:\n%s\nin-process:\n%s", out, out2)
+	}
+	if servedBy(t, local) {
+		t.Errorf("a create without the server's socket says it was served")
+	}
+	if a, b := sameBundle(served.configJSON(), served.bundle), sameBundle(local.configJSON(), local.bundle); a != b {
+		t.Errorf("config.json differs:\nserver:\n%s\nin-process:\n%s", a, b)
+	}
+	for _, p := range []string{"etc/ld.so.cache", libDir[1:] + "/libcuda.so.1"} {
+		x, err1 := os.Readlink(filepath.Join(served.rootfs, p))
+		y, err2 := os.Readlink(filepath.Join(local.rootfs, p))
+		if x != y || (err1 == nil) != (err2 == nil) {
+			t.Errorf("%s: server %q (%v), in-process %q (%v)", p, x, err1, y, err2)
+		}
+		a, _ := os.ReadFile(filepath.Join(served.rootfs, p))
+		b, _ := os.ReadFile(filepath.Join(local.rootfs, p))
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs between the server's create and the in-process one", p)
+		}
+	}
+}
+
+// sameBundle is config.json with its bundle's path taken out.
+func sameBundle(b []byte, bundle string) string {
+	return strings.ReplaceAll(string(b), bundle, "BUNDLE")
+}
+
+// TestCreateServerRefusalsInProcess: a request the server cannot serve
+// goes to the in-process path, which refuses it with its usual one-line
+// error, config.json untouched.
+func TestCreateServerRefusalsInProcess(t *testing.T) {
+	f := need(t)
+	sock, _, _ := startServer(t, f.runtime)
+	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=99"}, args: []string{"true"}})
+	c.server = sock
+	before := c.configJSON()
+	_, stderr, err := c.runtime("create", "--bundle", c.bundle, c.id)
+	if err == nil {
+		c.runtime("delete", "--force", c.id)
+		t.Fatal("a container asking for GPU 99 of 8 was created")
+	}
+	if !strings.Contains(stderr, "99") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+		t.Errorf("want one line naming 99, got:\n%s", stderr)
+	}
+	if string(c.configJSON()) != string(before) {
+		t.Errorf("config.json changed by a refused create")
+	}
+	recs := logLines(t, c)
+	if len(recs) != 1 || recs[0]["error"] == nil || recs[0]["server"] == true {
+		t.Errorf("want one log record of the in-process refusal, got %v", recs)
+	}
+}
+
+// TestCreateServerOtherBuild: a caller running another gantry-runtime
+// build (here a copy: another file) is not served, creates in-process, and
+// the server stops, making way for a server of the new build.
+func TestCreateServerOtherBuild(t *testing.T) {
+	f := need(t)
+	sock, srv, out := startServer(t, f.runtime)
+	other := filepath.Join(t.TempDir(), "gantry-runtime")
+	if err := copyFile(f.gantry, other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
+	c.server = sock
+	cmd := exec.Command(other, "--root", c.state, "create", "--bundle", c.bundle, c.id)
+	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, ServerSocketEnv+"="+sock)
+	if b, err := outputToFile(t, cmd); err != nil {
+		t.Fatalf("create through another build: %v\n%s", err, b)
+	}
+	c.runtime("delete", "--force", c.id)
+	if servedBy(t, c) {
+		t.Errorf("the server served a caller running another build")
+	}
+	done := make(chan struct{})
+	go func() {
+		for srv.ProcessState == nil {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d/stat", srv.Process.Pid)); err != nil {
+				break
+			}
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", srv.Process.Pid)); bytes.Contains(b, []byte(") Z ")) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Errorf("the server still runs after a caller of another build")
+	}
+	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "another gantry-runtime") {
+		t.Errorf("the server's output does not say why it stopped:\n%s", b)
+	}
+}
+
+// TestCreateServerRefusesOthers: a caller that is not root is not served
+// even when it can reach the socket (made world-writable here, as a
+// misconfiguration would), and neither is a root caller in another mount
+// namespace: both create in-process.
+func TestCreateServerRefusesOthers(t *testing.T) {
+	f := need(t)
+	sock, _, _ := startServer(t, f.runtime)
+	// Reachable by anyone: the socket and the directories above it.
+	for _, p := range []string{sock, filepath.Dir(sock), filepath.Dir(filepath.Dir(sock))} {
+		if err := os.Chmod(p, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("other mount namespace", func(t *testing.T) {
+		if _, err := exec.LookPath("unshare"); err != nil {
+			t.Skip("no unshare")
+		}
+		c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
+		cmd := exec.Command("unshare", "-m", "--propagation", "private", f.runtime, "--root", c.state, "create", "--bundle", c.bundle, c.id)
+		cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, ServerSocketEnv+"="+sock)
+		if b, err := outputToFile(t, cmd); err != nil {
+			t.Fatalf("create in another mount namespace: %v\n%s", err, b)
+		}
+		c.runtime("delete", "--force", c.id)
+		if servedBy(t, c) {
+			t.Errorf("the server served a caller in another mount namespace")
+		}
+	})
+
+	t.Run("not root", func(t *testing.T) {
+		// A bundle the unprivileged caller can read and write: the
+		// in-process create then succeeds, as far as runc's part.
+		dir, err := os.MkdirTemp("", "gantry-server-nobody-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
+		bundle := filepath.Join(dir, "bundle")
+		if err := run("cp", "-a", c.bundle, bundle); err != nil {
+			t.Fatal(err)
+		}
+		if err := run("chown", "-R", "65534:65534", dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// The configuration the server would serve it with: the
+		// fixture's driver and GPUs, a log the server (root) can write.
+		cfg := filepath.Join(dir, "gantry.toml")
+		logFile := filepath.Join(dir, "gantry.log")
+		conf := fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[runtime]\nlow-level = \"/bin/true\"\ncache-dir = %q\nlog-file = %q\n",
+			f.driver.Root, filepath.Join(dir, "cache"), logFile)
+		if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The same executable (a hard link: the server's own build),
+		// where the unprivileged caller can run it.
+		self := filepath.Join(dir, "gantry-runtime")
+		if err := os.Link(f.gantry, self); err != nil {
+			t.Skipf("cannot hard-link %s into %s: %v", f.gantry, dir, err)
+		}
+		cmd := exec.Command(self, "create", "--bundle", bundle, c.id)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "GANTRY_CONFIG=" + cfg, ServerSocketEnv + "=" + sock}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		b, _ := outputToFile(t, cmd)
+		if rb, _ := os.ReadFile(logFile); bytes.Contains(rb, []byte(`"server":true`)) {
+			t.Errorf("the server served an unprivileged caller: %s\n%s", rb, b)
+		}
+	})
+}
+
+// outputToFile runs cmd with its output in a file, not a pipe: after
+// "create" the container's init holds its stdio until "start".
+func outputToFile(t *testing.T, cmd *exec.Cmd) ([]byte, error) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "out")
+	w, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cmd.Stdout, cmd.Stderr = w, w
+	err = cmd.Run()
+	b, _ := os.ReadFile(p)
+	return b, err
+}
