@@ -33,6 +33,8 @@ func fakeDriverConfig(tb testing.TB, profile string) (config.Config, string) {
 	cfg := config.Default()
 	cfg.GPUs, cfg.DriverRoot = "sim:"+profile, root
 	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+	// The default layout is the tree: its trees here, not on the host.
+	cfg.Runtime.DriverTreeDir = filepath.Join(dir, "trees")
 	return cfg, dir
 }
 

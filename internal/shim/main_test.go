@@ -322,6 +322,10 @@ func newContainer(t *testing.T, o opts) *container {
 		t.Fatal(err)
 	}
 	c.config = filepath.Join(dir, "gantry.toml")
+	if !strings.Contains(o.config, "driver-tree-dir") {
+		// The default layout is the tree: its trees here, not on the host.
+		o.config += fmt.Sprintf("\ndriver-tree-dir = %q\n", filepath.Join(dir, "trees"))
+	}
 	cfg := fmt.Sprintf(`gpus = "sim:h100x8"
 driver-root = %q
 [runtime]
