@@ -322,9 +322,10 @@ func newContainer(t *testing.T, o opts) *container {
 		t.Fatal(err)
 	}
 	c.config = filepath.Join(dir, "gantry.toml")
+	trees := ""
 	if !strings.Contains(o.config, "driver-tree-dir") {
 		// The default layout is the tree: its trees here, not on the host.
-		o.config += fmt.Sprintf("\ndriver-tree-dir = %q\n", filepath.Join(dir, "trees"))
+		trees = fmt.Sprintf("driver-tree-dir = %q\n", filepath.Join(dir, "trees"))
 	}
 	cfg := fmt.Sprintf(`gpus = "sim:h100x8"
 driver-root = %q
@@ -332,8 +333,8 @@ driver-root = %q
 low-level = %q
 cache-dir = %q
 log-file = %q
-%s
-`, f.driver.Root, c.low, filepath.Join(dir, "cache"), filepath.Join(dir, "gantry.log"), o.config)
+%s%s
+`, f.driver.Root, c.low, filepath.Join(dir, "cache"), filepath.Join(dir, "gantry.log"), trees, o.config)
 	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
