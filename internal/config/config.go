@@ -299,8 +299,8 @@ func (c Config) Validate() error {
 	switch c.Runtime.DriverLayout {
 	case DriverLayoutFiles, DriverLayoutTree:
 	default:
-		return fmt.Errorf("key runtime.driver-layout: %q is not one of %q (a mount per driver file) or %q (one mount of a per-version driver tree)",
-			c.Runtime.DriverLayout, DriverLayoutFiles, DriverLayoutTree)
+		return fmt.Errorf("key runtime.driver-layout: %q is not one of %q (one mount of a tree of the container's driver files, the default) or %q (a mount per driver file)",
+			c.Runtime.DriverLayout, DriverLayoutTree, DriverLayoutFiles)
 	}
 	for _, k := range [][2]string{{"driver-tree-dir", c.Runtime.DriverTreeDir}, {"driver-tree-path", c.Runtime.DriverTreePath}} {
 		if !strings.HasPrefix(k[1], "/") || path.Clean(k[1]) == "/" {

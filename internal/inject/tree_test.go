@@ -1,11 +1,13 @@
 package inject
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -317,5 +319,55 @@ func TestPrepareDriverTreePerCapabilities(t *testing.T) {
 	store := drivervol.Store{Dir: cfg.Runtime.DriverTreeDir}
 	if vs, err := store.Versions(); err != nil || len(vs) != 0 {
 		t.Errorf("the runtime made per-version trees (Docker volumes): %q %v", vs, err)
+	}
+}
+
+// Containers created at once, the first of their set, all get the one tree
+// and the same map of it (drivervol builds atomically; the maps are written
+// whole).
+func TestLoadTreeConcurrentFirstCreates(t *testing.T) {
+	cfg := treeConfig(t, fakedriver.LayoutStandard)
+	inv, err := discover.Driver(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, f := range append(slices.Clone(inv.Binaries), inv.Libraries...) {
+		if f.Capability == driver.Compute || f.Capability == driver.Utility {
+			files = append(files, f.HostPath)
+		}
+	}
+	got := make([]*treeCache, 6)
+	errs := make([]error, len(got))
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = loadTree(cfg, inv, files)
+		}()
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if got[i].Path != got[0].Path || !maps.Equal(got[i].Files, got[0].Files) || len(got[i].Files) != len(files) {
+			t.Errorf("create %d: tree %s with %d files, create 0: %s with %d (want %d)", i, got[i].Path, len(got[i].Files), got[0].Path, len(got[0].Files), len(files))
+		}
+	}
+	set := drivervol.Store{Dir: cfg.Runtime.DriverTreeDir}.Set(drivervol.SetKey(files))
+	ents, err := os.ReadDir(set.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range ents {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	if !slices.Equal(dirs, []string{inv.Version}) {
+		t.Errorf("the set's store holds the directories %q, want one tree", dirs)
 	}
 }
