@@ -352,7 +352,8 @@ func unprotect(p string) {
 // Remove deletes the tree of version. The tree is first renamed away, so
 // that it disappears whole: no half-removed tree is ever listed. Its
 // read-only mount (Protect) is detached first; containers that have it
-// keep their view.
+// keep their view. The trees of file sets of that version (EnsureSet, in
+// their own stores) stay.
 func (s Store) Remove(version string) error {
 	if err := checkVersion(version); err != nil {
 		return err
