@@ -42,7 +42,8 @@
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
 # Environment: DRIVER_ROOT (default /), GANTRY, RUNC, CUDA_CHECK, DEVICE_PLUGIN (default bin/...),
-# DRIVER_LAYOUT=tree (every check with runtime.driver-layout = "tree": the driver as one mount).
+# DRIVER_LAYOUT=tree (the default: runtime.driver-layout = "tree", the driver as one mount of a
+# tree of the container's driver files, kept in the work directory) or files (a mount per file).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 mode=gpu keep=0
@@ -55,6 +56,7 @@ for arg; do
   esac
 done
 WORK=$(mktemp -d /tmp/gantry-e2e.XXXXXX)
+DRIVER_LAYOUT=${DRIVER_LAYOUT:-tree}
 # shellcheck source=scripts/lib/bundle.sh
 . "$REPO/scripts/lib/bundle.sh"
 finish() {
@@ -408,17 +410,26 @@ else
   show "$WORK/k.out"
 fi
 
-if [ "${DRIVER_LAYOUT:-files}" = tree ]; then
+if [ "$DRIVER_LAYOUT" = tree ]; then
   echo "== the driver tree layout (DRIVER_LAYOUT=tree)"
   # Every GPU create above logged which layout it got; a fall back to the
   # per-file layout says why in its notes.
   # (check i's container asks for another vendor's CDI device only: no driver files)
   n=$(grep '"front-end":"gantry-runtime"' "$WORK/gantry.log" | grep '"changed":true' | grep -c '"devices":\[')
   t=$(grep '"front-end":"gantry-runtime"' "$WORK/gantry.log" | grep '"devices":\[' | grep -c '"layout":"tree"')
+  sets=$(find "$WORK/trees/.sets" -mindepth 2 -maxdepth 2 -type d 2>/dev/null | wc -l)
   if [ "$n" -gt 0 ] && [ "$t" -eq "$n" ]; then
-    PASS "tree layout: all $n GPU creates of gantry-runtime got the driver as one mount of $(ls "$WORK/trees" | grep -v '^\.' | head -1)"
+    PASS "tree layout: all $n GPU creates of gantry-runtime got the driver as one mount ($sets trees, one per set of driver files: $(ls "$WORK/trees/.sets" | head -3 | tr '\n' ' '))"
   else
     FAIL "tree layout: $t of $n GPU creates used it: $(grep -o '"notes":\[[^]]*driver tree[^]]*\]' "$WORK/gantry.log" | sort -u | head -2)"
+  fi
+  # The containers above ask for the default capabilities (compute,utility):
+  # their trees hold no graphics library.
+  gl=$(find "$WORK/trees/.sets" \( -name 'libGLX_nvidia*' -o -name 'libEGL_nvidia*' -o -name 'libnvidia-glcore*' \) 2>/dev/null | head -3)
+  if [ -z "$gl" ] && [ "$sets" -gt 0 ]; then
+    PASS "tree layout: no graphics library in the trees of compute,utility containers"
+  else
+    FAIL "tree layout: graphics libraries in a compute,utility tree (or no tree at all): ${gl:-$sets trees}"
   fi
 fi
 echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"

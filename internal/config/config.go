@@ -86,15 +86,17 @@ type Runtime struct {
 	// device-plugins/kubelet_internal_checkpoint under it.
 	KubeletDir string `toml:"kubelet-dir"`
 	// DriverLayout is how a GPU container gets the driver's programs and
-	// libraries: "files" (the default), one read-only bind mount per file,
-	// as NVIDIA's runtime does; "tree", the files gathered once per driver
-	// version into a directory (nvidia-docker 1.0's driver volume, shared
-	// with nvidia-docker-plugin) bound read-only at DriverTreePath as one
-	// mount, with a link at each file's usual path so images find every file
-	// where the per-file layout puts it. Fewer mounts for runc to make.
+	// libraries: "tree" (the default), the files the container's
+	// capabilities select gathered once per driver version and set of files
+	// into a directory (laid out as nvidia-docker 1.0's driver volume) bound
+	// read-only at DriverTreePath as one mount, with a link at each file's
+	// usual path so images find every file where the per-file layout puts
+	// it: fewer mounts for runc to make; "files", one read-only bind mount
+	// per file, as NVIDIA's runtime does.
 	DriverLayout string `toml:"driver-layout"`
-	// DriverTreeDir holds the trees of the "tree" layout, one per driver
-	// version (nvidia-docker-plugin's volume directory by default).
+	// DriverTreeDir holds the trees of the "tree" layout, below .sets/, one
+	// per driver version and set of files; nvidia-docker-plugin's full
+	// per-version trees (its volume directory, the default) are beside them.
 	DriverTreeDir string `toml:"driver-tree-dir"`
 	// DriverTreePath is where a container sees the tree.
 	DriverTreePath string `toml:"driver-tree-path"`
@@ -156,7 +158,7 @@ func Default() Config {
 			SwarmResource:         []string{},
 			KubernetesEnv:         KubernetesEnvAllocated,
 			KubeletDir:            "/var/lib/kubelet",
-			DriverLayout:          DriverLayoutFiles,
+			DriverLayout:          DriverLayoutTree,
 			DriverTreeDir:         "/var/lib/nvidia-docker/volumes/nvidia_driver",
 			DriverTreePath:        "/usr/local/nvidia",
 		},
@@ -313,8 +315,8 @@ func (c Config) Validate() error {
 	switch c.Runtime.DriverLayout {
 	case DriverLayoutFiles, DriverLayoutTree:
 	default:
-		return fmt.Errorf("key runtime.driver-layout: %q is not one of %q (a mount per driver file) or %q (one mount of a per-version driver tree)",
-			c.Runtime.DriverLayout, DriverLayoutFiles, DriverLayoutTree)
+		return fmt.Errorf("key runtime.driver-layout: %q is not one of %q (one mount of a tree of the container's driver files, the default) or %q (a mount per driver file)",
+			c.Runtime.DriverLayout, DriverLayoutTree, DriverLayoutFiles)
 	}
 	for _, k := range [][2]string{{"driver-tree-dir", c.Runtime.DriverTreeDir}, {"driver-tree-path", c.Runtime.DriverTreePath}} {
 		if !strings.HasPrefix(k[1], "/") || path.Clean(k[1]) == "/" {
@@ -402,9 +404,10 @@ const header = `# Gantry configuration (/etc/gantry/config.toml, or the path in 
 # runtime.swarm-resource   env variables read instead of NVIDIA_VISIBLE_DEVICES (Docker Swarm)
 # runtime.kubernetes-env   allocated (a kubelet's containers get only the GPUs it allocated) | any (NVIDIA's behaviour)
 # runtime.kubelet-dir      the kubelet's root directory (its device checkpoint)
-# runtime.driver-layout    files (a read-only mount per driver file) | tree (one mount of the driver
-#                          tree, built once per driver version, and a link at each file's usual path)
-# runtime.driver-tree-dir  where the trees are kept (shared with nvidia-docker-plugin's volume)
+# runtime.driver-layout    tree (one mount of a tree of the container's driver files, built once per
+#                          driver version and set of files, and a link at each file's usual path) |
+#                          files (a read-only mount per driver file, NVIDIA's way)
+# runtime.driver-tree-dir  where the trees are kept (in .sets/, beside nvidia-docker-plugin's volumes)
 # runtime.driver-tree-path where a container sees the tree
 # runtime.no-cgroups       true for rootless Docker/Podman: no device cgroup rules (NVIDIA's nvidia-container-cli.no-cgroups)
 # runtime.gantry-path      the gantry binary gantry-runtime asks for NVML's GPUs (MIG); empty = gantry beside it, else /usr/bin's

@@ -314,3 +314,48 @@ func TestListenRefusesLivePlugin(t *testing.T) {
 		t.Errorf("regular file: %v", err)
 	}
 }
+
+// TestSetTreesAreNoVolumes: the trees a runtime builds for sets of driver
+// files (drivervol.EnsureSet, below .sets in the same directory) never show
+// as volumes: List gives what it gave without them, and no volume name
+// reaches them.
+func TestSetTreesAreNoVolumes(t *testing.T) {
+	needRoot(t)
+	const version = "580.159.04"
+	inv := fakeDriver(t, version)
+	dir := filepath.Join(t.TempDir(), "plugins")
+	store := newStore(t)
+	plugin(t, dir, store, inv)
+	c := newClient(t, dir)
+	var compute []string
+	for _, f := range append(append([]driver.File{}, inv.Binaries...), inv.Libraries...) {
+		if f.Capability == driver.Compute || f.Capability == driver.Utility {
+			compute = append(compute, f.HostPath)
+		}
+	}
+	set, err := store.EnsureSet(inv, compute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(set.Path, store.Dir+"/") {
+		t.Fatalf("set tree %s outside the store %s", set.Path, store.Dir)
+	}
+	if r := c.do("List", ""); r.Err != "" || r.Volumes == nil || len(r.Volumes) != 0 {
+		t.Errorf("List with only a set tree: %+v", r)
+	}
+	vol := VolumeName(version)
+	if r := c.do("Create", vol); r.Err != "" {
+		t.Fatalf("Create: %s", r.Err)
+	}
+	if _, err := store.EnsureSet(inv, compute[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.do("List", ""); len(r.Volumes) != 1 || r.Volumes[0] != (Volume{vol, filepath.Join(store.Dir, version)}) {
+		t.Errorf("List with the volume and two set trees: %+v", r)
+	}
+	for _, name := range []string{DriverVolume + "_" + drivervol.SetsDir, DriverVolume + "_" + filepath.Base(filepath.Dir(set.Path))} {
+		if r := c.do("Get", name); r.Err == "" {
+			t.Errorf("Get %s: %+v, want an error", name, r)
+		}
+	}
+}

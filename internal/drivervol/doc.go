@@ -30,6 +30,17 @@
 // ELF header matches (libraries: a shared object of the expected word size)
 // are taken.
 //
+// A tree can also hold a set of the driver's files only (EnsureSet): the
+// programs and libraries one container is given (those of its
+// NVIDIA_DRIVER_CAPABILITIES), so that a container asking for compute
+// finds no graphics library in its tree. Each set has its store below
+// <Store.Dir>/.sets/<key>, key a short hash of the set's host paths
+// (SetKey), with one tree per driver version as above: containers given
+// the same files share one tree. .sets is no version, so the sets never
+// show as volumes. A set's file that cannot be hard-linked from the driver
+// is hard-linked from the version's full tree when that has it with the
+// same bytes, and copied otherwise.
+//
 // Protect makes a tree a read-only, nosuid, nodev mount of its own (as
 // root): a bind of it stays read-only even when made without ro, so no
 // container given the tree can write through its hard links to the host's

@@ -1,7 +1,10 @@
 package drivervol
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -123,7 +126,82 @@ func (s Store) Ensure(inv *driver.Inventory) (*Tree, error) {
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	return s.build(inv)
+	return s.build(inv, "")
+}
+
+// SetsDir is the directory below a Store's Dir that holds the trees of
+// file sets (EnsureSet). Its name is no driver version, so Versions never
+// lists it, nor any tree in it: the Docker volume plugin serves only the
+// full trees.
+const SetsDir = ".sets"
+
+// SetKey names a set of driver files: the first 6 bytes, in hex, of the
+// SHA-256 of their host paths, sorted and each ended by a NUL. The order
+// and repetitions of hostPaths do not matter.
+func SetKey(hostPaths []string) string {
+	sorted := slices.Clone(hostPaths)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	h := sha256.New()
+	for _, p := range sorted {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:6])
+}
+
+// Set is the store of the file set key names (SetKey): <Dir>/.sets/<key>,
+// holding one tree per driver version as s does (<key>/<version>).
+func (s Store) Set(key string) Store {
+	return Store{Dir: filepath.Join(s.dir(), SetsDir, key)}
+}
+
+// EnsureSet returns the tree of inv's driver version that holds exactly the
+// programs and libraries of inv whose host paths are among hostPaths (with
+// their SONAME links, as a full tree has them), building it when there is
+// none, in the store s.Set(SetKey(hostPaths)): one tree per set of files,
+// shared by every container that gets that set. Host paths that are no
+// program or library of inv are left out. A file that cannot be hard-linked
+// from the driver (another filesystem) is hard-linked from the version's
+// full tree (s.Path(version)) when that holds it with the same bytes and
+// can be linked (on the set's filesystem, not a Protect mount), else copied.
+// The build is Ensure's: atomic, and racing builders of one set all succeed
+// with one tree kept.
+func (s Store) EnsureSet(inv *driver.Inventory, hostPaths []string) (*Tree, error) {
+	if inv == nil {
+		return nil, errors.New("no driver inventory")
+	}
+	if err := checkVersion(inv.Version); err != nil {
+		return nil, err
+	}
+	set := s.Set(SetKey(hostPaths))
+	if t, err := set.Load(inv.Version); err == nil {
+		return t, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	want := make(map[string]bool, len(hostPaths))
+	for _, p := range hostPaths {
+		want[p] = true
+	}
+	keep := func(fs []driver.File) []driver.File {
+		var out []driver.File
+		for _, f := range fs {
+			if want[f.HostPath] {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	sub := &driver.Inventory{Root: inv.Root, Version: inv.Version, Binaries: keep(inv.Binaries), Libraries: keep(inv.Libraries)}
+	if len(sub.Binaries)+len(sub.Libraries) == 0 {
+		return nil, fmt.Errorf("none of the %d files asked for is a program or library of the driver %s under %s", len(want), inv.Version, inv.Root)
+	}
+	from := ""
+	if st, err := os.Lstat(s.Path(inv.Version)); err == nil && st.IsDir() {
+		from = s.Path(inv.Version)
+	}
+	return set.build(sub, from)
 }
 
 // Load reads the tree of version.
@@ -274,7 +352,8 @@ func unprotect(p string) {
 // Remove deletes the tree of version. The tree is first renamed away, so
 // that it disappears whole: no half-removed tree is ever listed. Its
 // read-only mount (Protect) is detached first; containers that have it
-// keep their view.
+// keep their view. The trees of file sets of that version (EnsureSet, in
+// their own stores) stay.
 func (s Store) Remove(version string) error {
 	if err := checkVersion(version); err != nil {
 		return err
@@ -297,7 +376,7 @@ func (s Store) Remove(version string) error {
 }
 
 // build makes the tree in a new directory and renames it into place.
-func (s Store) build(inv *driver.Inventory) (t *Tree, err error) {
+func (s Store) build(inv *driver.Inventory, from string) (t *Tree, err error) {
 	if err := os.MkdirAll(s.dir(), 0o755); err != nil {
 		return nil, fmt.Errorf("creating the driver tree directory: %w", err)
 	}
@@ -324,7 +403,7 @@ func (s Store) build(inv *driver.Inventory) (t *Tree, err error) {
 		return nil, fmt.Errorf("driver root %s: %w", inv.Root, err)
 	}
 	defer root.Close()
-	b := &builder{root: root, inv: inv, dir: tmp, names: map[string]bool{}}
+	b := &builder{root: root, inv: inv, dir: tmp, names: map[string]bool{}, from: from}
 	for _, f := range inv.Binaries {
 		if err := b.binary(f); err != nil {
 			return nil, err
@@ -385,6 +464,10 @@ type builder struct {
 	inv   *driver.Inventory
 	dir   string
 	names map[string]bool // "lib64/libcuda.so.1": taken
+	// from, when set, is the version's full tree: a file that cannot be
+	// hard-linked from the driver is linked from there when the full tree
+	// holds it with the same bytes (EnsureSet).
+	from string
 }
 
 // open opens a driver file inside the driver root; HostPath carries the
@@ -468,7 +551,56 @@ func (b *builder) place(src *os.File, rel string) error {
 	if err == nil {
 		return nil
 	}
+	if b.from != "" && linkSame(src, filepath.Join(b.from, rel), dst) {
+		return nil
+	}
 	return copyFile(src, dst)
+}
+
+// linkSame hard-links the file at other to dst when it is a regular file
+// with src's bytes, and reports whether it did. The file linked is the one
+// compared (through its descriptor).
+func linkSame(src *os.File, other, dst string) bool {
+	fd, err := unix.Open(other, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), other)
+	defer f.Close()
+	so, err := f.Stat()
+	if err != nil || !so.Mode().IsRegular() {
+		return false
+	}
+	ss, err := src.Stat()
+	if err != nil || ss.Size() != so.Size() || ss.Mode().Perm()&0o755 != so.Mode().Perm() {
+		return false
+	}
+	if !os.SameFile(ss, so) && !sameBytes(src, f, ss.Size()) {
+		return false
+	}
+	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW) == nil
+}
+
+// sameBytes compares the first size bytes of a and b (each read from 0).
+func sameBytes(a, b *os.File, size int64) bool {
+	ba, bb := make([]byte, 1<<16), make([]byte, 1<<16)
+	for off := int64(0); off < size; {
+		n := int64(len(ba))
+		if size-off < n {
+			n = size - off
+		}
+		if _, err := a.ReadAt(ba[:n], off); err != nil {
+			return false
+		}
+		if _, err := b.ReadAt(bb[:n], off); err != nil {
+			return false
+		}
+		if !bytes.Equal(ba[:n], bb[:n]) {
+			return false
+		}
+		off += n
+	}
+	return true
 }
 
 func copyFile(src *os.File, dst string) (err error) {

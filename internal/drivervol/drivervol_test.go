@@ -446,3 +446,186 @@ func BenchmarkEnsureExisting(b *testing.B) {
 		}
 	}
 }
+
+// setOf returns the host paths of inv's programs and libraries of the
+// given capabilities (those of a container asking for them).
+func setOf(inv *driver.Inventory, caps ...driver.Capability) []string {
+	var out []string
+	for _, f := range append(slices.Clone(inv.Binaries), inv.Libraries...) {
+		if slices.Contains(caps, f.Capability) {
+			out = append(out, f.HostPath)
+		}
+	}
+	return out
+}
+
+// TestEnsureSet: a set's tree holds exactly the set's programs and
+// libraries (with their SONAME links), a compute set no graphics library;
+// one tree per set, whatever order the paths come in; the sets are never
+// listed as versions (the Docker volume plugin's list).
+func TestEnsureSet(t *testing.T) {
+	const version = "580.159.04"
+	_, inv := fakeRoot(t, fakedriver.Options{Version: version, Compat32: true})
+	s := Store{Dir: t.TempDir()}
+	compute := setOf(inv, driver.Compute, driver.Utility)
+	tree, err := s.EnsureSet(inv, compute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(s.Dir, SetsDir, SetKey(compute), version); tree.Path != want {
+		t.Fatalf("set tree at %s, want %s", tree.Path, want)
+	}
+	entries := walk(t, tree.Path)
+	for _, want := range []string{"bin/nvidia-smi", "lib64/libcuda.so." + version, "lib64/libcuda.so.1 -> libcuda.so." + version, "lib64/libcuda.so -> libcuda.so." + version, "lib64/libnvidia-ml.so.1 -> libnvidia-ml.so." + version} {
+		if !slices.Contains(entries, want) {
+			t.Errorf("compute set lacks %q; has %q", want, entries)
+		}
+	}
+	var files int
+	for _, e := range entries {
+		if strings.Contains(e, "GLX") || strings.Contains(e, "EGL") || strings.HasPrefix(e, "lib/") {
+			t.Errorf("compute set holds %s", e)
+		}
+		if !strings.Contains(e, " -> ") {
+			files++
+		}
+	}
+	if files != len(compute) {
+		t.Errorf("compute set holds %d files, asked for %d: %q", files, len(compute), entries)
+	}
+	loads(t, tree.Path)
+
+	// The same set in another order, with a repeat: the same tree, not
+	// rebuilt.
+	before, _ := os.Stat(tree.Path)
+	same, err := s.EnsureSet(inv, slices.Concat(compute[1:], compute[:1], compute[:1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.Stat(same.Path)
+	if same.Path != tree.Path || !os.SameFile(before, after) {
+		t.Errorf("the same set in another order: %s, want the tree %s kept", same.Path, tree.Path)
+	}
+
+	graphics := setOf(inv, driver.Compute, driver.Utility, driver.Graphics)
+	gtree, err := s.EnsureSet(inv, graphics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gtree.Path == tree.Path {
+		t.Fatal("compute and graphics sets share a tree")
+	}
+	gentries := walk(t, gtree.Path)
+	for _, want := range []string{"lib64/libEGL_nvidia.so.0 -> libEGL_nvidia.so." + version, "lib64/libGLX_indirect.so.0 -> libGLX_nvidia.so." + version, "lib64/libcuda.so.1 -> libcuda.so." + version} {
+		if !slices.Contains(gentries, want) {
+			t.Errorf("graphics set lacks %q; has %q", want, gentries)
+		}
+	}
+	// Same filesystem: the set's libcuda is the driver's file.
+	a, _ := os.Stat(filepath.Join(tree.Path, "lib64/libcuda.so."+version))
+	for _, l := range inv.Libraries {
+		if strings.HasPrefix(l.SONAME, "libcuda.so") && l.Capability != driver.Compat32 {
+			if b, _ := os.Stat(l.HostPath); a == nil || b == nil || !os.SameFile(a, b) {
+				t.Errorf("the set's libcuda is not a hard link of %s", l.HostPath)
+			}
+		}
+	}
+
+	if vs, err := s.Versions(); err != nil || len(vs) != 0 {
+		t.Errorf("Versions lists the sets: %q %v", vs, err)
+	}
+	if _, err := s.Ensure(inv); err != nil {
+		t.Fatal(err)
+	}
+	if vs, err := s.Versions(); err != nil || !slices.Equal(vs, []string{version}) {
+		t.Errorf("Versions with a full tree and two sets: %q %v", vs, err)
+	}
+	if _, err := s.EnsureSet(inv, []string{filepath.Join(inv.Root, "etc/nothing")}); err == nil {
+		t.Error("a set of no driver file built a tree")
+	}
+}
+
+// TestSetLinksFromFullTree: where the driver is on another filesystem
+// than the trees, a set's files are hard links of the full tree's copies
+// (no second copy), but only of those with the driver file's bytes.
+func TestSetLinksFromFullTree(t *testing.T) {
+	const version = "580.159.04"
+	_, inv := fakeRoot(t, fakedriver.Options{Version: version})
+	dir, err := os.MkdirTemp("/dev/shm", "drivervol-")
+	if err != nil {
+		t.Skip("no /dev/shm")
+	}
+	defer os.RemoveAll(dir)
+	var a, b unixStat
+	if statDev(dir, &a) != nil || statDev(inv.Root, &b) != nil || a.Dev == b.Dev {
+		t.Skip("/dev/shm is on the driver root's filesystem")
+	}
+	s := Store{Dir: dir}
+	full, err := s.Ensure(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The full tree's NVML no longer has the driver's bytes.
+	nvml := filepath.Join(full.Path, "lib64/libnvidia-ml.so."+version)
+	f, err := os.OpenFile(nvml, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff}, 100); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	set, err := s.EnsureSet(inv, setOf(inv, driver.Compute, driver.Utility))
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := func(rel string) bool {
+		x, err1 := os.Stat(filepath.Join(full.Path, rel))
+		y, err2 := os.Stat(filepath.Join(set.Path, rel))
+		return err1 == nil && err2 == nil && os.SameFile(x, y)
+	}
+	for _, rel := range []string{"lib64/libcuda.so." + version, "bin/nvidia-smi"} {
+		if !same(rel) {
+			t.Errorf("the set's %s is not the full tree's file", rel)
+		}
+	}
+	if same("lib64/libnvidia-ml.so." + version) {
+		t.Error("the set linked the full tree's changed NVML")
+	}
+	loads(t, set.Path) // NVML copied from the driver: it loads and answers
+}
+
+// TestConcurrentEnsureSet: creates racing for one set all get the one tree.
+func TestConcurrentEnsureSet(t *testing.T) {
+	const version = "580.159.04"
+	_, inv := fakeRoot(t, fakedriver.Options{Version: version})
+	s := Store{Dir: t.TempDir()}
+	set := setOf(inv, driver.Compute, driver.Utility)
+	var wg sync.WaitGroup
+	paths := make([]string, 8)
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var tr *Tree
+			if tr, errs[i] = s.EnsureSet(inv, set); tr != nil {
+				paths[i] = tr.Path
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Error(err)
+		} else if paths[i] != paths[0] {
+			t.Errorf("trees %s and %s for one set", paths[i], paths[0])
+		}
+	}
+	if ents := names(t, s.Set(SetKey(set)).Dir); !slices.Equal(ents, []string{"." + version + ".json", version}) {
+		t.Errorf("set store holds %v", ents)
+	}
+	if ents := names(t, s.Dir); !slices.Equal(ents, []string{SetsDir}) {
+		t.Errorf("store holds %v", ents)
+	}
+}

@@ -13,8 +13,9 @@ import (
 const DefaultTreePath = "/usr/local/nvidia"
 
 // Tree is a directory of driver files (package drivervol builds one per
-// driver version) that a container can be given as one read-only mount
-// instead of one mount per file.
+// driver version and set of files: those a container's capabilities
+// select) that a container can be given as one read-only mount instead of
+// one mount per file.
 type Tree struct {
 	// HostPath is the tree's directory on the host.
 	HostPath string

@@ -116,7 +116,8 @@ func setup(dir string) error {
 	}
 	cfgFile = filepath.Join(dir, "config.toml")
 	logFile = filepath.Join(dir, "gantry.log")
-	cfg := fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[runtime]\ncache-dir = %q\nlog-file = %q\n", drv.Root, filepath.Join(dir, "cache"), logFile)
+	// The default driver layout is the tree: its trees here, not on the host.
+	cfg := fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[runtime]\ncache-dir = %q\nlog-file = %q\ndriver-tree-dir = %q\n", drv.Root, filepath.Join(dir, "cache"), logFile, filepath.Join(dir, "trees"))
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -606,13 +607,13 @@ func TestHookDriverTreeLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	treeCfg := filepath.Join(t.TempDir(), "tree.toml")
-	trees := filepath.Join(filepath.Dir(treeCfg), "trees")
-	cfg := strings.Replace(string(base), "[runtime]\n", fmt.Sprintf("[runtime]\ndriver-layout = \"tree\"\ndriver-tree-dir = %q\n", trees), 1)
+	cfg := strings.Replace(string(base), "[runtime]\n", "[runtime]\ndriver-layout = \"tree\"\n", 1) // the default, said
 	if err := os.WriteFile(treeCfg, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	script := gpuScript + `echo "tree: $(grep -c ' /usr/local/nvidia ' /proc/self/mountinfo)"` + "\n" +
-		`echo "link: $(readlink /usr/bin/nvidia-smi)"` + "\n"
+		`echo "link: $(readlink /usr/bin/nvidia-smi)"` + "\n" +
+		`echo "gl: $(ls -R /usr/local/nvidia | grep -c -e EGL_nvidia -e GLX_nvidia)"` + "\n"
 	dir, _ := bundleWith(t, script, func(s *specs.Spec) {
 		s.Hooks.Prestart[0].Env = []string{"GANTRY_CONFIG=" + treeCfg} //nolint:staticcheck // what Docker adds
 	}, "NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility")
@@ -629,5 +630,8 @@ func TestHookDriverTreeLayout(t *testing.T) {
 	}
 	if got["tree"] != "1" || got["link"] != "/usr/local/nvidia/bin/nvidia-smi" {
 		t.Errorf("tree mounts %q, nvidia-smi link %q: want one mount at /usr/local/nvidia and the link into it\n%s", got["tree"], got["link"], out)
+	}
+	if got["gl"] != "0" {
+		t.Errorf("a compute,utility container sees %q graphics library names under /usr/local/nvidia, want 0\n%s", got["gl"], out)
 	}
 }

@@ -33,6 +33,8 @@ func fakeDriverConfig(tb testing.TB, profile string) (config.Config, string) {
 	cfg := config.Default()
 	cfg.GPUs, cfg.DriverRoot = "sim:"+profile, root
 	cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+	// The default layout is the tree: its trees here, not on the host.
+	cfg.Runtime.DriverTreeDir = filepath.Join(dir, "trees")
 	return cfg, dir
 }
 
@@ -127,5 +129,37 @@ func BenchmarkFinishRootfs(b *testing.B) {
 		if err := plan.FinishRootfs(open, nil); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkPrepare is a whole all-GPU, compute,utility plan with the
+// inventory and tree caches warm, in each driver layout: the tree's share
+// is its set of files (treeSet, SetKey), the tree cache read and the edits
+// rewritten (UseTree).
+func BenchmarkPrepare(b *testing.B) {
+	for _, layout := range []string{config.DriverLayoutFiles, config.DriverLayoutTree} {
+		b.Run(layout, func(b *testing.B) {
+			cfg := benchConfig(b)
+			cfg.Runtime.DriverLayout = layout
+			req, err := request.Parse(request.Input{Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}}, discover.RequestOptions(cfg))
+			if err != nil {
+				b.Fatal(err)
+			}
+			prepare := func() {
+				rec := NewRecord(FrontEndRuntime, "", "")
+				if _, err := Prepare(cfg, req, Options{}, rec); err != nil {
+					b.Fatal(err)
+				}
+				if rec.Layout != layout && layout == config.DriverLayoutTree {
+					b.Fatalf("layout %q: %v", rec.Layout, rec.Notes)
+				}
+			}
+			prepare() // the caches
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				prepare()
+			}
+		})
 	}
 }

@@ -334,6 +334,7 @@ func encodeTree(c *treeCache) []byte {
 	e.str(c.Dir)
 	e.str(c.Root)
 	e.str(c.Version)
+	e.str(c.Set)
 	e.str(c.Path)
 	keys := sortedKeys(c.Files)
 	e.uint(uint64(len(keys)))
@@ -386,7 +387,7 @@ func decodeTree(b []byte) (*treeCache, error) {
 	if d.err == nil && c.Format != treeFormat {
 		return nil, fmt.Errorf("driver tree cache format %d, want %d", c.Format, treeFormat)
 	}
-	c.Dir, c.Root, c.Version, c.Path = d.str(), d.str(), d.str(), d.str()
+	c.Dir, c.Root, c.Version, c.Set, c.Path = d.str(), d.str(), d.str(), d.str(), d.str()
 	if n := d.count(); n > 0 {
 		c.Files = make(map[string]string, capFor(n))
 		for i := 0; i < n && d.err == nil; i++ {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -20,9 +21,9 @@ import (
 )
 
 // treeFormat changes whenever treeCache's meaning or encoding
-// (cachecodec.go) changes. 4: the binary encoding, in *.bin (3 was JSON,
-// in *.json, which a new gantry ignores).
-const treeFormat = 4
+// (cachecodec.go) changes. 5: a tree per set of files (Set); 4 mapped the
+// full per-version tree; 3 was JSON, in *.json, which a new gantry ignores.
+const treeFormat = 5
 
 // treeCache is what the runtime keeps of a driver tree between containers,
 // so that a create in the tree layout costs one small file read and one
@@ -32,9 +33,12 @@ type treeCache struct {
 	Dir     string
 	Root    string
 	Version string
-	Path    string
-	Files   map[string]string
-	Links   []string
+	// Set is the key of the set of driver files the tree holds
+	// (drivervol.SetKey of their host paths).
+	Set   string
+	Path  string
+	Files map[string]string
+	Links []string
 	// Tree is the tree directory's identity when the map was made: a tree
 	// removed and built again (another driver root of the same version)
 	// is not the one the map describes.
@@ -70,15 +74,21 @@ func verifiedName(store drivervol.Store, root, version string) string {
 }
 
 // useTree switches the plan's edits to the driver tree layout
-// (runtime.driver-layout = "tree"): the driver's programs and libraries as
-// one read-only mount of the tree of this driver version (package
-// drivervol, built on first use) with a link at each file's usual path.
-// Whatever stands in the way (no tree can be built, a file the mount would
-// hide) keeps the per-file layout, with a note saying why: a container is
-// never refused for its layout.
+// (runtime.driver-layout = "tree"): the driver's programs and libraries that
+// the edits mount (those of the container's capabilities) as one read-only
+// mount of a tree holding exactly those files (package drivervol's
+// EnsureSet: one tree per driver version and set of files, built on first
+// use, shared by every container given the same files), with a link at
+// each file's usual path. Whatever stands in the way (no tree can be
+// built, a file the mount would hide) keeps the per-file layout, with a
+// note saying why: a container is never refused for its layout.
 func (p *Plan) useTree(cfg config.Config) {
 	if cfg.Runtime.DriverLayout != config.DriverLayoutTree || p.Edits == nil || p.Inventory == nil {
 		return
+	}
+	files := treeSet(p.Edits, p.Inventory)
+	if len(files) == 0 {
+		return // no program or library to gather: nothing for a tree to hold
 	}
 	at := path.Clean(cfg.Runtime.DriverTreePath)
 	for _, m := range p.opts.SpecMounts {
@@ -87,7 +97,7 @@ func (p *Plan) useTree(cfg config.Config) {
 			return
 		}
 	}
-	t, err := loadTree(cfg, p.Inventory)
+	t, err := loadTree(cfg, p.Inventory, files)
 	if err != nil {
 		p.Record.Notes = append(p.Record.Notes, "driver tree layout not used (a mount per file instead): "+err.Error())
 		return
@@ -105,30 +115,54 @@ func (p *Plan) useTree(cfg config.Config) {
 	p.Record.Layout = config.DriverLayoutTree
 }
 
-// loadTree returns the tree of inv's driver version and the files it holds:
-// from runtime.cache-dir while the tree is there, otherwise from the tree
-// itself (built when missing), then cached.
-func loadTree(cfg config.Config, inv *driver.Inventory) (*treeCache, error) {
+// treeSet lists the host paths of the driver's programs and libraries that
+// e mounts read-only, sorted: the files the per-file layout would give the
+// container, which its tree holds, and nothing else.
+func treeSet(e *edits.Edits, inv *driver.Inventory) []string {
+	driverFile := make(map[string]bool, len(inv.Binaries)+len(inv.Libraries))
+	for _, f := range inv.Binaries {
+		driverFile[f.HostPath] = true
+	}
+	for _, f := range inv.Libraries {
+		driverFile[f.HostPath] = true
+	}
+	var out []string
+	for _, m := range e.Mounts {
+		if driverFile[m.HostPath] && slices.Contains(m.Options, "ro") {
+			out = append(out, m.HostPath)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// loadTree returns the tree of inv's driver version holding the files (host
+// paths, treeSet) and where it holds each: from runtime.cache-dir while the
+// tree is there, otherwise from the tree itself (built when missing), then
+// cached. The cache's name and content carry the set's key
+// (drivervol.SetKey), so each set has its own.
+func loadTree(cfg config.Config, inv *driver.Inventory, files []string) (*treeCache, error) {
 	store := drivervol.Store{Dir: cfg.Runtime.DriverTreeDir}
-	want := treeCache{Format: treeFormat, Dir: store.Dir, Root: inv.Root, Version: inv.Version}
+	key := drivervol.SetKey(files)
+	want := treeCache{Format: treeFormat, Dir: store.Dir, Root: inv.Root, Version: inv.Version, Set: key}
 	var cachePath string
 	if cfg.Runtime.CacheDir != "" {
-		h := sha256.Sum256([]byte(store.Dir + "\x00" + inv.Root + "\x00" + inv.Version))
+		h := sha256.Sum256([]byte(store.Dir + "\x00" + inv.Root + "\x00" + inv.Version + "\x00" + key))
 		cachePath = filepath.Join(cfg.Runtime.CacheDir, "tree-"+hex.EncodeToString(h[:6])+".bin")
 		if c := readTreeCache(cachePath, want); c != nil {
 			return c, nil
 		}
 	}
-	t, err := store.Ensure(inv)
+	t, err := store.EnsureSet(inv, files)
 	if err != nil {
 		return nil, err
 	}
-	verified := verifiedName(store, inv.Root, inv.Version)
+	verified := verifiedName(store.Set(key), inv.Root, inv.Version)
 	c := readVerified(verified, want, t.Path)
 	if c == nil {
 		c = &want
 		c.Path, c.Links = t.Path, treeLinks(t.Path)
-		c.Files, c.Stamps = treeFiles(t, inv)
+		c.Files, c.Stamps = treeFiles(t, only(inv, files))
 		if len(c.Files) == 0 {
 			return nil, fmt.Errorf("the driver tree %s holds none of the driver's files", t.Path)
 		}
@@ -140,6 +174,24 @@ func loadTree(cfg config.Config, inv *driver.Inventory) (*treeCache, error) {
 		_ = writeTreeCache(cachePath, c)
 	}
 	return c, nil
+}
+
+// only is inv's programs and libraries whose host paths are among files.
+func only(inv *driver.Inventory, files []string) *driver.Inventory {
+	in := make(map[string]bool, len(files))
+	for _, f := range files {
+		in[f] = true
+	}
+	keep := func(fs []driver.File) []driver.File {
+		var out []driver.File
+		for _, f := range fs {
+			if in[f.HostPath] {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	return &driver.Inventory{Root: inv.Root, Version: inv.Version, Binaries: keep(inv.Binaries), Libraries: keep(inv.Libraries)}
 }
 
 // readVerified returns the map kept beside the tree when it matches want,
@@ -175,7 +227,7 @@ func readTreeCache(p string, want treeCache) *treeCache {
 	}
 	c, err := decodeTree(b)
 	if err != nil || c.Format != want.Format || c.Dir != want.Dir ||
-		c.Root != want.Root || c.Version != want.Version || len(c.Files) == 0 {
+		c.Root != want.Root || c.Version != want.Version || c.Set != want.Set || len(c.Files) == 0 {
 		return nil
 	}
 	if now, ok := stampOf(c.Path); !ok || now.Dev != c.Tree.Dev || now.Ino != c.Tree.Ino || now.CtimeNsec != c.Tree.CtimeNsec {

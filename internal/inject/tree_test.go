@@ -1,17 +1,21 @@
 package inject
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/drivervol"
+	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/request"
 )
@@ -145,12 +149,23 @@ func TestTreeMapKeptBesideTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := loadTree(cfg, inv)
+	var files []string
+	for _, f := range append(slices.Clone(inv.Binaries), inv.Libraries...) {
+		if f.Capability == driver.Compute || f.Capability == driver.Utility {
+			files = append(files, f.HostPath)
+		}
+	}
+	first, err := loadTree(cfg, inv, files)
 	if err != nil {
 		t.Fatal(err)
 	}
-	verified := verifiedName(drivervol.Store{Dir: cfg.Runtime.DriverTreeDir}, inv.Root, inv.Version)
-	if got := readVerified(verified, treeCache{Format: treeFormat, Dir: cfg.Runtime.DriverTreeDir, Root: inv.Root, Version: inv.Version}, first.Path); got == nil || len(got.Files) != len(first.Files) {
+	key := drivervol.SetKey(files)
+	verified := verifiedName(drivervol.Store{Dir: cfg.Runtime.DriverTreeDir}.Set(key), inv.Root, inv.Version)
+	want := treeCache{Format: treeFormat, Dir: cfg.Runtime.DriverTreeDir, Root: inv.Root, Version: inv.Version, Set: key}
+	if len(first.Files) != len(files) {
+		t.Errorf("the map holds %d files, the set %d", len(first.Files), len(files))
+	}
+	if got := readVerified(verified, want, first.Path); got == nil || len(got.Files) != len(first.Files) {
 		t.Fatalf("the verified map beside the tree: %v, want the %d files", got, len(first.Files))
 	}
 	// A file changed since the comparison: the kept map is not trusted.
@@ -163,14 +178,14 @@ func TestTreeMapKeptBesideTree(t *testing.T) {
 	if err := os.Chtimes(host, later, later); err != nil {
 		t.Fatal(err)
 	}
-	if got := readVerified(verified, treeCache{Format: treeFormat, Dir: cfg.Runtime.DriverTreeDir, Root: inv.Root, Version: inv.Version}, first.Path); got != nil {
+	if got := readVerified(verified, want, first.Path); got != nil {
 		t.Fatal("the kept map was trusted after a driver file changed")
 	}
 	// A reboot (cache-dir emptied): mapped again, correctly.
 	if err := os.RemoveAll(cfg.Runtime.CacheDir); err != nil {
 		t.Fatal(err)
 	}
-	again, err := loadTree(cfg, inv)
+	again, err := loadTree(cfg, inv, files)
 	if err != nil || len(again.Files) != len(first.Files) {
 		t.Fatalf("after the cache was emptied: %v, %v", again, err)
 	}
@@ -178,7 +193,7 @@ func TestTreeMapKeptBesideTree(t *testing.T) {
 	if err := os.RemoveAll(first.Path); err != nil {
 		t.Fatal(err)
 	}
-	rebuilt, err := loadTree(cfg, inv)
+	rebuilt, err := loadTree(cfg, inv, files)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,5 +204,170 @@ func TestTreeMapKeptBesideTree(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(rebuilt.Path, rel)); err != nil {
 			t.Errorf("mapped file missing from the rebuilt tree: %v", err)
 		}
+	}
+}
+
+// The tree a container gets holds exactly the driver's programs and
+// libraries that the per-file layout would mount for its capabilities (and
+// their links), nothing else: compute containers share one tree without
+// any graphics library, a graphics container gets another one with them;
+// no full per-version tree (a Docker volume) is built on the way.
+func TestPrepareDriverTreePerCapabilities(t *testing.T) {
+	cfg := treeConfig(t, fakedriver.LayoutStandard)
+	prepare := func(layout, caps string) *Plan {
+		t.Helper()
+		c := cfg
+		c.Runtime.DriverLayout = layout
+		req, err := request.Parse(request.Input{Env: []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=" + caps}}, discover.RequestOptions(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := NewRecord(FrontEndRuntime, "c", "")
+		p, err := Prepare(c, req, Options{}, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if layout == config.DriverLayoutTree && rec.Layout != config.DriverLayoutTree {
+			t.Fatalf("%s: layout %q, notes %v: want the tree", caps, rec.Layout, rec.Notes)
+		}
+		return p
+	}
+	treeOf := func(p *Plan) string {
+		t.Helper()
+		for _, m := range p.Edits.Mounts {
+			if m.ContainerPath == cfg.Runtime.DriverTreePath {
+				return m.HostPath
+			}
+		}
+		t.Fatalf("no tree mount in %+v", p.Edits.Mounts)
+		return ""
+	}
+	// The tree's files (by name) and its links.
+	contents := func(dir string) (files, links []string) {
+		t.Helper()
+		for _, d := range []string{drivervol.BinDir, drivervol.Lib64Dir, drivervol.LibDir} {
+			ents, err := os.ReadDir(filepath.Join(dir, d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if e.Type().IsRegular() {
+					files = append(files, e.Name())
+				} else {
+					links = append(links, e.Name())
+				}
+			}
+		}
+		slices.Sort(files)
+		return files, links
+	}
+	// What the per-file layout mounts of the driver's programs and
+	// libraries, by name.
+	perFile := func(caps string) []string {
+		t.Helper()
+		p := prepare(config.DriverLayoutFiles, caps)
+		var out []string
+		for _, f := range append(slices.Clone(p.Inventory.Binaries), p.Inventory.Libraries...) {
+			if slices.ContainsFunc(p.Edits.Mounts, func(m edits.Mount) bool { return m.HostPath == f.HostPath }) {
+				out = append(out, filepath.Base(f.HostPath))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	graphicsLib := func(name string) bool {
+		return strings.Contains(name, "EGL_nvidia") || strings.Contains(name, "GLX_nvidia") || strings.Contains(name, "GLX_indirect")
+	}
+
+	computeTree := treeOf(prepare(config.DriverLayoutTree, "compute,utility"))
+	files, links := contents(computeTree)
+	if want := perFile("compute,utility"); !slices.Equal(files, want) {
+		t.Errorf("compute,utility tree holds %q\nthe per-file layout mounts %q", files, want)
+	}
+	for _, n := range append(slices.Clone(files), links...) {
+		if graphicsLib(n) {
+			t.Errorf("compute,utility tree holds the graphics library %s", n)
+		}
+	}
+	if !slices.Contains(links, "libcuda.so.1") || !slices.Contains(links, "libcuda.so") {
+		t.Errorf("compute,utility tree lacks libcuda's links: %q", links)
+	}
+	// A second compute container, from the tree cache and without it.
+	if again := treeOf(prepare(config.DriverLayoutTree, "utility,compute")); again != computeTree {
+		t.Errorf("two compute containers got two trees: %s and %s", computeTree, again)
+	}
+	if err := os.RemoveAll(cfg.Runtime.CacheDir); err != nil {
+		t.Fatal(err)
+	}
+	if again := treeOf(prepare(config.DriverLayoutTree, "compute,utility")); again != computeTree {
+		t.Errorf("a compute container after the cache was emptied got %s, want %s", again, computeTree)
+	}
+
+	graphicsTree := treeOf(prepare(config.DriverLayoutTree, "graphics,compute,utility"))
+	if graphicsTree == computeTree {
+		t.Fatal("the graphics container got the compute tree")
+	}
+	gfiles, glinks := contents(graphicsTree)
+	if want := perFile("graphics,compute,utility"); !slices.Equal(gfiles, want) {
+		t.Errorf("graphics tree holds %q\nthe per-file layout mounts %q", gfiles, want)
+	}
+	for _, want := range []string{"libEGL_nvidia.so.0", "libGLX_nvidia.so.0"} {
+		if !slices.Contains(glinks, want) {
+			t.Errorf("graphics tree lacks %s: %q", want, glinks)
+		}
+	}
+	store := drivervol.Store{Dir: cfg.Runtime.DriverTreeDir}
+	if vs, err := store.Versions(); err != nil || len(vs) != 0 {
+		t.Errorf("the runtime made per-version trees (Docker volumes): %q %v", vs, err)
+	}
+}
+
+// Containers created at once, the first of their set, all get the one tree
+// and the same map of it (drivervol builds atomically; the maps are written
+// whole).
+func TestLoadTreeConcurrentFirstCreates(t *testing.T) {
+	cfg := treeConfig(t, fakedriver.LayoutStandard)
+	inv, err := discover.Driver(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, f := range append(slices.Clone(inv.Binaries), inv.Libraries...) {
+		if f.Capability == driver.Compute || f.Capability == driver.Utility {
+			files = append(files, f.HostPath)
+		}
+	}
+	got := make([]*treeCache, 6)
+	errs := make([]error, len(got))
+	var wg sync.WaitGroup
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = loadTree(cfg, inv, files)
+		}()
+	}
+	wg.Wait()
+	for i := range got {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if got[i].Path != got[0].Path || !maps.Equal(got[i].Files, got[0].Files) || len(got[i].Files) != len(files) {
+			t.Errorf("create %d: tree %s with %d files, create 0: %s with %d (want %d)", i, got[i].Path, len(got[i].Files), got[0].Path, len(got[0].Files), len(files))
+		}
+	}
+	set := drivervol.Store{Dir: cfg.Runtime.DriverTreeDir}.Set(drivervol.SetKey(files))
+	ents, err := os.ReadDir(set.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range ents {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	if !slices.Equal(dirs, []string{inv.Version}) {
+		t.Errorf("the set's store holds the directories %q, want one tree", dirs)
 	}
 }

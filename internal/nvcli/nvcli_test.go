@@ -53,7 +53,8 @@ func simHost(t *testing.T) *fakedriver.Result {
 		t.Fatalf("building the fake driver: %v", driverErr)
 	}
 	cfg := filepath.Join(driverDir, "config.toml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[runtime]\ncache-dir = %q\n", driverRes.Root, filepath.Join(driverDir, "cache"))), 0o644); err != nil {
+	// The default driver layout is the tree: its trees here, not on the host.
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[runtime]\ncache-dir = %q\ndriver-tree-dir = %q\n", driverRes.Root, filepath.Join(driverDir, "cache"), filepath.Join(driverDir, "trees"))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("GANTRY_CONFIG", cfg)

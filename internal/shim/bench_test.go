@@ -31,6 +31,7 @@ func BenchmarkModify(b *testing.B) {
 			cfg.GPUs = "sim:h100x8"
 			cfg.DriverRoot = f.driver.Root
 			cfg.Runtime.CacheDir = filepath.Join(dir, "cache")
+			cfg.Runtime.DriverTreeDir = filepath.Join(dir, "trees")
 			spec := []byte(`{"ociVersion":"1.2.0","process":{"args":["true"],"env":["PATH=/bin","` + tc.env + `"],"cwd":"/"},"root":{"path":"rootfs"},"linux":{"namespaces":[{"type":"mount"}]}}`)
 			cj := filepath.Join(dir, "bundle", "config.json")
 			reset := func() {
@@ -64,6 +65,7 @@ func BenchmarkSpecEdit(b *testing.B) {
 	cfg := config.Default()
 	cfg.GPUs = "sim:h100x8"
 	cfg.DriverRoot = f.driver.Root
+	cfg.Runtime.DriverTreeDir = b.TempDir()
 	rec := inject.NewRecord(inject.FrontEndRuntime, "", "")
 	req, err := inject.ReadRequest(&ocispecs.Spec{Process: &ocispecs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}}, cfg, rec)
 	if err != nil {

@@ -153,7 +153,8 @@ func TestDRINodes(t *testing.T) {
 // level it does not.
 func TestDebugLogNamesInjected(t *testing.T) {
 	for _, debug := range []bool{true, false} {
-		c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, args: []string{"true"}})
+		// A mount per file: the log names each library's mount.
+		c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"}, args: []string{"true"}, config: `driver-layout = "files"`})
 		if debug {
 			b, err := os.ReadFile(c.config)
 			if err != nil {

@@ -326,14 +326,19 @@ func newContainer(t *testing.T, o opts) *container {
 		t.Fatal(err)
 	}
 	c.config = filepath.Join(dir, "gantry.toml")
+	trees := ""
+	if !strings.Contains(o.config, "driver-tree-dir") {
+		// The default layout is the tree: its trees here, not on the host.
+		trees = fmt.Sprintf("driver-tree-dir = %q\n", filepath.Join(dir, "trees"))
+	}
 	cfg := fmt.Sprintf(`gpus = "sim:h100x8"
 driver-root = %q
 [runtime]
 low-level = %q
 cache-dir = %q
 log-file = %q
-%s
-`, f.driver.Root, c.low, filepath.Join(dir, "cache"), filepath.Join(dir, "gantry.log"), o.config)
+%s%s
+`, f.driver.Root, c.low, filepath.Join(dir, "cache"), filepath.Join(dir, "gantry.log"), trees, o.config)
 	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ func testPlan(t *testing.T, devices string, noCgroups bool) *inject.Plan {
 	cfg.GPUs = "sim:h100x8"
 	cfg.DriverRoot = f.driver.Root
 	cfg.Runtime.NoCgroups = noCgroups
+	cfg.Runtime.DriverTreeDir = t.TempDir()
 	rec := inject.NewRecord(inject.FrontEndRuntime, "", "")
 	req, err := inject.ReadRequest(&ocispecs.Spec{Process: &ocispecs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=" + devices}}}, cfg, rec)
 	if err != nil {

@@ -24,7 +24,9 @@ func TestDriverTreeLayout(t *testing.T) {
 		`readlink ` + libDir + `/libcuda.so.1; ` +
 		`ls /usr/local/nvidia/lib64 | grep -c '^libcuda.so'; ` +
 		`/usr/bin/nvidia-smi -L >/dev/null && echo smi=ok || echo smi=missing; readlink /usr/bin/nvidia-smi; ` +
-		`touch /usr/local/nvidia/lib64/x 2>/dev/null && echo tree=writable || echo tree=readonly`
+		`touch /usr/local/nvidia/lib64/x 2>/dev/null && echo tree=writable || echo tree=readonly; ` +
+		`echo gl=$(ls -R /usr/local/nvidia | grep -c -e EGL_nvidia -e GLX_nvidia)`
+	var first string // the first container's tree
 	for round := 1; round <= 2; round++ {
 		c := newContainer(t, opts{
 			env:    []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
@@ -42,7 +44,8 @@ func TestDriverTreeLayout(t *testing.T) {
 			t.Fatalf("round %d: gantry-runtime run: %v\nstdout:\n%s\nstderr:\n%s", round, err, out, stderr)
 		}
 		wantProbe := fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", c.f.driver.CUDAVersion, libDir)
-		for _, want := range []string{wantProbe, "smi=ok", "tree=readonly"} {
+		// compute,utility: no graphics library anywhere in the tree.
+		for _, want := range []string{wantProbe, "smi=ok", "tree=readonly", "gl=0\n"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("round %d: want %q in the container's output:\n%s", round, want, out)
 			}
@@ -64,6 +67,11 @@ func TestDriverTreeLayout(t *testing.T) {
 		if len(tree) != 1 || !strings.HasPrefix(tree[0].Source, trees+"/") {
 			t.Fatalf("round %d: mounts at %s: %+v, want one from %s", round, edits.DefaultTreePath, tree, trees)
 		}
+		if first == "" {
+			first = tree[0].Source
+		} else if tree[0].Source != first {
+			t.Errorf("round %d: two compute,utility containers got two trees: %s and %s", round, first, tree[0].Source)
+		}
 		logged, err := os.ReadFile(filepath.Join(filepath.Dir(c.config), "gantry.log"))
 		if err != nil {
 			t.Fatal(err)
@@ -74,6 +82,51 @@ func TestDriverTreeLayout(t *testing.T) {
 	}
 	if d := config.Default().Runtime.DriverTreeDir; d != "/var/lib/nvidia-docker/volumes/nvidia_driver" {
 		t.Errorf("default driver-tree-dir %s: want nvidia-docker-plugin's volume directory", d)
+	}
+}
+
+// The tree holds what the container's capabilities select: a container
+// asking for graphics finds the EGL and GLX vendor libraries in it (through
+// its ld.so.cache too), in a tree of its own, not the compute containers';
+// one asking for compute,utility finds none. Under real runc, with the
+// default layout (no driver-layout key).
+func TestDriverTreePerCapabilities(t *testing.T) {
+	trees := filepath.Join(t.TempDir(), "trees")
+	script := `echo gl=$(ls -R /usr/local/nvidia | grep -c -e '^libEGL_nvidia' -e '^libGLX_nvidia'); ` +
+		`readlink -f ` + libDir + `/libEGL_nvidia.so.0 || echo egl=none`
+	source := map[string]string{}
+	for _, caps := range []string{"compute,utility", "graphics,compute,utility"} {
+		c := newContainer(t, opts{
+			env:    []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=" + caps},
+			args:   []string{"sh", "-c", script},
+			config: fmt.Sprintf("driver-tree-dir = %q\n", trees),
+		})
+		out, stderr, err := c.run()
+		if err != nil {
+			t.Fatalf("%s: gantry-runtime run: %v\nstdout:\n%s\nstderr:\n%s", caps, err, out, stderr)
+		}
+		graphics := strings.HasPrefix(caps, "graphics")
+		if has := !strings.Contains(out, "gl=0\n"); has != graphics {
+			t.Errorf("%s: graphics libraries under /usr/local/nvidia: %v, want %v:\n%s", caps, has, graphics, out)
+		}
+		if graphics && !strings.Contains(out, "/usr/local/nvidia/lib64/libEGL_nvidia.so.") {
+			t.Errorf("%s: %s/libEGL_nvidia.so.0 does not lead into the tree:\n%s", caps, libDir, out)
+		}
+		var spec ocispecs.Spec
+		if err := json.Unmarshal(c.configJSON(), &spec); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range spec.Mounts {
+			if m.Destination == edits.DefaultTreePath {
+				source[caps] = m.Source
+			}
+		}
+		if !strings.HasPrefix(source[caps], trees+"/") {
+			t.Fatalf("%s: no tree mount from %s: %+v", caps, trees, spec.Mounts)
+		}
+	}
+	if source["compute,utility"] == source["graphics,compute,utility"] {
+		t.Errorf("compute and graphics containers share the tree %s", source["compute,utility"])
 	}
 }
 

@@ -61,9 +61,12 @@ low-level = "$RUNC"
 cache-dir = "$WORK/cache"
 log-file = "$WORK/gantry.log"
 EOF
-  # DRIVER_LAYOUT=tree: the driver as one mount of its tree (runtime.driver-layout).
-  case ${DRIVER_LAYOUT:-files} in
-    files) ;;
+  # runtime.driver-layout: unset, the default (tree, in the default
+  # driver-tree-dir); DRIVER_LAYOUT=tree, the tree kept in $WORK/trees;
+  # DRIVER_LAYOUT=files, a mount per driver file.
+  case ${DRIVER_LAYOUT:-} in
+    '') ;;
+    files) printf 'driver-layout = "files"\n' >>"$GANTRY_CONFIG" ;;
     tree) printf 'driver-layout = "tree"\ndriver-tree-dir = "%s"\n' "$WORK/trees" >>"$GANTRY_CONFIG" ;;
     *) die "DRIVER_LAYOUT=$DRIVER_LAYOUT: use files or tree" ;;
   esac

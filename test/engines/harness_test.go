@@ -145,7 +145,8 @@ log-level = 'debug'
   cache-dir = %q
   log-file = %q
   kubelet-dir = %q
-`, f.driver.Root, filepath.Join(f.dir, "cache"), f.runtimeLog, f.kubeletDir())
+  driver-tree-dir = %q  # the default layout's trees, here rather than on the host
+`, f.driver.Root, filepath.Join(f.dir, "cache"), f.runtimeLog, f.kubeletDir(), filepath.Join(f.dir, "trees"))
 	if err := os.WriteFile(f.config, []byte(cfg), 0o644); err != nil {
 		return err
 	}
