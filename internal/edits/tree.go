@@ -29,33 +29,48 @@ type Tree struct {
 	Links map[string]bool
 }
 
-// UseTree hands the container t as one read-only mount: each read-only mount
-// of a file the tree holds becomes a symlink at the same container path that
-// points into the tree's mount, so every path the per-file layout gives
-// (the library directories the container's ld.so.cache names, nvidia-smi in
-// /usr/bin, a vendor file's library_path) still leads to the same file. The
-// tree's mount is added when at least one file moved; other mounts (IPC
-// sockets, firmware, configuration files the tree does not hold) stay as
-// they are. A runtime then makes one mount where it made one per driver
-// file: the mounts are most of what runc spends on a GPU container.
+// Provided is a driver file the tree gives a container: where the
+// container sees it (a link at its per-file path, or its place in the
+// tree) and the host file it is.
+type Provided struct {
+	Path, HostPath string
+}
+
+// UseTree hands the container t as one read-only mount. A program (or any
+// file outside the folders the container's ld.so.cache names) becomes a
+// symlink at its per-file container path into the tree's mount, so every
+// path the per-file layout gives (nvidia-smi in /usr/bin, a vendor file's
+// library_path, a loader's module folder) still leads to the same file. A
+// library directly in one of those folders (e.LibraryDirs) gets no link at
+// all: its ld.so.cache entry names its SONAME link in the tree instead, and
+// the tree's own links (SONAME and development links) replace the ones the
+// per-file layout makes beside it. That leaves a runtime one mount where it
+// made one per driver file (the mounts are most of what runc spends on a
+// GPU container) and a few links where it made one per file (creating them
+// is most of what Gantry spends in the root filesystem). The tree's mount
+// is added when at least one file moved; other mounts (IPC sockets,
+// firmware, configuration files the tree does not hold) stay as they are.
 //
 // A file whose container path is already its place in the tree (a driver
-// installed under /usr/local/nvidia) needs no link, nor does a link beside
-// it that the tree holds too (its SONAME links). Anything else at or below the tree's
-// container path would be hidden by the mount or need a mount point inside
-// it; then UseTree reports false and leaves e as it was (the per-file layout).
-// Otherwise it returns the container paths of the files the tree now
-// provides (linked or in place): their ld.so.cache entries are still due.
-func (e *Edits) UseTree(t Tree) ([]string, bool) {
+// installed under /usr/local/nvidia) needs no link. Anything else at or
+// below the tree's container path would be hidden by the mount or need a
+// mount point inside it; then UseTree reports false and leaves e as it was
+// (the per-file layout). Otherwise it returns the files the tree now
+// provides: their ld.so.cache entries are still due.
+func (e *Edits) UseTree(t Tree) ([]Provided, bool) {
 	if e == nil || len(t.Files) == 0 || t.HostPath == "" || !path.IsAbs(t.ContainerPath) {
 		return nil, false
 	}
 	at := path.Clean(t.ContainerPath)
 	under := func(p string) bool { return p == at || strings.HasPrefix(p, at+"/") }
+	cached := func(p string) bool { return slices.Contains(e.LibraryDirs, path.Dir(p)) }
 	var kept []Mount
 	var links []Symlink
-	var provided []string
+	var provided []Provided
 	inTree := map[string]bool{} // container paths the tree's mount provides
+	// moved: each library folder whose libraries are now only in the
+	// tree, and the tree's folder that has them (lib64, or lib for 32-bit).
+	moved := map[string]string{}
 	for _, m := range e.Mounts {
 		rel, ok := t.Files[m.HostPath]
 		if !ok || !slices.Contains(m.Options, "ro") || !validRel(rel) {
@@ -67,26 +82,55 @@ func (e *Edits) UseTree(t Tree) ([]string, bool) {
 		}
 		loc := path.Join(at, rel)
 		inTree[loc] = true
-		provided = append(provided, m.ContainerPath)
 		if m.ContainerPath == loc {
+			provided = append(provided, Provided{Path: loc, HostPath: m.HostPath})
 			continue
 		}
 		if under(m.ContainerPath) {
 			return nil, false
 		}
+		if cached(m.ContainerPath) {
+			provided = append(provided, Provided{Path: loc, HostPath: m.HostPath})
+			moved[path.Dir(m.ContainerPath)] = path.Dir(loc)
+			continue
+		}
+		provided = append(provided, Provided{Path: m.ContainerPath, HostPath: m.HostPath})
 		links = append(links, Symlink{Target: loc, Link: m.ContainerPath})
 	}
 	if len(inTree) == 0 {
 		return nil, false
 	}
+	// held is the tree's own link or file of that name in the tree
+	// folder dir moved to, as a container path.
+	held := func(dir, name string) string {
+		p := path.Join(dir, name)
+		if rel := strings.TrimPrefix(p, at+"/"); t.Links[rel] || inTree[p] {
+			return p
+		}
+		return ""
+	}
 	for _, s := range e.Symlinks {
-		if !under(s.Link) {
-			links = append(links, s)
+		if under(s.Link) {
+			if rel := strings.TrimPrefix(s.Link, at+"/"); !t.Links[rel] {
+				return nil, false
+			}
 			continue
 		}
-		if rel := strings.TrimPrefix(s.Link, at+"/"); !t.Links[rel] {
-			return nil, false
+		if dir, ok := moved[path.Dir(s.Link)]; ok && held(dir, path.Base(s.Link)) != "" {
+			continue // the tree has it beside the library
 		}
+		// A link to a library that is now only in the tree (a development
+		// link beside it, GBM's backend link from gbm/) points there.
+		target := s.Target
+		if !path.IsAbs(target) {
+			target = path.Join(path.Dir(s.Link), target)
+		}
+		if dir, ok := moved[path.Dir(target)]; ok {
+			if p := held(dir, path.Base(target)); p != "" {
+				s.Target = p
+			}
+		}
+		links = append(links, s)
 	}
 	e.Mounts = append(kept, Mount{HostPath: t.HostPath, ContainerPath: at, Options: slices.Clone(ReadOnlyOptions)})
 	e.Symlinks = links

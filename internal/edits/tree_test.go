@@ -18,6 +18,10 @@ func treeEdits() *Edits {
 		Symlinks: []Symlink{
 			{Target: "libcuda.so.580.1", Link: "/usr/lib/x86_64-linux-gnu/libcuda.so.1"},
 			{Target: "libcuda.so.580.1", Link: "/usr/lib/i386-linux-gnu/libcuda.so.1"},
+			// A development link the tree does not hold.
+			{Target: "libcuda.so.1", Link: "/usr/lib/x86_64-linux-gnu/libcuda.so"},
+			// A loader's module link from a folder of its own.
+			{Target: "../libcuda.so.1", Link: "/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so"},
 		},
 		LibraryDirs: []string{"/usr/lib/i386-linux-gnu", "/usr/lib/x86_64-linux-gnu"},
 	}
@@ -31,7 +35,7 @@ var testTree = Tree{HostPath: "/var/lib/trees/580.1", ContainerPath: DefaultTree
 	"/usr/bin/nvidia-smi":                        "bin/nvidia-smi",
 	// The tree holding a socket's path must not move it: it is no read-only file.
 	"/run/nvidia-persistenced/socket": "bin/socket",
-}}
+}, Links: map[string]bool{"lib64/libcuda.so.1": true, "lib/libcuda.so.1": true}}
 
 func TestUseTree(t *testing.T) {
 	e := treeEdits()
@@ -39,8 +43,15 @@ func TestUseTree(t *testing.T) {
 	if !ok {
 		t.Fatal("UseTree refused an ordinary layout")
 	}
-	if want := []string{"/usr/bin/nvidia-smi", "/usr/lib/i386-linux-gnu/libcuda.so.580.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1"}; !reflect.DeepEqual(provided, want) {
-		t.Fatalf("provided %v, want %v", provided, want)
+	// The program is seen at its per-file path (a link); the libraries,
+	// directly in folders the loader cache names, only in the tree.
+	wantProvided := []Provided{
+		{Path: "/usr/bin/nvidia-smi", HostPath: "/usr/bin/nvidia-smi"},
+		{Path: "/usr/local/nvidia/lib/libcuda.so.580.1", HostPath: "/usr/lib/i386-linux-gnu/libcuda.so.580.1"},
+		{Path: "/usr/local/nvidia/lib64/libcuda.so.580.1", HostPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1"},
+	}
+	if !reflect.DeepEqual(provided, wantProvided) {
+		t.Fatalf("provided %v, want %v", provided, wantProvided)
 	}
 	var dests []string
 	for _, m := range e.Mounts {
@@ -56,17 +67,18 @@ func TestUseTree(t *testing.T) {
 	if tree.HostPath != testTree.HostPath || !slices.Contains(tree.Options, "ro") {
 		t.Fatalf("tree mount %+v: want %s read-only", tree, testTree.HostPath)
 	}
+	// No link per library: the tree holds the SONAME links; the
+	// development link it lacks points into the tree, to the 64-bit one.
 	wantLinks := []Symlink{
 		{Target: "/usr/local/nvidia/bin/nvidia-smi", Link: "/usr/bin/nvidia-smi"},
-		{Target: "libcuda.so.580.1", Link: "/usr/lib/i386-linux-gnu/libcuda.so.1"},
-		{Target: "/usr/local/nvidia/lib/libcuda.so.580.1", Link: "/usr/lib/i386-linux-gnu/libcuda.so.580.1"},
-		{Target: "libcuda.so.580.1", Link: "/usr/lib/x86_64-linux-gnu/libcuda.so.1"},
-		{Target: "/usr/local/nvidia/lib64/libcuda.so.580.1", Link: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1"},
+		{Target: "/usr/local/nvidia/lib64/libcuda.so.1", Link: "/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so"},
+		{Target: "/usr/local/nvidia/lib64/libcuda.so.1", Link: "/usr/lib/x86_64-linux-gnu/libcuda.so"},
 	}
 	if !reflect.DeepEqual(e.Symlinks, wantLinks) {
 		t.Fatalf("links\n%v\nwant\n%v", e.Symlinks, wantLinks)
 	}
-	// The loader cache still names the per-file directories.
+	// LibraryDirs is unchanged (inject's ld.so.cache names the tree's
+	// folders for the libraries only there).
 	if !reflect.DeepEqual(e.LibraryDirs, []string{"/usr/lib/i386-linux-gnu", "/usr/lib/x86_64-linux-gnu"}) {
 		t.Fatalf("library dirs %v", e.LibraryDirs)
 	}

@@ -74,9 +74,9 @@ type Plan struct {
 
 	cdiDirs []string
 	opts    Options
-	// inTree are the container paths of the driver files the driver tree's
-	// mount provides (runtime.driver-layout = "tree").
-	inTree []string
+	// inTree are the driver files the driver tree's mount provides
+	// (runtime.driver-layout = "tree").
+	inTree []edits.Provided
 	// noCgroups leaves the device cgroup rules out of the spec
 	// (runtime.no-cgroups, rootless engines).
 	noCgroups bool

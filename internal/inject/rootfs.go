@@ -65,9 +65,10 @@ func ApplyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, forwar
 	return applyEdits(root, e, inv, nil, forwardCompat, note)
 }
 
-// applyEdits is ApplyEdits; inTree are the container paths of the files the
-// driver tree's mount provides (Plan.useTree).
-func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree []string, forwardCompat bool, note func(string)) error {
+// applyEdits is ApplyEdits; inTree are the files the driver tree's mount
+// provides (Plan.useTree): their ld.so.cache entries name them where the
+// container sees them (a link at the per-file path, or the tree itself).
+func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree []edits.Provided, forwardCompat bool, note func(string)) error {
 	if e == nil || inv == nil {
 		return nil
 	}
@@ -80,21 +81,37 @@ func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree
 	}
 
 	byPath := make(map[string]driver.File, len(inv.Libraries))
+	byHost := make(map[string]driver.File, len(inTree))
 	for _, f := range inv.Libraries {
 		byPath[f.ContainerPath] = f
+		if len(inTree) > 0 {
+			byHost[f.HostPath] = f
+		}
 	}
 	var libs []containerhook.Library
 	cuda := false
 	// The injected libraries: mounted at their container path, or (driver
-	// tree layout, edits.UseTree) linked there into the tree's mount.
-	injected := make([]string, 0, len(e.Mounts)+len(inTree))
-	for _, m := range e.Mounts {
-		injected = append(injected, m.ContainerPath)
+	// tree layout, edits.UseTree) linked there or only in the tree's mount.
+	type lib struct {
+		at string
+		f  driver.File
 	}
-	injected = append(injected, inTree...)
-	for _, p := range injected {
-		f, ok := byPath[p]
-		if !ok || f.SONAME == "" {
+	injected := make([]lib, 0, len(e.Mounts)+len(inTree))
+	for _, m := range e.Mounts {
+		if f, ok := byPath[m.ContainerPath]; ok {
+			injected = append(injected, lib{m.ContainerPath, f})
+		}
+	}
+	inTreeOnly := false
+	for _, t := range inTree {
+		if f, ok := byHost[t.HostPath]; ok {
+			injected = append(injected, lib{t.Path, f})
+			inTreeOnly = inTreeOnly || t.Path != f.ContainerPath
+		}
+	}
+	for _, in := range injected {
+		p, f := in.at, in.f
+		if f.SONAME == "" {
 			continue
 		}
 		// The inventory marks every 32-bit library Compat32: the bits
@@ -107,7 +124,11 @@ func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree
 		return containerhook.CreateSymlinks(root, links)
 	}
 	dirs := append([]string(nil), e.LibraryDirs...)
-	if len(dirs) == 0 {
+	if len(dirs) == 0 || inTreeOnly {
+		// The folders the libraries are found in now (the tree's for
+		// those only there), for the configuration a later ldconfig in
+		// the container reads.
+		dirs = dirs[:0]
 		seen := map[string]bool{}
 		for _, l := range libs {
 			if d := path.Dir(l.Path); !seen[d] {

@@ -91,7 +91,7 @@ func TestPrepareDriverTree(t *testing.T) {
 						t.Errorf("round %d: link %s -> %s made below the tree's mount (hidden by it)", round, s.Link, s.Target)
 					}
 				}
-				if !slices.ContainsFunc(p.inTree, func(c string) bool { return strings.Contains(c, "libcuda.so.") }) {
+				if !slices.ContainsFunc(p.inTree, func(c edits.Provided) bool { return strings.Contains(c.Path, "libcuda.so.") }) {
 					t.Errorf("round %d: libcuda not among the files the tree provides (%v): no ld.so.cache entry would be made", round, p.inTree)
 				}
 			}

@@ -279,7 +279,7 @@ func TestConfigureRuncContainer(t *testing.T) {
 		t.Logf("inside the container:\n%s", out)
 		checkInside(t, out, fd.CUDAVersion, fd.RealDeviceNodes)
 		names := cacheNames(t, rootDir)
-		if p := names["libcuda.so.1"]; p != "/usr/lib/x86_64-linux-gnu/libcuda.so.1" {
+		if p := names["libcuda.so.1"]; p != "/usr/local/nvidia/lib64/libcuda.so.1" {
 			t.Errorf("ld.so.cache maps libcuda.so.1 to %q", p)
 		}
 		if _, ok := names["libc.so.6"]; !ok {
@@ -379,7 +379,7 @@ func TestLXCHook(t *testing.T) {
 	t.Logf("inside the container:\n%s", out)
 	// --no-cgroups (the hook passes it): LXC's own device rules apply.
 	checkInside(t, string(out), fd.CUDAVersion, false)
-	if p := cacheNames(t, rootDir)["libcuda.so.1"]; p != "/usr/lib/x86_64-linux-gnu/libcuda.so.1" {
+	if p := cacheNames(t, rootDir)["libcuda.so.1"]; p != "/usr/local/nvidia/lib64/libcuda.so.1" {
 		t.Errorf("ld.so.cache maps libcuda.so.1 to %q", p)
 	}
 }

@@ -20,10 +20,14 @@ import (
 
 const libDir = "/usr/lib/x86_64-linux-gnu"
 
+// treeLibDir is where the default layout (the driver tree) puts the 64-bit
+// libraries, and where the container's ld.so.cache finds them.
+const treeLibDir = "/usr/local/nvidia/lib64"
+
 // gpuScript lists /dev, runs the probe, prints the env, and tries to write
 // an injected library.
 const gpuScript = `ls -1 /dev; echo ---; probe; echo ---; env; echo ---; ` +
-	`touch ` + libDir + `/libcuda.so.1 2>/dev/null && echo lib=writable || echo lib=readonly`
+	`touch ` + treeLibDir + `/libcuda.so.1 2>/dev/null && echo lib=writable || echo lib=readonly`
 
 func devNodes(out string) []string {
 	var nodes []string
@@ -62,7 +66,7 @@ func TestGPUContainer(t *testing.T) {
 	if !strings.Contains(out, "nv1="+hostDev(t, c.f, "nvidia1")) {
 		t.Errorf("/dev/nvidia1 has not the host node's numbers (%s):\n%s", hostDev(t, c.f, "nvidia1"), out)
 	}
-	wantProbe := fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", c.f.driver.CUDAVersion, libDir)
+	wantProbe := fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", c.f.driver.CUDAVersion, treeLibDir)
 	if !strings.Contains(out, wantProbe) {
 		t.Errorf("probe in the container: want %q in\n%s", wantProbe, out)
 	}

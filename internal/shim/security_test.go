@@ -168,8 +168,8 @@ func TestForwardCompat(t *testing.T) {
 		want    string
 	}{
 		{"999.1.2", "cuda=99990 path=/usr/local/cuda/compat/libcuda.so.1"},
-		{hostMajor + ".0.1", fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", f.driver.CUDAVersion, libDir)},
-		{"100.1.1", fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", f.driver.CUDAVersion, libDir)},
+		{hostMajor + ".0.1", fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", f.driver.CUDAVersion, treeLibDir)},
+		{"100.1.1", fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", f.driver.CUDAVersion, treeLibDir)},
 	} {
 		t.Run(tc.version, func(t *testing.T) {
 			c := newContainer(t, opts{

@@ -21,7 +21,7 @@ import (
 func TestDriverTreeLayout(t *testing.T) {
 	trees := filepath.Join(t.TempDir(), "trees")
 	script := `probe; echo ---; ` +
-		`readlink ` + libDir + `/libcuda.so.1; ` +
+		`readlink ` + treeLibDir + `/libcuda.so.1; ls ` + libDir + `/libcuda.so.1 2>/dev/null || echo perfile=none; ` +
 		`ls /usr/local/nvidia/lib64 | grep -c '^libcuda.so'; ` +
 		`/usr/bin/nvidia-smi -L >/dev/null && echo smi=ok || echo smi=missing; readlink /usr/bin/nvidia-smi; ` +
 		`touch /usr/local/nvidia/lib64/x 2>/dev/null && echo tree=writable || echo tree=readonly; ` +
@@ -43,9 +43,10 @@ func TestDriverTreeLayout(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: gantry-runtime run: %v\nstdout:\n%s\nstderr:\n%s", round, err, out, stderr)
 		}
-		wantProbe := fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", c.f.driver.CUDAVersion, libDir)
-		// compute,utility: no graphics library anywhere in the tree.
-		for _, want := range []string{wantProbe, "smi=ok", "tree=readonly", "gl=0\n"} {
+		wantProbe := fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", c.f.driver.CUDAVersion, treeLibDir)
+		// compute,utility: no graphics library anywhere in the tree; the
+		// loader finds libcuda in the tree (no link per library).
+		for _, want := range []string{wantProbe, "perfile=none", "smi=ok", "tree=readonly", "gl=0\n"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("round %d: want %q in the container's output:\n%s", round, want, out)
 			}
@@ -93,7 +94,7 @@ func TestDriverTreeLayout(t *testing.T) {
 func TestDriverTreePerCapabilities(t *testing.T) {
 	trees := filepath.Join(t.TempDir(), "trees")
 	script := `echo gl=$(ls -R /usr/local/nvidia | grep -c -e '^libEGL_nvidia' -e '^libGLX_nvidia'); ` +
-		`readlink -f ` + libDir + `/libEGL_nvidia.so.0 || echo egl=none`
+		`readlink -f ` + treeLibDir + `/libEGL_nvidia.so.0 || echo egl=none`
 	source := map[string]string{}
 	for _, caps := range []string{"compute,utility", "graphics,compute,utility"} {
 		c := newContainer(t, opts{
