@@ -3,16 +3,21 @@
 # wait for exit, delete of a trivial container (/bin/true), the sequence an
 # engine drives, timed end to end from this script.
 #
-#   bench/runtime-lifecycle.sh [--sim] [--runs N] [--cpus LIST] [--split] [--trace] [--tree]
+#   bench/runtime-lifecycle.sh [--sim] [--runs N] [--cpus LIST] [--split] [--trace] [--tree] [--server]
 #   (root; bin/ from `make gpu-e2e`)
 #
 # Variants, interleaved round by round (order rotated each round, after 3 untimed
 # warm-up rounds that also fill gantry's inventory cache):
 #   runc          plain runc
 #   gantry-none   gantry-runtime, no GPU requested (config.json left alone)
-#   gantry-all    gantry-runtime, NVIDIA_VISIBLE_DEVICES=all
+#   gantry-all    gantry-runtime, NVIDIA_VISIBLE_DEVICES=all, runtime.driver-layout = "files"
+#                 (a mount per driver file, NVIDIA's layout)
 #   gantry-tree   gantry-runtime, NVIDIA_VISIBLE_DEVICES=all, runtime.driver-layout = "tree"
-#                 (the driver as one mount of its tree), with --tree
+#                 (the default: the driver as one mount of its tree), with --tree
+#   server-all, server-tree  gantry-all and gantry-tree with gantry-runtime's create
+#                 server running (gantry-runtime --create-server, started by this
+#                 script on a socket of its own), with --server; every other
+#                 variant is given a socket that does not exist
 #   hook-all      plain runc with Gantry's prestart hook (Docker's --gpus path),
 #                 NVIDIA_VISIBLE_DEVICES=all; hook-tree the same in the tree layout (--tree)
 #   runc-tree     plain runc on the bundle gantry-tree produced (with --tree)
@@ -42,31 +47,38 @@
 # COMPARE_RUNTIME (another gantry-runtime build: variant compare-all, all GPUs).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-runs=${RUNS:-30} sim= cpus= split= trace= tree=
+runs=${RUNS:-30} sim= cpus= split= trace= tree= server=
 while [ $# -gt 0 ]; do
   case $1 in
     --sim) sim=--sim ;;
     --split) split=--split ;;
     --trace) trace=--trace ;;
     --tree) tree=--tree ;;
+    --server) server=--server ;;
     --cpus) cpus=${2:?--cpus needs a CPU list, e.g. 2-3}; shift ;;
     --runs) runs=${2:?--runs needs a number}; shift ;;
     -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) echo "unknown argument $1 (use --sim, --runs N, --cpus LIST, --split, --trace, --tree)" >&2; exit 2 ;;
+    *) echo "unknown argument $1 (use --sim, --runs N, --cpus LIST, --split, --trace, --tree, --server)" >&2; exit 2 ;;
   esac
   shift
 done
 if [ -n "$cpus" ] && [ -z "${GANTRY_BENCH_PINNED:-}" ]; then
   command -v taskset >/dev/null || { echo "--cpus needs taskset (util-linux)" >&2; exit 2; }
-  GANTRY_BENCH_PINNED=$cpus exec taskset -c "$cpus" "$0" $sim $split $trace $tree --runs "$runs" --cpus "$cpus"
+  GANTRY_BENCH_PINNED=$cpus exec taskset -c "$cpus" "$0" $sim $split $trace $tree $server --runs "$runs" --cpus "$cpus"
 fi
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs $runs: need a positive number" >&2; exit 2; }
 [[ ${EPOCHREALTIME:-} =~ ^[0-9]+[.,][0-9]{6}$ ]] || { echo "bash 5 or newer needed (EPOCHREALTIME)" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/gantry-bench.XXXXXX)
 # shellcheck source=scripts/lib/bundle.sh
 . "$REPO/scripts/lib/bundle.sh"
-trap 'cleanup_containers; [ -n "${KEEP_LOG:-}" ] && cp "$WORK/gantry.log" "$KEEP_LOG"; rm -rf "$WORK"' EXIT
-setup_env $sim
+SERVER_PID=
+trap '[ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null; cleanup_containers; [ -n "${KEEP_LOG:-}" ] && cp "$WORK/gantry.log" "$KEEP_LOG"; rm -rf "$WORK"' EXIT
+# The base configuration is the per-file layout (gantry-all); the tree
+# variants get a configuration of their own.
+DRIVER_LAYOUT=files setup_env $sim
+# No create server for any variant but the server-* ones (not even one
+# running on this host at the default socket).
+export GANTRY_RUNTIME_SOCKET=$WORK/no-server.sock
 
 variants=(runc gantry-none gantry-all)
 declare -A RT=([runc]=$RUNC [gantry-none]=$GANTRY_RUNTIME [gantry-all]=$GANTRY_RUNTIME)
@@ -95,20 +107,37 @@ variants+=(hook-all)
 RT[hook-all]=$RUNC
 make_bundle "$WORK/tpl-hook-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
 add_hook "$WORK/tpl-hook-all" "$GANTRY_CONFIG"
-# CFG[variant]: a Gantry configuration of its own (set by a bash prefix
-# assignment: no process in the timed window).
-declare -A CFG=()
+# CFG[variant]: a Gantry configuration of its own, SOCK[variant] the create
+# server's socket (set by bash prefix assignments: no process in the timed
+# window).
+declare -A CFG=() SOCK=()
+if [ -n "$tree" ] || [ -n "$server" ]; then
+  TREE_CFG=$WORK/gantry-tree.toml
+  sed '/^driver-layout = /d; s/^\[runtime\]$/[runtime]\ndriver-layout = "tree"\ndriver-tree-dir = "'"${WORK//\//\\/}"'\/trees"/' "$GANTRY_CONFIG" >"$TREE_CFG"
+  grep -q 'driver-layout = "tree"' "$TREE_CFG" || die "could not write $TREE_CFG"
+fi
 if [ -n "$tree" ]; then
   variants+=(gantry-tree)
   RT[gantry-tree]=$GANTRY_RUNTIME
-  CFG[gantry-tree]=$WORK/gantry-tree.toml
-  sed 's/^\[runtime\]$/[runtime]\ndriver-layout = "tree"\ndriver-tree-dir = "'"${WORK//\//\\/}"'\/trees"/' "$GANTRY_CONFIG" >"${CFG[gantry-tree]}"
+  CFG[gantry-tree]=$TREE_CFG
   grep -q 'driver-layout = "tree"' "${CFG[gantry-tree]}" || die "could not write ${CFG[gantry-tree]}"
   make_bundle "$WORK/tpl-gantry-tree" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
   variants+=(hook-tree)
   RT[hook-tree]=$RUNC
   make_bundle "$WORK/tpl-hook-tree" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
   add_hook "$WORK/tpl-hook-tree" "${CFG[gantry-tree]}"
+fi
+if [ -n "$server" ]; then
+  "$GANTRY_RUNTIME" --create-server --socket "$WORK/runtime.sock" >"$WORK/server.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 100); do [ -S "$WORK/runtime.sock" ] && break; sleep 0.05; done
+  [ -S "$WORK/runtime.sock" ] || die "the create server did not start: $(cat "$WORK/server.log")"
+  variants+=(server-all server-tree)
+  RT[server-all]=$GANTRY_RUNTIME RT[server-tree]=$GANTRY_RUNTIME
+  SOCK[server-all]=$WORK/runtime.sock SOCK[server-tree]=$WORK/runtime.sock
+  CFG[server-tree]=$TREE_CFG
+  make_bundle "$WORK/tpl-server-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+  make_bundle "$WORK/tpl-server-tree" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
 fi
 if [ -n "${NVIDIA_RUNTIME:-}" ]; then
   [ -x "$NVIDIA_RUNTIME" ] || die "NVIDIA_RUNTIME=$NVIDIA_RUNTIME is not an executable"
@@ -148,7 +177,7 @@ lifecycle() {
   # Clock readings are EPOCHREALTIME without its point: microseconds, read by
   # bash itself (a $(...) would fork a subshell inside the timed window).
   t0=${EPOCHREALTIME/[.,]/}
-  GANTRY_CONFIG=${CFG[$v]:-$GANTRY_CONFIG} "$rt" --root "$STATE" create --bundle "$b" --pid-file "$b/pid" "$id" </dev/null >"$WORK/$v.err" 2>&1 ||
+  GANTRY_CONFIG=${CFG[$v]:-$GANTRY_CONFIG} GANTRY_RUNTIME_SOCKET=${SOCK[$v]:-$GANTRY_RUNTIME_SOCKET} "$rt" --root "$STATE" create --bundle "$b" --pid-file "$b/pid" "$id" </dev/null >"$WORK/$v.err" 2>&1 ||
     { echo "$v: create failed: $(cat "$WORK/$v.err")" >&2; return 1; }
   t1=${EPOCHREALTIME/[.,]/}
   "$rt" --root "$STATE" start "$id" 2>>"$WORK/$v.err" || { echo "$v: start failed" >&2; return 1; }
@@ -175,6 +204,11 @@ cmp -s "$WORK/b-gantry-none/config.json" "$WORK/tpl-gantry-none/config.json" ||
   die "gantry-none: config.json was changed for a container without a GPU request"
 grep -q '"/dev/nvidia' "$WORK/b-gantry-all/config.json" ||
   die "gantry-all: config.json has no /dev/nvidia device: gantry-runtime did not add the GPUs"
+if [ -n "$server" ]; then
+  n_served=$(grep -c '"server":true' "$WORK/gantry.log")
+  [ "$n_served" -ge 6 ] || die "server-*: $n_served of 6 warm-up creates were made by the create server (see $WORK/server.log)"
+  grep -q '"/usr/local/nvidia"' "$WORK/b-server-tree/config.json" || die "server-tree: the tree layout was not used"
+fi
 # runc-gpu: plain runc on the bundle exactly as gantry-runtime left it (edited
 # config.json, links and loader cache in the rootfs): what runc itself spends
 # on the GPU container's mounts and device nodes. gantry-all minus runc-gpu is
@@ -272,14 +306,28 @@ if [ -n "$tree" ]; then
   awk -v a="$(median "$WORK/gantry-tree.total")" -v r="$(median "$WORK/runc.total")" -v c="$(median "$WORK/gantry-tree.create")" -v rc="$(median "$WORK/runc.create")" \
     'BEGIN { printf "gantry-tree - runc: %+.1f ms median lifecycle (%+.1f ms of it in create)\n", a - r, c - rc }'
 fi
+if [ -n "$server" ]; then
+  for v in server-all server-tree; do
+    awk -v v=$v -v a="$(median "$WORK/$v.total")" -v r="$(median "$WORK/runc.total")" -v c="$(median "$WORK/$v.create")" -v rc="$(median "$WORK/runc.create")" \
+      'BEGIN { printf "%s - runc: %+.1f ms median lifecycle (%+.1f ms of it in create)\n", v, a - r, c - rc }'
+  done
+  [ -z "$tree" ] || awk -v a="$(median "$WORK/server-tree.total")" -v r="$(median "$WORK/runc-tree.total")" \
+    'BEGIN { printf "server-tree - runc-tree (Gantry alone, tree layout, create server): %+.1f ms median lifecycle\n", a - r }'
+fi
 # Where gantry-runtime's own time goes on create, from its log (gantry-all runs):
 # startup = exec to Main (loader, Go runtime, package init), modify = all of its work.
 if [ -s "$WORK/gantry.log" ]; then
-  grep '"changed":true' "$WORK/gantry.log" | grep '"front-end":"gantry-runtime"' | sed -n 's/.*"startup_ms":\([0-9.]*\).*/\1/p' >"$WORK/startup.ms"
-  grep '"changed":true' "$WORK/gantry.log" | grep '"front-end":"gantry-runtime"' | sed -n 's/.*"took_ms":\([0-9.]*\).*/\1/p' >"$WORK/took.ms"
+  grep '"changed":true' "$WORK/gantry.log" | grep '"front-end":"gantry-runtime"' | grep -v '"server":true' | sed -n 's/.*"startup_ms":\([0-9.]*\).*/\1/p' >"$WORK/startup.ms"
+  grep '"changed":true' "$WORK/gantry.log" | grep '"front-end":"gantry-runtime"' | grep -v '"server":true' | sed -n 's/.*"took_ms":\([0-9.]*\).*/\1/p' >"$WORK/took.ms"
   if [ -s "$WORK/startup.ms" ] && [ -s "$WORK/took.ms" ]; then
     printf 'gantry-runtime create, in process (median ms): startup %s, modify %s\n' \
       "$(median "$WORK/startup.ms" | tr -d ' ')" "$(median "$WORK/took.ms" | tr -d ' ')"
-    grep '"changed":true' "$WORK/gantry.log" | grep '"front-end":"gantry-runtime"' | tail -1 | sed -n 's/.*"phases_ms":\({[^}]*}\).*/last create, phases (ms): \1/p'
+    grep '"changed":true' "$WORK/gantry.log" | grep '"front-end":"gantry-runtime"' | grep -v '"server":true' | tail -1 | sed -n 's/.*"phases_ms":\({[^}]*}\).*/last create, phases (ms): \1/p'
+  fi
+  grep '"server":true' "$WORK/gantry.log" | grep '"changed":true' | sed -n 's/.*"startup_ms":\([0-9.]*\).*/\1/p' >"$WORK/sstartup.ms"
+  grep '"server":true' "$WORK/gantry.log" | grep '"changed":true' | sed -n 's/.*"took_ms":\([0-9.]*\).*/\1/p' >"$WORK/stook.ms"
+  if [ -s "$WORK/sstartup.ms" ] && [ -s "$WORK/stook.ms" ]; then
+    printf 'create server (median ms): constructor to server %s, modify %s\n' \
+      "$(median "$WORK/sstartup.ms" | tr -d ' ')" "$(median "$WORK/stook.ms" | tr -d ' ')"
   fi
 fi

@@ -8,7 +8,9 @@
 #                                       (root; bin/ from `make gpu-e2e`)
 #
 # Prints the median, minimum and trimmed mean in microseconds for a container
-# asking for all GPUs, one asking for none, the low-level runtime run the same
+# asking for all GPUs (the default driver layout, tree), the same with
+# gantry-runtime's create server running (--create-server, on a socket of
+# this run), one asking for none, the low-level runtime run the same
 # way without gantry-runtime ("plain runc"), the per-round difference between
 # the no-request create and plain (issue 12's goal: at most 500 us), and
 # /bin/true by itself, and the start-up time gantry-runtime logged for the
@@ -37,8 +39,17 @@ WORK=$(mktemp -d /tmp/gantry-overhead.XXXXXX)
 # shellcheck source=scripts/lib/bundle.sh
 . "$REPO/scripts/lib/bundle.sh"
 trap 'rm -rf "$WORK"' EXIT
-setup_env $sim >/dev/null || die "setup failed"
+# The default layout (tree), its trees kept in $WORK.
+DRIVER_LAYOUT=tree setup_env $sim >/dev/null || die "setup failed"
 sed -i 's|^low-level = .*|low-level = "/bin/true"|' "$GANTRY_CONFIG"
+# all-server: the same create with gantry-runtime's create server running
+# (its own socket); every other variant gets a socket that does not exist.
+export GANTRY_RUNTIME_SOCKET=$WORK/no-server.sock
+"$GANTRY_RUNTIME" --create-server --socket "$WORK/runtime.sock" >"$WORK/server.log" 2>&1 &
+SERVER_PID=$!
+trap 'kill $SERVER_PID 2>/dev/null; rm -rf "$WORK"' EXIT
+for _ in $(seq 100); do [ -S "$WORK/runtime.sock" ] && break; sleep 0.05; done
+[ -S "$WORK/runtime.sock" ] || die "the create server did not start: $(cat "$WORK/server.log")"
 make_bundle "$WORK/tpl-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
 make_bundle "$WORK/tpl-none" -- /bin/true
 # The other build runs under the name gantry-runtime (its fast path acts on
@@ -63,17 +74,18 @@ stat() {
 # the same way (same command line, same fresh bundle): "plain runc".
 # The first 3 rounds warm the caches.
 # With --compare, the other binary's creates (all2, none2) join each round.
-variants="all none plain"
-[ -n "$other" ] && variants="all none plain all2 none2"
+variants="all none plain all-server"
+[ -n "$other" ] && variants="all none plain all-server all2 none2"
 for ((i = 0; i < runs + 3; i++)); do
   for v in $variants; do
     b=$WORK/b-$v
     rm -rf "$b" && cp -a "$WORK/tpl-$(case $v in all*) echo all ;; *) echo none ;; esac)" "$b"
-    rt=$GANTRY_RUNTIME
+    rt=$GANTRY_RUNTIME sock=$GANTRY_RUNTIME_SOCKET
     [ $v = plain ] && rt=/bin/true
     [ "${v%2}" != "$v" ] && rt=$other
+    [ $v = all-server ] && sock=$WORK/runtime.sock
     s=${EPOCHREALTIME/[.,]/}
-    "$rt" --root "$STATE" create --bundle "$b" "c$v-$i" </dev/null >/dev/null 2>&1 ||
+    GANTRY_RUNTIME_SOCKET=$sock "$rt" --root "$STATE" create --bundle "$b" "c$v-$i" </dev/null >/dev/null 2>&1 ||
       die "gantry-runtime create failed ($v)"
     e=${EPOCHREALTIME/[.,]/}
     [ $i -ge 3 ] && echo $((e - s)) >>"$WORK/$v.us"
@@ -87,6 +99,7 @@ done
 paste "$WORK/none.us" "$WORK/plain.us" | awk '{ print $1 - $2 }' >"$WORK/gap.us"
 echo "== gantry-runtime create with low-level /bin/true, $runs interleaved rounds"
 printf '%-38s %s\n' "all GPUs (NVIDIA_VISIBLE_DEVICES=all)" "$(stat "$WORK/all.us")"
+printf '%-38s %s\n' "all GPUs, create server running" "$(stat "$WORK/all-server.us")"
 printf '%-38s %s\n' "no GPU request" "$(stat "$WORK/none.us")"
 printf '%-38s %s\n' "plain: /bin/true, same command line" "$(stat "$WORK/plain.us")"
 printf '%-38s %s\n' "no GPU request - plain, per round" "$(stat "$WORK/gap.us")"
@@ -94,11 +107,12 @@ printf '%-38s %s\n' "/bin/true alone" "$(stat "$WORK/true.us")"
 # startup_ms of every timed GPU create (the log's time from the C
 # constructor to the request read: Go's start, package inits, the config).
 startup() {
-  grep "\"container\":\"c$1-" "$WORK/gantry.log" | grep '"changed":true' | tail -n "$runs" |
+  grep "\"container\":\"c$1-[0-9]" "$WORK/gantry.log" | grep '"changed":true' | tail -n "$runs" |
     grep -o '"startup_ms":[0-9.]*' | awk -F: '{ printf "%d\n", $2 * 1000 }' >"$WORK/startup-$1.us"
   stat "$WORK/startup-$1.us"
 }
 printf '%-38s %s\n' "startup_ms of the GPU creates" "$(startup all)"
+printf '%-38s %s\n' "the same, create server (to the server)" "$(startup all-server)"
 if [ -n "$other" ]; then
   paste "$WORK/none2.us" "$WORK/plain.us" | awk '{ print $1 - $2 }' >"$WORK/gap2.us"
   echo "== the same rounds with --compare $(readlink "$other")"
