@@ -101,6 +101,7 @@ gpu-check: build
 RUNC_BIN ?= $(shell command -v runc 2>/dev/null || ls /usr/sbin/runc 2>/dev/null)
 gpu-e2e: build bundlesplit build-device-plugin
 	gcc -O2 -Wall -o $(BIN)/cuda-check scripts/cuda-check.c -ldl
+	gcc -O2 -Wall -o $(BIN)/gfx-check scripts/gfx-check.c -ldl
 	gcc -O2 -Wall -shared -fPIC -o $(BIN)/e2e-preload.so scripts/e2e-preload.c
 	gcc -O2 -Wall -o $(BIN)/nvmlrss bench/nvmlrss.c -ldl
 	@[ -n "$(RUNC_BIN)" ] || { echo "runc not found: apt-get install runc (or make gpu-e2e RUNC_BIN=/path/to/runc)"; exit 1; }

@@ -432,6 +432,35 @@ if [ "$DRIVER_LAYOUT" = tree ]; then
     FAIL "tree layout: graphics libraries in a compute,utility tree (or no tree at all): ${gl:-$sets trees}"
   fi
 fi
+# (after the tree checks: this container's capabilities select graphics files)
+echo "== l: graphics: the image's EGL (libglvnd) and Vulkan loader find NVIDIA's driver (graphics,compute,utility)"
+GFX_CHECK=${GFX_CHECK:-$REPO/bin/gfx-check}
+egl=$(ldconfig -p 2>/dev/null | awk '$1 == "libEGL.so.1" && /x86-64/ {print $NF; exit}')
+if [ "$mode" != gpu ]; then
+  SKIP "l: needs a GPU host"
+elif [ ! -x "$GFX_CHECK" ]; then
+  SKIP "l: no $GFX_CHECK (make gpu-e2e builds it)"
+elif [ -z "$egl" ]; then
+  SKIP "l: the host has no libEGL.so.1 (libglvnd) to put in the image"
+else
+  b=$WORK/b-l
+  make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 NVIDIA_DRIVER_CAPABILITIES=graphics,compute,utility -- /usr/bin/gfx-check
+  # The image: gfx-check, libglvnd's EGL and the Vulkan loader (when the host
+  # has them) at the host's paths, with their dependencies; its loader cache.
+  ROOTFS=$b/rootfs copy_with_deps "$GFX_CHECK" /usr/bin/gfx-check
+  for lib in libEGL.so.1 libGLdispatch.so.0 libvulkan.so.1; do
+    p=$(ldconfig -p | awk -v n=$lib '$1 == n && /x86-64/ {print $NF; exit}')
+    [ -n "$p" ] && ROOTFS=$b/rootfs copy_with_deps "$p" "$p"
+  done
+  ldconfig -r "$b/rootfs" 2>/dev/null
+  if run_container "$GANTRY_RUNTIME" e2e-l "$b" "$WORK/l.out" && grep -q '^egl vendor=NVIDIA' "$WORK/l.out" &&
+    ! grep -q '^vulkan: [^n]' "$WORK/l.out"; then
+    PASS "l ($DRIVER_LAYOUT layout): $(grep -h '^egl\|^vulkan' "$WORK/l.out" | paste -sd ';' -)"
+  else
+    FAIL "l: EGL or Vulkan did not find NVIDIA's driver in a graphics container"
+    show "$WORK/l.out"
+  fi
+fi
 echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"
 if [ $fail -gt 0 ] && [ -s "$WORK/gantry.log" ]; then
   echo "== gantry.log (last 20 lines)"
