@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install clean
+.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install install-systemd clean
 
 all: build
 
@@ -127,6 +127,7 @@ bundlesplit:
 # provisioning command lines: cdi generate and cdi list served lean, the others by the gantry beside it), gantry-cdi-hook (the static hook binary the CDI
 # specs of gantry cdi generate run; also nvidia-cdi-hook, for the specs nvidia-ctk
 # wrote) and gantry-device-plugin (Kubernetes).
+# It also installs the create server's systemd units (install-systemd).
 #   sudo make install [PREFIX=/usr] [NVIDIA_NAMES=0 to skip NVIDIA's names]
 PREFIX ?= /usr
 NVIDIA_NAMES ?= 1
@@ -143,6 +144,21 @@ install: build build-device-plugin
 	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done; \
 	for n in $${nv:+nvidia-cdi-hook}; do \
 	  ln -sfn gantry-cdi-hook $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-cdi-hook"; done
+	@$(MAKE) --no-print-directory install-systemd
+
+# The create server's units (deployments/systemd), in systemd's unit
+# directory under PREFIX (/usr/lib/systemd/system, /usr/local/lib/...),
+# ExecStart naming the gantry-runtime make install puts in $(PREFIX)/bin.
+# Nothing is enabled; the command that does it is printed.
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+install-systemd:
+	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR)
+	install -m 0644 deployments/systemd/gantry-runtime-server.socket $(DESTDIR)$(SYSTEMD_UNIT_DIR)/gantry-runtime-server.socket
+	sed 's|^ExecStart=/usr/bin/gantry-runtime |ExecStart=$(PREFIX)/bin/gantry-runtime |' deployments/systemd/gantry-runtime-server.service \
+	  > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/.gantry-runtime-server.service.tmp
+	chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/.gantry-runtime-server.service.tmp
+	mv -f $(DESTDIR)$(SYSTEMD_UNIT_DIR)/.gantry-runtime-server.service.tmp $(DESTDIR)$(SYSTEMD_UNIT_DIR)/gantry-runtime-server.service
+	@echo "create server units in $(SYSTEMD_UNIT_DIR), not enabled; to run it: systemctl daemon-reload && systemctl enable --now gantry-runtime-server.socket"
 
 # A live single-node Kubernetes cluster (v1.37.2, containerd 2.4.2) with Gantry
 # installed as a cluster admin installs it, on simulated GPUs where there is

@@ -640,6 +640,13 @@ func checkCommand(t *testing.T, words []string, targets map[string]bool) (ours b
 	case base == "gantry-hook" || base == "nvidia-container-runtime-hook":
 		return true, checkFlagsAgainst(t, base, args)
 	case base == "gantry-runtime" || base == "nvidia-container-runtime":
+		if len(args) > 0 && args[0] == "--create-server" {
+			// The create server's command line: its own --help.
+			if err := checkFlagsAgainst(t, base, args[:1]); err != nil {
+				return true, err
+			}
+			return true, checkFlagsAgainst(t, base, args[1:], args[0])
+		}
 		// runc's command line: only gantry-runtime's own --help/--version are checked.
 		for _, f := range flagsOf(args) {
 			if f == "version" || f == "help" {

@@ -110,6 +110,17 @@ var notRun = []notRunEntry{
 		tests: []string{"test/engines.TestImageOffline/Docker", "test/engines.TestImageOffline/Containerd"},
 		why:   "needs a Docker daemon (or containerd for ctr images import)"},
 
+	// The create server.
+	{line: `sudo systemctl daemon-reload`,
+		tests: []string{"docs.TestSystemdUnits"},
+		why:   "needs systemd as PID 1 and changes the host's units; the test installs the units with make install-systemd and checks them with systemd-analyze verify"},
+	{line: `sudo systemctl enable --now gantry-runtime-server.socket`,
+		tests: []string{"docs.TestSystemdUnits", "internal/shim.TestCreateServer"},
+		why:   "needs systemd as PID 1; TestSystemdUnits checks the units make install installs (ExecStart, socket, systemd-analyze verify), TestCreateServer runs the server they start and GPU containers through it"},
+	{line: `sudo gantry-runtime --create-server &`,
+		tests: []string{"internal/shim.TestCreateServer", "internal/doctor.TestCreateServerNote"},
+		why:   "a server on the host's /run/gantry/runtime.sock that would outlive the block; the tests start it the same way on a socket of their own (--socket) and run GPU containers and doctor against it"},
+
 	// gantry doctor on a container or a pod.
 	{line: `sudo gantry doctor --container my-app`,
 		tests: []string{"test/engines.TestDoctorContainer"},

@@ -30,7 +30,7 @@ import (
 //
 //   - /run and /tmp are empty tmpfs (the sandbox's own directories, which
 //     may live under /tmp, are bound back at their paths);
-//   - /etc, /usr/bin and /var are overlays whose writes go to a tmpfs; in
+//   - /etc, /usr/bin, /usr/lib and /var are overlays whose writes go to a tmpfs; in
 //     them the engines' and Gantry's configuration directories
 //     (/etc/docker, /etc/containerd, /etc/crio, /etc/cdi, /etc/gantry) and
 //     /var/lib/kubelet are removed, so every file the docs write starts
@@ -228,8 +228,8 @@ func (h *privateHost) close() { close(h.jobs) }
 
 // The directories a root block may write, and what replaces them.
 var (
-	freshDirs   = []string{"/run", "/tmp"}             // empty tmpfs
-	overlayDirs = []string{"/etc", "/usr/bin", "/var"} // the host's, writes to a tmpfs
+	freshDirs   = []string{"/run", "/tmp"}                         // empty tmpfs
+	overlayDirs = []string{"/etc", "/usr/bin", "/usr/lib", "/var"} // the host's, writes to a tmpfs (/usr/lib: make install's systemd units)
 	removed     = []string{"/etc/docker", "/etc/containerd", "/etc/crio", "/etc/cdi", "/etc/gantry",
 		"/etc/nvidia-container-runtime", "/var/lib/kubelet"}
 )
@@ -347,7 +347,7 @@ func TestRootSandboxIsPrivate(t *testing.T) {
 		t.Fatalf("no private namespace as root: %s", s.why)
 	}
 	probe := fmt.Sprintf("gantry-docs-probe-%d", os.Getpid())
-	hostFiles := []string{"/usr/bin/" + probe, "/run/cdi/" + probe, "/tmp/" + probe, "/etc/" + probe, "/var/lib/" + probe}
+	hostFiles := []string{"/usr/bin/" + probe, "/run/cdi/" + probe, "/tmp/" + probe, "/etc/" + probe, "/var/lib/" + probe, "/usr/lib/" + probe}
 	for _, f := range hostFiles {
 		if _, err := os.Lstat(f); err == nil {
 			t.Fatalf("%s exists before the test", f)

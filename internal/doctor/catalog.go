@@ -28,6 +28,10 @@ type FailureDoc struct {
 // docs/troubleshooting.md both print it.
 const ExitCodes = "The exit code is 0 when nothing failed on the GPU paths in use here (an engine present but not used for GPUs, or a container that asked for no GPU, is INFO or SKIP with the reason, not a failure), 1 when a check failed, and 2 when doctor itself could not run (a bad flag or argument, a configuration file it cannot load, output it cannot write)."
 
+// createServerVerifies is what the engine checks say of the create
+// server (createserver.go).
+const createServerVerifies = " For each registered runtime that is a Gantry binary, the PASS line says what the create server (`gantry-runtime --create-server`, on `$GANTRY_RUNTIME_SOCKET`, else `/run/gantry/runtime.sock`) is, asked with a ping carrying that runtime's identity: of the same build; not running (each GPU create then starts Go, about 2 ms more); another build, which stops when asked, as it does at that runtime's next GPU create (restart it: `systemctl restart gantry-runtime-server.service`); not a create server; or not checked (doctor is not root, or runs in another mount namespace than the server). None of these fails the check: a GPU create without the server runs in-process, as correct."
+
 // Checks lists every check in the order Run runs them. A test keeps it in
 // step with the Check* names and with docs/troubleshooting.md.
 var Checks = []CheckDef{
@@ -144,7 +148,7 @@ var Checks = []CheckDef{
 		Summary:  "daemon.json registers a GPU runtime the running dockerd has (docker --runtime nvidia)",
 		Needs:    []Need{NeedDocker},
 		run:      (*env).docker,
-		Verifies: "Docker's `daemon.json` (`--docker-config`) registers a runtime that runs `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when Docker is not installed. Only the Docker paths in use can fail: when the file registers no GPU runtime but the hook is on dockerd's `PATH`, `docker run --gpus` works and only `--runtime nvidia` is unavailable (INFO); when neither is set up (no `daemon.json` or no GPU runtime in it, and no hook), Docker is not used for GPU containers on this host, e.g. a Kubernetes node (INFO, with the command that sets it up).",
+		Verifies: "Docker's `daemon.json` (`--docker-config`) registers a runtime that runs `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when Docker is not installed. Only the Docker paths in use can fail: when the file registers no GPU runtime but the hook is on dockerd's `PATH`, `docker run --gpus` works and only `--runtime nvidia` is unavailable (INFO); when neither is set up (no `daemon.json` or no GPU runtime in it, and no hook), Docker is not used for GPU containers on this host, e.g. a Kubernetes node (INFO, with the command that sets it up)." + createServerVerifies,
 		Failures: []FailureDoc{
 			{"`daemon.json` registers a GPU runtime (or a default runtime) that the running dockerd, asked over its socket (`GET /info` on `--docker-socket`, default `$DOCKER_HOST` or `/var/run/docker.sock`), does not have: the file changed and dockerd was not restarted (`docker run --runtime nvidia` says \"Unknown runtime specified\")",
 				fixDockerRestart},
@@ -162,7 +166,7 @@ var Checks = []CheckDef{
 		Summary:  "the running containerd (else its config.toml) registers a GPU runtime",
 		Needs:    []Need{NeedContainerd},
 		run:      (*env).containerd,
-		Verifies: "The running containerd's configuration, asked over its CRI socket (`--cri-socket`, default the first of `/run/containerd/containerd.sock`, `/run/crio/crio.sock` that is containerd's: CRI `Status` with verbose info), else its `config.toml` (`--containerd-config`; config versions 1, 2 and 3) with the files its `imports` name (such as the drop-in `/etc/containerd/conf.d/99-nvidia.toml` that `nvidia-ctk runtime configure` writes), registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither answers nor exists. A config that registers no GPU runtime is INFO, not a failure, where containerd runs no GPU containers through CRI: its CRI plugin is disabled (`disabled_plugins = [\"cri\"]`, Docker CE's config) or this is no Kubernetes node (no `--kubelet-dir`; Debian's containerd under Docker).",
+		Verifies: "The running containerd's configuration, asked over its CRI socket (`--cri-socket`, default the first of `/run/containerd/containerd.sock`, `/run/crio/crio.sock` that is containerd's: CRI `Status` with verbose info), else its `config.toml` (`--containerd-config`; config versions 1, 2 and 3) with the files its `imports` name (such as the drop-in `/etc/containerd/conf.d/99-nvidia.toml` that `nvidia-ctk runtime configure` writes), registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither answers nor exists. A config that registers no GPU runtime is INFO, not a failure, where containerd runs no GPU containers through CRI: its CRI plugin is disabled (`disabled_plugins = [\"cri\"]`, Docker CE's config) or this is no Kubernetes node (no `--kubelet-dir`; Debian's containerd under Docker)." + createServerVerifies,
 		Failures: []FailureDoc{
 			{"no GPU runtime registered on a Kubernetes node",
 				fixContainerdConfigure},
@@ -183,7 +187,7 @@ var Checks = []CheckDef{
 		Summary:  "CRI-O's crio.conf and drop-ins register a GPU runtime",
 		Needs:    []Need{NeedCRIO},
 		run:      (*env).crio,
-		Verifies: "CRI-O's `/etc/crio/crio.conf` and its drop-ins (`--crio-dropins`, read in name order) register a runtime whose `runtime_path` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither exists. No GPU runtime is INFO when this is no Kubernetes node: CRI-O serves only a kubelet.",
+		Verifies: "CRI-O's `/etc/crio/crio.conf` and its drop-ins (`--crio-dropins`, read in name order) register a runtime whose `runtime_path` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither exists. No GPU runtime is INFO when this is no Kubernetes node: CRI-O serves only a kubelet." + createServerVerifies,
 		Failures: []FailureDoc{
 			{"no GPU runtime registered on a Kubernetes node",
 				fixCRIOConfigure},

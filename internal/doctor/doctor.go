@@ -16,6 +16,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/engineconfig"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/ldcache"
+	"github.com/gantry-gpu/gantry/internal/shim"
 )
 
 // Status is the outcome of one check.
@@ -123,6 +124,17 @@ type Options struct {
 	// (DefaultServiceAccountDir). Without them the Node is not read.
 	APIServer         string
 	ServiceAccountDir string
+	// RuntimeSocket is the create server's socket (gantry-runtime
+	// --create-server), asked whether it runs the registered
+	// gantry-runtime's build: default $GANTRY_RUNTIME_SOCKET, else
+	// /run/gantry/runtime.sock, as gantry-runtime looks for it. Empty
+	// (only where defaults did not run) leaves the server unchecked.
+	RuntimeSocket string
+
+	// serverPings holds each ping's answer by socket and runtime, so
+	// that the engine checks ask once: a ping of another build stops
+	// the server.
+	serverPings map[string]serverPing
 }
 
 func (o *Options) defaults() {
@@ -141,6 +153,11 @@ func (o *Options) defaults() {
 	def(&o.KubeletDir, DefaultKubeletDir)
 	def(&o.ContainerdState, DefaultContainerdState)
 	def(&o.RuncRoot, DefaultRuncRoot)
+	def(&o.RuntimeSocket, os.Getenv(shim.ServerSocketEnv))
+	def(&o.RuntimeSocket, shim.DefaultServerSocket)
+	if o.serverPings == nil {
+		o.serverPings = map[string]serverPing{}
+	}
 	if o.Config.DriverRoot == "" {
 		o.Config.DriverRoot = "/"
 	}

@@ -65,7 +65,8 @@ func newHost(t *testing.T) *host {
 		ContainerdConfig: filepath.Join(dir, "containerd/config.toml"),
 		CRIOConfig:       filepath.Join(dir, "crio/crio.conf"),
 		CRIODropins:      filepath.Join(dir, "crio/crio.conf.d"),
-		KubeletDir:       filepath.Join(dir, "kubelet"), // not a Kubernetes node
+		KubeletDir:       filepath.Join(dir, "kubelet"),      // not a Kubernetes node
+		RuntimeSocket:    filepath.Join(dir, "runtime.sock"), // no create server; never the host's
 	}
 	// A running dockerd whose PATH has the hook: doctor looks the hook up
 	// there, not in its own PATH.

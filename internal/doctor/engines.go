@@ -30,7 +30,7 @@ type registered = engineconfig.Runtime
 // NVML's GPUs (MIG devices): with no gantry to ask, that fails when MIG
 // instances exist on this host (opts.Proc), and is a note otherwise.
 func judgeRuntimes(opts Options, name, file, configure, reinstall string, all []registered) Check {
-	var names, gpuRuntimes, missing, noHelper []string
+	var names, gpuRuntimes, missing, noHelper, gantryRuntimes []string
 	for _, r := range all {
 		names = append(names, r.Name)
 		if !runtimeBinaries[filepath.Base(r.Program)] {
@@ -53,21 +53,34 @@ func judgeRuntimes(opts Options, name, file, configure, reinstall string, all []
 		if prob := nvmlHelperProblem(opts.Config, p); prob != "" {
 			noHelper = append(noHelper, fmt.Sprintf("runtime %q (%s): %s", r.Name, p, prob))
 		}
+		if gantryProgram(p) {
+			gantryRuntimes = append(gantryRuntimes, p)
+		}
 	}
 	if len(missing) > 0 {
 		return fail(name, reinstall, "%s: %s", file, strings.Join(missing, "; "))
 	}
+	var notes []string
 	if len(noHelper) > 0 && len(gpuRuntimes) > 0 {
 		if migInstances(opts.Proc) {
 			return fail(name, fix(fixNVMLHelper), "%s: MIG instances exist, and %s", file, strings.Join(noHelper, "; "))
 		}
-		return pass(name, "%s: runtime %s (note: %s; containers given MIG devices would fail)", file, strings.Join(gpuRuntimes, ", "), strings.Join(noHelper, "; "))
+		notes = append(notes, strings.Join(noHelper, "; ")+"; containers given MIG devices would fail")
 	}
 	if len(gpuRuntimes) == 0 {
 		return fail(name, configure, "%s registers no runtime that runs gantry-runtime or nvidia-container-runtime (runtimes: %s)",
 			file, listOrNone(names))
 	}
-	return pass(name, "%s: runtime %s", file, strings.Join(gpuRuntimes, ", "))
+	good, bad := createServerNotes(opts, gantryRuntimes)
+	notes = append(notes, bad...)
+	evidence := fmt.Sprintf("%s: runtime %s", file, strings.Join(gpuRuntimes, ", "))
+	for _, g := range good {
+		evidence += "; " + g
+	}
+	if len(notes) > 0 {
+		evidence += " (note: " + strings.Join(notes, "; ") + ")"
+	}
+	return pass(name, "%s", evidence)
 }
 
 // nvmlHelperProblem is why the program p, when it is Gantry's static

@@ -69,11 +69,16 @@ func parseRequest(b []byte) (serverRequest, error) {
 		return serverRequest{}, errors.New("not a " + ServerProtocol + " request")
 	}
 	start, err := strconv.ParseInt(f[6], 10, 64)
-	if err != nil || (f[3] != "0" && f[3] != "1") || f[1] == "" || f[5] == "" {
+	if err != nil || (f[3] != "0" && f[3] != "1") || f[1] == "" || (f[5] == "" && f[4] != "") {
 		return serverRequest{}, errors.New("malformed " + ServerProtocol + " request")
 	}
 	return serverRequest{exe: f[1], configPath: f[2], explicit: f[3] == "1", bundle: f[4], container: f[5], startNS: start}, nil
 }
+
+// ping reports whether r is a health probe (PingServer): no bundle and no
+// container; it comes without a bundle directory, and a create always
+// names both.
+func (r serverRequest) ping() bool { return r.bundle == "" && r.container == "" }
 
 // exeIdentity names a file's identity as the constructor does: device,
 // inode, size and modification time of what /proc/self/exe is.
@@ -154,7 +159,8 @@ const (
 func (s *Server) handle(c *net.UnixConn) {
 	defer c.Close()
 	answer := byte(answerSelf)
-	defer func() { _, _ = c.Write([]byte{answer}) }()
+	var extra string // a ping's answer: this server's identity after it
+	defer func() { _, _ = c.Write(append([]byte{answer}, extra...)) }()
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	pid, ok := s.peer(c)
 	if !ok {
@@ -181,22 +187,25 @@ func (s *Server) handle(c *net.UnixConn) {
 		}
 	}
 	if fd < 0 {
+		// Without a bundle directory only a ping is answered, with
+		// this server's identity, which tells the pinger that it was
+		// served (a bare 'N' is all an unserved caller ever gets).
+		if req, err := parseRequest(buf[:n]); err == nil && req.ping() {
+			answer, extra = s.sameBuild(req), s.exe
+		}
 		return
 	}
 	dir := os.NewFile(uintptr(fd), "bundle")
 	defer dir.Close()
 	req, err := parseRequest(buf[:n])
+	if err == nil && req.ping() {
+		err = errors.New("malformed " + ServerProtocol + " request")
+	}
 	if err != nil {
 		fmt.Fprintf(s.log, "gantry-runtime create server: %v\n", err)
 		return
 	}
-	if req.exe != s.exe {
-		// Another build runs the creates now: it decides for itself,
-		// and this server makes way for one of that build.
-		s.stale.Do(func() {
-			fmt.Fprintf(s.log, "gantry-runtime create server: callers run another gantry-runtime (%s, this server is %s): stopping\n", req.exe, s.exe)
-			_ = s.l.Close()
-		})
+	if s.sameBuild(req) != answerDone {
 		return
 	}
 	var st unix.Stat_t
@@ -228,6 +237,20 @@ func (s *Server) handle(c *net.UnixConn) {
 	}
 	rec.Log(cfg, nil)
 	answer = answerDone
+}
+
+// sameBuild answers answerDone when req's caller runs this very
+// executable. Otherwise another build runs the creates now: it decides for
+// itself, and this server makes way for one of that build.
+func (s *Server) sameBuild(req serverRequest) byte {
+	if req.exe == s.exe {
+		return answerDone
+	}
+	s.stale.Do(func() {
+		fmt.Fprintf(s.log, "gantry-runtime create server: callers run another gantry-runtime (%s, this server is %s): stopping\n", req.exe, s.exe)
+		_ = s.l.Close()
+	})
+	return answerSelf
 }
 
 // peer is the caller's PID when the caller may be served: root (the
@@ -292,7 +315,7 @@ runs in-process exactly as before.
                   /run/gantry/runtime.sock); mode 0600, root only
 
 Under systemd, socket activation (LISTEN_FDS) is used when present: see
-deploy/systemd/gantry-runtime-server.socket. The server stops by itself when
+deployments/systemd/gantry-runtime-server.socket. The server stops by itself when
 callers run another build (an upgrade), and on SIGTERM or SIGINT.
 `
 

@@ -190,22 +190,8 @@ func TestCreateServerOtherBuild(t *testing.T) {
 	if servedBy(t, c) {
 		t.Errorf("the server served a caller running another build")
 	}
-	done := make(chan struct{})
-	go func() {
-		for srv.ProcessState == nil {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d/stat", srv.Process.Pid)); err != nil {
-				break
-			}
-			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", srv.Process.Pid)); bytes.Contains(b, []byte(") Z ")) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
+	// Not srv.ProcessState: startServer's goroutine waits for it.
+	if !exited(srv.Process.Pid) {
 		t.Errorf("the server still runs after a caller of another build")
 	}
 	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "another gantry-runtime") {

@@ -56,6 +56,14 @@ Register it with an engine:
 then, for example:
   docker run --rm --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=0 IMAGE nvidia-smi
 
+The create server, which saves each GPU create the start of this Go program:
+  --create-server [--socket PATH]
+      runs one, on /run/gantry/runtime.sock ($GANTRY_RUNTIME_SOCKET); it
+      serves root callers running this very file, in its mount namespace,
+      and a create without it runs in-process, as before. make install
+      installs its systemd units (gantry-runtime-server.socket); gantry
+      doctor checks it. See gantry-runtime --create-server --help.
+
 Configuration: %s (or $%s), table [runtime]:
   low-level    the runtime executed (default runc; crun or an absolute path)
   cache-dir    cached driver inventory (default /run/gantry)

@@ -1,0 +1,80 @@
+package doctor
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/shim"
+)
+
+// The create server (gantry-runtime --create-server) takes the Go start
+// off each GPU create of the gantry-runtime of its own build. The engine
+// checks ask it, with a ping, whether it runs the build of each registered
+// Gantry runtime: a note on the PASS line either way, since without it
+// (or with another build) creates run in-process, as correct, only
+// slower.
+
+// serverPing is one ping's outcome.
+type serverPing struct {
+	status shim.ServerStatus
+	err    error
+}
+
+// gantryProgram reports whether the program p is a Gantry binary, whose C
+// start asks the create server: gantry-runtime, or gantry installed under
+// a runtime's name. NVIDIA's own runtime is never pinged (a ping with its
+// identity would stop the server).
+func gantryProgram(p string) bool {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return false
+	}
+	b := filepath.Base(real)
+	return b == "gantry-runtime" || b == "gantry"
+}
+
+// createServerNotes pings the create server at opts.RuntimeSocket with
+// each of runtimes (real Gantry binaries; one ping per file, once per
+// doctor run) and says what it found: good for a server of that build,
+// notes for anything else.
+func createServerNotes(opts Options, runtimes []string) (good, notes []string) {
+	sock := opts.RuntimeSocket
+	if sock == "" {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	for _, rt := range runtimes {
+		real, err := filepath.EvalSymlinks(rt)
+		if err != nil || seen[real] {
+			continue
+		}
+		seen[real] = true
+		key := sock + "\x00" + real
+		p, ok := opts.serverPings[key]
+		if !ok {
+			p.status, p.err = shim.PingServer(sock, real)
+			if opts.serverPings != nil {
+				opts.serverPings[key] = p
+			}
+		}
+		switch p.status {
+		case shim.ServerSameBuild:
+			good = append(good, "create server: same build, listening on "+sock)
+		case shim.ServerAbsent:
+			why := strings.TrimPrefix(p.err.Error(), "no create server: ")
+			notes = append(notes, fmt.Sprintf("create server not running (%s): each GPU create starts Go (about 2 ms more); see docs/guide.md, \"The create server\"", why))
+		case shim.ServerOtherBuild:
+			notes = append(notes, fmt.Sprintf("create server on %s is another build than %s: it has been asked to stop; restart it (systemctl restart %s) so that it runs %s", sock, rt, serverService, real))
+		case shim.ServerNotOurs:
+			notes = append(notes, fmt.Sprintf("%v: GPU creates ask it first, then run in-process; remove it or stop what listens there", p.err))
+		default:
+			notes = append(notes, fmt.Sprintf("create server not checked: %v", p.err))
+		}
+	}
+	return good, notes
+}
+
+// serverService is the create server's systemd service
+// (deployments/systemd).
+const serverService = "gantry-runtime-server.service"
