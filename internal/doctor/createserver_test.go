@@ -49,9 +49,9 @@ func realRuntime(t *testing.T) string {
 }
 
 // startCreateServer runs `rt --create-server` on sock until the test ends.
-func startCreateServer(t *testing.T, rt, sock string) (*exec.Cmd, *bytes.Buffer) {
+func startCreateServer(t *testing.T, rt, sock string) (*exec.Cmd, *lockedBuffer) {
 	t.Helper()
-	out := &bytes.Buffer{}
+	out := &lockedBuffer{}
 	cmd := exec.Command(rt, "--create-server", "--socket", sock)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -188,4 +188,23 @@ func TestCreateServerNote(t *testing.T) {
 	if c := judge(newOpts(), link); !strings.Contains(c.Evidence, "not a create server's answer") || strings.Contains(c.Evidence, "same build") {
 		t.Errorf("a foreign listener: %q", c.Evidence)
 	}
+}
+
+// lockedBuffer is the server's output, written by exec's copying goroutine
+// while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
