@@ -435,22 +435,36 @@ fi
 # (after the tree checks: this container's capabilities select graphics files)
 echo "== l: graphics: the image's EGL (libglvnd) and Vulkan loader find NVIDIA's driver (graphics,compute,utility)"
 GFX_CHECK=${GFX_CHECK:-$REPO/bin/gfx-check}
-egl=$(ldconfig -p 2>/dev/null | awk '$1 == "libEGL.so.1" && /x86-64/ {print $NF; exit}')
+# host_lib NAME: the host's 64-bit NAME, from its loader cache or the
+# driver's own folders (a driver installed with libglvnd, GKE's layout), else
+# the copy make gpu-e2e took from the build machine (bin/gfxlibs).
+host_lib() {
+  local p d
+  p=$(ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n && /x86-64/ {print $NF; exit}')
+  for d in "${DRIVER_ROOT:-}/usr/local/nvidia/lib64" /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /lib/x86_64-linux-gnu /usr/lib64 "$REPO/bin/gfxlibs"; do
+    [ -n "$p" ] && break
+    [ -e "$d/$1" ] && p=$d/$1
+  done
+  echo "$p"
+}
+egl=$(host_lib libEGL.so.1)
 if [ "$mode" != gpu ]; then
   SKIP "l: needs a GPU host"
 elif [ ! -x "$GFX_CHECK" ]; then
   SKIP "l: no $GFX_CHECK (make gpu-e2e builds it)"
 elif [ -z "$egl" ]; then
-  SKIP "l: the host has no libEGL.so.1 (libglvnd) to put in the image"
+  SKIP "l: no libEGL.so.1 (libglvnd) on this host or in bin/gfxlibs to put in the image"
 else
   b=$WORK/b-l
-  make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 NVIDIA_DRIVER_CAPABILITIES=graphics,compute,utility -- /usr/bin/gfx-check
+  make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 NVIDIA_DRIVER_CAPABILITIES=graphics,compute,utility VK_LOADER_DEBUG=error -- /usr/bin/gfx-check
   # The image: gfx-check, libglvnd's EGL and the Vulkan loader (when the host
-  # has them) at the host's paths, with their dependencies; its loader cache.
+  # has them) in its library folder, with their dependencies; its loader cache.
   ROOTFS=$b/rootfs copy_with_deps "$GFX_CHECK" /usr/bin/gfx-check
-  for lib in libEGL.so.1 libGLdispatch.so.0 libvulkan.so.1; do
-    p=$(ldconfig -p | awk -v n=$lib '$1 == n && /x86-64/ {print $NF; exit}')
-    [ -n "$p" ] && ROOTFS=$b/rootfs copy_with_deps "$p" "$p"
+  # (NVIDIA's Vulkan ICD, libGLX_nvidia, links libX11 and libXext, which an
+  # image with a Vulkan application has.)
+  for lib in libEGL.so.1 libGLdispatch.so.0 libvulkan.so.1 libX11.so.6 libXext.so.6; do
+    p=$(host_lib $lib)
+    [ -n "$p" ] && ROOTFS=$b/rootfs copy_with_deps "$p" "/usr/lib/x86_64-linux-gnu/$lib"
   done
   ldconfig -r "$b/rootfs" 2>/dev/null
   if run_container "$GANTRY_RUNTIME" e2e-l "$b" "$WORK/l.out" && grep -q '^egl vendor=NVIDIA' "$WORK/l.out" &&
