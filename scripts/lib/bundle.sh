@@ -61,11 +61,11 @@ low-level = "$RUNC"
 cache-dir = "$WORK/cache"
 log-file = "$WORK/gantry.log"
 EOF
-  # runtime.driver-layout: unset, the default (tree, in the default
-  # driver-tree-dir); DRIVER_LAYOUT=tree, the tree kept in $WORK/trees;
-  # DRIVER_LAYOUT=files, a mount per driver file.
+  # runtime.driver-layout: unset, the default (tree); DRIVER_LAYOUT=tree,
+  # said explicitly; either way the trees are kept in $WORK/trees, not in
+  # the host's driver-tree-dir. DRIVER_LAYOUT=files, a mount per driver file.
   case ${DRIVER_LAYOUT:-} in
-    '') ;;
+    '') printf 'driver-tree-dir = "%s"\n' "$WORK/trees" >>"$GANTRY_CONFIG" ;;
     files) printf 'driver-layout = "files"\n' >>"$GANTRY_CONFIG" ;;
     tree) printf 'driver-layout = "tree"\ndriver-tree-dir = "%s"\n' "$WORK/trees" >>"$GANTRY_CONFIG" ;;
     *) die "DRIVER_LAYOUT=$DRIVER_LAYOUT: use files or tree" ;;

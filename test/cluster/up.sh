@@ -116,7 +116,7 @@ case "$mode" in
     [ -z "$driver_root" ] || printf 'driver-root = "%s"\n' "$driver_root" >>"$GK_ETC/gantry.toml" ;;
 esac
 # One line per container the runtime handles (containerd keeps its stderr).
-printf '[runtime]\nlog-file = "%s"\n' "$GK_LOG/gantry-runtime.log" >>"$GK_ETC/gantry.toml"
+printf '[runtime]\nlog-file = "%s"\ndriver-tree-dir = "%s"\n' "$GK_LOG/gantry-runtime.log" "$GK_STATE/driver-trees" >>"$GK_ETC/gantry.toml"
 
 # The DaemonSet mounts /run/nvidia with HostToContainer propagation, which
 # containerd allows only from a shared or slave mount.
