@@ -116,8 +116,17 @@ func (e *Edits) UseTree(t Tree) ([]Provided, bool) {
 			}
 			continue
 		}
-		if dir, ok := moved[path.Dir(s.Link)]; ok && held(dir, path.Base(s.Link)) != "" {
-			continue // the tree has it beside the library
+		if dir, ok := moved[path.Dir(s.Link)]; ok {
+			if p := held(dir, path.Base(s.Link)); p != "" {
+				if !strings.HasSuffix(s.Link, ".so") {
+					continue // the tree has it beside the library
+				}
+				// A development link (libcuda.so) stays where a
+				// compiler's -lcuda and dlopen("libcuda.so") look, which
+				// no ld.so.cache entry serves: into the tree's.
+				links = append(links, Symlink{Target: p, Link: s.Link})
+				continue
+			}
 		}
 		// A link to a library that is now only in the tree (a development
 		// link beside it, GBM's backend link from gbm/) points there.

@@ -20,6 +20,8 @@ func treeEdits() *Edits {
 			{Target: "libcuda.so.580.1", Link: "/usr/lib/i386-linux-gnu/libcuda.so.1"},
 			// A development link the tree does not hold.
 			{Target: "libcuda.so.1", Link: "/usr/lib/x86_64-linux-gnu/libcuda.so"},
+			// The same, which the tree holds too (32-bit).
+			{Target: "libcuda.so.1", Link: "/usr/lib/i386-linux-gnu/libcuda.so"},
 			// A loader's module link from a folder of its own.
 			{Target: "../libcuda.so.1", Link: "/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so"},
 		},
@@ -35,7 +37,7 @@ var testTree = Tree{HostPath: "/var/lib/trees/580.1", ContainerPath: DefaultTree
 	"/usr/bin/nvidia-smi":                        "bin/nvidia-smi",
 	// The tree holding a socket's path must not move it: it is no read-only file.
 	"/run/nvidia-persistenced/socket": "bin/socket",
-}, Links: map[string]bool{"lib64/libcuda.so.1": true, "lib/libcuda.so.1": true}}
+}, Links: map[string]bool{"lib64/libcuda.so.1": true, "lib/libcuda.so.1": true, "lib/libcuda.so": true}}
 
 func TestUseTree(t *testing.T) {
 	e := treeEdits()
@@ -71,6 +73,7 @@ func TestUseTree(t *testing.T) {
 	// development link it lacks points into the tree, to the 64-bit one.
 	wantLinks := []Symlink{
 		{Target: "/usr/local/nvidia/bin/nvidia-smi", Link: "/usr/bin/nvidia-smi"},
+		{Target: "/usr/local/nvidia/lib/libcuda.so", Link: "/usr/lib/i386-linux-gnu/libcuda.so"},
 		{Target: "/usr/local/nvidia/lib64/libcuda.so.1", Link: "/usr/lib/x86_64-linux-gnu/gbm/nvidia-drm_gbm.so"},
 		{Target: "/usr/local/nvidia/lib64/libcuda.so.1", Link: "/usr/lib/x86_64-linux-gnu/libcuda.so"},
 	}

@@ -351,6 +351,9 @@ static int server_create(const char *bundle, const char *id) {
 	const char *cfg = getenv(gantry_config_env);
 	int explicit = cfg && *cfg;
 	if (!explicit) cfg = gantry_config_default;
+	// A relative path is Go's to resolve against this process's directory,
+	// which the server does not share.
+	if (cfg[0] != '/') return 0;
 	static char msg[4 * 4096];
 	int n = snprintf(msg, sizeof msg, "%s%c%llu:%llu:%lld:%lld.%09ld%c%s%c%d%c%s%c%s%c%lld%c",
 	                 gantry_server_magic, 0, (unsigned long long)self.st_dev, (unsigned long long)self.st_ino,
@@ -363,8 +366,10 @@ static int server_create(const char *bundle, const char *id) {
 	if (connect(s, (struct sockaddr *)&addr, sizeof addr) != 0) goto out;
 	dir = open(bundle, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (dir < 0) goto out;
-	// A server that stops answering costs a minute, then Go does the work.
-	struct timeval tv = {.tv_sec = 60};
+	// A server that stops answering costs 15 s, then Go does the work
+	// (the first create of a new driver version may build its tree, a
+	// copy of a few hundred MB across filesystems: well under that).
+	struct timeval tv = {.tv_sec = 15};
 	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 	struct iovec iov = {.iov_base = msg, .iov_len = (size_t)n};

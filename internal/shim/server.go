@@ -69,7 +69,7 @@ func parseRequest(b []byte) (serverRequest, error) {
 		return serverRequest{}, errors.New("not a " + ServerProtocol + " request")
 	}
 	start, err := strconv.ParseInt(f[6], 10, 64)
-	if err != nil || (f[3] != "0" && f[3] != "1") || f[1] == "" || (f[5] == "" && f[4] != "") {
+	if err != nil || (f[3] != "0" && f[3] != "1") || f[1] == "" || (f[5] == "" && f[4] != "") || (f[2] != "" && !filepath.IsAbs(f[2])) {
 		return serverRequest{}, errors.New("malformed " + ServerProtocol + " request")
 	}
 	return serverRequest{exe: f[1], configPath: f[2], explicit: f[3] == "1", bundle: f[4], container: f[5], startNS: start}, nil

@@ -22,6 +22,7 @@ func TestDriverTreeLayout(t *testing.T) {
 	trees := filepath.Join(t.TempDir(), "trees")
 	script := `probe; echo ---; ` +
 		`readlink ` + treeLibDir + `/libcuda.so.1; ls ` + libDir + `/libcuda.so.1 2>/dev/null || echo perfile=none; ` +
+		`test -e ` + libDir + `/libcuda.so && echo devlink=$(readlink ` + libDir + `/libcuda.so); ` +
 		`ls /usr/local/nvidia/lib64 | grep -c '^libcuda.so'; ` +
 		`/usr/bin/nvidia-smi -L >/dev/null && echo smi=ok || echo smi=missing; readlink /usr/bin/nvidia-smi; ` +
 		`touch /usr/local/nvidia/lib64/x 2>/dev/null && echo tree=writable || echo tree=readonly; ` +
@@ -46,7 +47,9 @@ func TestDriverTreeLayout(t *testing.T) {
 		wantProbe := fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", c.f.driver.CUDAVersion, treeLibDir)
 		// compute,utility: no graphics library anywhere in the tree; the
 		// loader finds libcuda in the tree (no link per library).
-		for _, want := range []string{wantProbe, "perfile=none", "smi=ok", "tree=readonly", "gl=0\n"} {
+		// The development link stays in the library folder (gcc -lcuda,
+		// dlopen("libcuda.so")), pointing into the tree.
+		for _, want := range []string{wantProbe, "perfile=none", "devlink=" + treeLibDir + "/libcuda.so", "smi=ok", "tree=readonly", "gl=0\n"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("round %d: want %q in the container's output:\n%s", round, want, out)
 			}
