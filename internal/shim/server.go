@@ -208,6 +208,11 @@ func (s *Server) handle(c *net.UnixConn) {
 	if s.sameBuild(req) != answerDone {
 		return
 	}
+	// The identity the caller sent is what it claims; the file its
+	// process runs is what it is.
+	if id, err := exeIdentity("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || id != s.exe {
+		return
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return

@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // startServer runs `gantry-runtime --create-server` of runtime on a socket
@@ -287,4 +291,42 @@ func outputToFile(t *testing.T, cmd *exec.Cmd) ([]byte, error) {
 	err = cmd.Run()
 	b, _ := os.ReadFile(p)
 	return b, err
+}
+
+// TestCreateServerChecksCallerFile: a caller that claims the server's
+// identity but runs another program (this test) is not served, and the
+// bundle stays as it was.
+func TestCreateServerChecksCallerFile(t *testing.T) {
+	f := need(t)
+	sock, _, _ := startServer(t, f.runtime)
+	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
+	before := c.configJSON()
+	claimed, err := exeIdentity(f.gantry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.Open(c.bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	msg := strings.Join([]string{ServerProtocol, claimed, c.config, "1", c.bundle, c.id, "0", ""}, "\x00")
+	if _, _, err := conn.WriteMsgUnix([]byte(msg), unix.UnixRights(int(dir.Fd())), nil); err != nil {
+		t.Fatal(err)
+	}
+	answer := make([]byte, 1)
+	if _, err := io.ReadFull(conn, answer); err != nil {
+		t.Fatal(err)
+	}
+	if answer[0] != 'N' {
+		t.Errorf("answer %q to a caller running another program under the server's identity, want N", answer)
+	}
+	if string(c.configJSON()) != string(before) {
+		t.Errorf("the server changed config.json for a caller running another program")
+	}
 }
