@@ -118,6 +118,18 @@ func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree
 		// come from there, and nothing is read from the library here.
 		bits32 := f.Capability == driver.Compat32
 		libs = append(libs, containerhook.Library{SONAME: f.SONAME, Path: path.Join(path.Dir(p), f.SONAME), Compat32: bits32})
+		if p != f.ContainerPath {
+			// Only in the tree: a library of that SONAME that the image
+			// carries in the folder (a driver package installed at build
+			// time) would still be found there first through
+			// LD_LIBRARY_PATH or a RUNPATH, and a stale one fails with a
+			// driver/library version mismatch. It is replaced by a link
+			// into the tree, as the per-file layout's link replaced it.
+			at := path.Join(path.Dir(f.ContainerPath), f.SONAME)
+			if _, err := root.Lstat(at); err == nil {
+				links = append(links, containerhook.Link{Target: path.Join(path.Dir(p), f.SONAME), Link: at})
+			}
+		}
 		cuda = cuda || (f.SONAME == "libcuda.so.1" && !bits32)
 	}
 	if len(libs) == 0 {

@@ -175,3 +175,29 @@ func TestDriverTreeHostileMountPoint(t *testing.T) {
 		t.Fatalf("a mount at %s on the host", escape)
 	}
 }
+
+// An image that carries its own libcuda.so.1 in the library folder (a
+// driver package installed at build time) gets it replaced by a link into
+// the tree, as the per-file layout replaced it: LD_LIBRARY_PATH naming the
+// folder finds the host's driver, not a stale one.
+func TestDriverTreeReplacesImageDriverLib(t *testing.T) {
+	c := newContainer(t, opts{
+		env:  []string{"NVIDIA_VISIBLE_DEVICES=0"},
+		args: []string{"sh", "-c", "readlink " + libDir + "/libcuda.so.1 || echo not-a-link; LD_LIBRARY_PATH=" + libDir + " probe"},
+		mutate: func(rootfs string) {
+			if err := os.WriteFile(filepath.Join(rootfs, libDir, "libcuda.so.1"), []byte("stale driver library"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	out, stderr, err := c.run()
+	if err != nil {
+		t.Fatalf("gantry-runtime run: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
+	}
+	if !strings.Contains(out, treeLibDir+"/libcuda.so.1\n") {
+		t.Errorf("the image's own libcuda.so.1 was not replaced by a link into the tree:\n%s", out)
+	}
+	if want := fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", c.f.driver.CUDAVersion, libDir); !strings.Contains(out, want) {
+		t.Errorf("probe with LD_LIBRARY_PATH=%s: want %q in\n%s", libDir, want, out)
+	}
+}
