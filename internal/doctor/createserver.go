@@ -65,7 +65,7 @@ func createServerNotes(opts Options, runtimes []string) (good, notes []string) {
 			why := strings.TrimPrefix(p.err.Error(), "no create server: ")
 			notes = append(notes, fmt.Sprintf("create server not running (%s): each GPU create starts Go (about 2 ms more); see docs/guide.md, \"The create server\"", why))
 		case shim.ServerOtherBuild:
-			notes = append(notes, fmt.Sprintf("create server on %s is another build than %s: it has been asked to stop; restart it (systemctl restart %s) so that it runs %s", sock, rt, serverService, real))
+			notes = append(notes, fmt.Sprintf("create server on %s is another build than %s: its creates are not served; after an upgrade of that file the server stops by itself (or: systemctl restart %s), otherwise it runs another file: make the unit's ExecStart %s", sock, rt, serverService, real))
 		case shim.ServerNotOurs:
 			notes = append(notes, fmt.Sprintf("%v: GPU creates ask it first, then run in-process; remove it or stop what listens there", p.err))
 		default:

@@ -150,19 +150,24 @@ func TestCreateServerNote(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := newOpts()
-	want := "create server on " + sock + " is another build than " + other + ": it has been asked to stop; restart it (systemctl restart gantry-runtime-server.service)"
+	want := "create server on " + sock + " is another build than " + other + ": its creates are not served; after an upgrade of that file the server stops by itself (or: systemctl restart gantry-runtime-server.service), otherwise it runs another file: make the unit's ExecStart " + other
 	if c := judge(opts, other); !strings.Contains(c.Evidence, want) {
 		t.Errorf("another build: %q, want %q", c.Evidence, want)
 	}
-	if !gone(srv.Process.Pid) {
-		t.Fatalf("the server still runs after the ping of another build")
+	// Its own file unchanged, the server stays for its own callers.
+	if c := judge(newOpts(), link); !strings.Contains(c.Evidence, "same build") {
+		t.Errorf("after the ping of another copy: %q, want the server still serving its build", c.Evidence)
 	}
-	if !strings.Contains(out.String(), "another gantry-runtime") {
-		t.Errorf("the server's output does not say why it stopped: %s", out)
+	if !strings.Contains(out.String(), "another gantry-runtime file") {
+		t.Errorf("the server's output does not say what it refused: %s", out)
 	}
 	// The next engine check of the same run reports the same answer.
 	if c := judge(opts, other); !strings.Contains(c.Evidence, want) {
 		t.Errorf("second engine check: %q, want %q", c.Evidence, want)
+	}
+	srv.Process.Signal(syscall.SIGTERM)
+	if !gone(srv.Process.Pid) {
+		t.Fatalf("the server did not stop on SIGTERM")
 	}
 	// A fresh run finds it gone.
 	if c := judge(newOpts(), link); !strings.Contains(c.Evidence, "create server not running") {

@@ -132,8 +132,8 @@ type Options struct {
 	RuntimeSocket string
 
 	// serverPings holds each ping's answer by socket and runtime, so
-	// that the engine checks ask once: a ping of another build stops
-	// the server.
+	// that the engine checks ask once: a ping of a new build, after an
+	// upgrade, stops the server.
 	serverPings map[string]serverPing
 }
 

@@ -23,8 +23,9 @@ const (
 	// ServerSameBuild: a create server of the build at runtimePath
 	// answers: gantry-runtime's GPU creates go to it.
 	ServerSameBuild
-	// ServerOtherBuild: a create server of another build answered; it
-	// has been asked to stop (as a create of runtimePath's build makes it).
+	// ServerOtherBuild: a create server of another build answered:
+	// runtimePath's creates are not served. It stops by itself when its
+	// own file was replaced (an upgrade), as at a create of the new build.
 	ServerOtherBuild
 	// ServerNotOurs: something else is at the socket (not a socket, or
 	// no answer, or not the protocol's).
@@ -53,9 +54,9 @@ var PingTimeout = 5 * time.Second
 // with runtimePath's identity, no bundle and no container. The error, nil
 // only for ServerSameBuild, says what was found.
 //
-// A server of another build stops when asked, as it does for a create of
-// that build: a ping with an installed gantry-runtime does what its next
-// GPU create would do. The server answers a ping with its own identity,
+// A server of another build whose own file was replaced (an upgrade) stops
+// when asked, as it does for a create of the new build: a ping with an
+// installed gantry-runtime does what its next GPU create would do. The server answers a ping with its own identity,
 // so an unserved caller (another user, another mount namespace), which
 // only ever gets a bare "do it yourself", is told apart (ServerUnknown).
 func PingServer(sock, runtimePath string) (ServerStatus, error) {
@@ -111,7 +112,7 @@ func PingServer(sock, runtimePath string) (ServerStatus, error) {
 	case len(b) > 1 && isIdentity(string(b[1:])) && b[0] == answerDone && string(b[1:]) == id:
 		return ServerSameBuild, nil
 	case len(b) > 1 && isIdentity(string(b[1:])) && b[0] == answerSelf && string(b[1:]) != id:
-		return ServerOtherBuild, fmt.Errorf("the create server on %s runs another build (%s) than %s (%s): it has been asked to stop", sock, b[1:], runtimePath, id)
+		return ServerOtherBuild, fmt.Errorf("the create server on %s runs another build (%s) than %s (%s): it serves none of its creates", sock, b[1:], runtimePath, id)
 	}
 	return ServerNotOurs, fmt.Errorf("%s answered %q, not a create server's answer", sock, b)
 }

@@ -110,14 +110,19 @@ func TestPingServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := PingServer(sock, other)
-	if st != ServerOtherBuild || err == nil || !strings.Contains(err.Error(), "asked to stop") || !strings.Contains(err.Error(), other) {
+	if st != ServerOtherBuild || err == nil || !strings.Contains(err.Error(), "serves none of its creates") || !strings.Contains(err.Error(), other) {
 		t.Fatalf("ping with another build: %v, %v", st, err)
 	}
-	if !exited(srv.Process.Pid) {
-		t.Fatalf("the server still runs after a ping of another build")
+	// The server's own file is unchanged: it stays, for its own build.
+	if st, err := PingServer(sock, rt); st != ServerSameBuild || err != nil {
+		t.Fatalf("after a ping of another copy: %v, %v; want the server still serving its build", st, err)
 	}
-	if !strings.Contains(readFile(out), "another gantry-runtime") {
-		t.Errorf("the server's output does not say why it stopped:\n%s", readFile(out))
+	if !strings.Contains(readFile(out), "another gantry-runtime file") {
+		t.Errorf("the server's output does not say what it refused:\n%s", readFile(out))
+	}
+	srv.Process.Signal(syscall.SIGTERM)
+	if !exited(srv.Process.Pid) {
+		t.Fatalf("the server still runs after SIGTERM")
 	}
 	if st, err := PingServer(sock, rt); st != ServerAbsent || err == nil {
 		t.Errorf("after the server stopped: %v, %v; want not running", st, err)

@@ -99,6 +99,7 @@ type Server struct {
 	mu    sync.Mutex
 	cfgs  map[string]cachedConfig
 	stale sync.Once
+	other sync.Once
 	l     *net.UnixListener
 }
 
@@ -245,17 +246,38 @@ func (s *Server) handle(c *net.UnixConn) {
 }
 
 // sameBuild answers answerDone when req's caller runs this very
-// executable. Otherwise another build runs the creates now: it decides for
-// itself, and this server makes way for one of that build.
+// executable. Otherwise the caller decides for itself; and when this
+// server's own file was replaced (an upgrade: the caller runs the new
+// build), the server makes way for one of that build. A caller that runs
+// another copy while this server's file is unchanged (an engine
+// configured with another path) does not stop it: its own callers keep
+// being served.
 func (s *Server) sameBuild(req serverRequest) byte {
 	if req.exe == s.exe {
 		return answerDone
 	}
-	s.stale.Do(func() {
-		fmt.Fprintf(s.log, "gantry-runtime create server: callers run another gantry-runtime (%s, this server is %s): stopping\n", req.exe, s.exe)
-		_ = s.l.Close()
-	})
+	if s.ownFileReplaced() {
+		s.stale.Do(func() {
+			fmt.Fprintf(s.log, "gantry-runtime create server: callers run another gantry-runtime (%s) and this server's file was replaced (it is %s): stopping\n", req.exe, s.exe)
+			_ = s.l.Close()
+		})
+	} else {
+		s.other.Do(func() {
+			fmt.Fprintf(s.log, "gantry-runtime create server: a caller runs another gantry-runtime file (%s, this server is %s, its file unchanged): not served, staying\n", req.exe, s.exe)
+		})
+	}
 	return answerSelf
+}
+
+// ownFileReplaced reports whether the file this server was started from
+// is gone or is another file now.
+func (s *Server) ownFileReplaced() bool {
+	p, err := os.Readlink("/proc/self/exe")
+	if err != nil || strings.HasSuffix(p, " (deleted)") {
+		return true
+	}
+	id, err := exeIdentity(p)
+	return err != nil || id != s.exe
 }
 
 // peer is the caller's PID when the caller may be served: root (the

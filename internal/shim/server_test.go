@@ -173,12 +173,12 @@ func TestCreateServerRefusalsInProcess(t *testing.T) {
 	}
 }
 
-// TestCreateServerOtherBuild: a caller running another gantry-runtime
-// build (here a copy: another file) is not served, creates in-process, and
-// the server stops, making way for a server of the new build.
+// TestCreateServerOtherBuild: a caller running another copy of
+// gantry-runtime (another file) is not served and creates in-process; the
+// server, its own file unchanged, goes on serving its own callers.
 func TestCreateServerOtherBuild(t *testing.T) {
 	f := need(t)
-	sock, srv, out := startServer(t, f.runtime)
+	sock, _, out := startServer(t, f.runtime)
 	other := filepath.Join(t.TempDir(), "gantry-runtime")
 	if err := copyFile(f.gantry, other, 0o755); err != nil {
 		t.Fatal(err)
@@ -188,17 +188,65 @@ func TestCreateServerOtherBuild(t *testing.T) {
 	cmd := exec.Command(other, "--root", c.state, "create", "--bundle", c.bundle, c.id)
 	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, ServerSocketEnv+"="+sock)
 	if b, err := outputToFile(t, cmd); err != nil {
-		t.Fatalf("create through another build: %v\n%s", err, b)
+		t.Fatalf("create through another copy: %v\n%s", err, b)
 	}
 	c.runtime("delete", "--force", c.id)
 	if servedBy(t, c) {
-		t.Errorf("the server served a caller running another build")
+		t.Errorf("the server served a caller running another file")
 	}
-	// Not srv.ProcessState: startServer's goroutine waits for it.
-	if !exited(srv.Process.Pid) {
-		t.Errorf("the server still runs after a caller of another build")
+	c2 := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
+	c2.server = sock
+	if _, stderr, err := c2.runtime("create", "--bundle", c2.bundle, c2.id); err != nil {
+		t.Fatalf("create of the server's build: %v\n%s", err, stderr)
 	}
-	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "another gantry-runtime") {
+	c2.runtime("delete", "--force", c2.id)
+	if !servedBy(t, c2) {
+		t.Errorf("after a caller of another copy, the server no longer serves its own build")
+	}
+	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "another gantry-runtime file") {
+		t.Errorf("the server's output does not say what it refused:\n%s", b)
+	}
+}
+
+// TestCreateServerUpgrade: when the server's own file is replaced (an
+// upgrade) and a caller runs the new file, the caller creates in-process
+// and the server stops, making way for a server of the new build.
+func TestCreateServerUpgrade(t *testing.T) {
+	f := need(t)
+	bin := filepath.Join(t.TempDir(), "gantry-runtime")
+	if err := copyFile(f.gantry, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock, srv, out := startServer(t, bin)
+	// The upgrade: a new file renamed over the server's.
+	next := bin + ".new"
+	if err := copyFile(f.gantry, next, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, bin); err != nil {
+		t.Fatal(err)
+	}
+	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
+	cmd := exec.Command(bin, "--root", c.state, "create", "--bundle", c.bundle, c.id)
+	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, ServerSocketEnv+"="+sock)
+	if b, err := outputToFile(t, cmd); err != nil {
+		t.Fatalf("create through the new build: %v\n%s", err, b)
+	}
+	c.runtime("delete", "--force", c.id)
+	if servedBy(t, c) {
+		t.Errorf("the server served a caller of the new build")
+	}
+	for i := 0; ; i++ {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", srv.Process.Pid))
+		if err != nil || bytes.Contains(b, []byte(") Z ")) {
+			break
+		}
+		if i == 200 {
+			t.Fatalf("the server still runs after its file was replaced and a caller of the new build came")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "file was replaced") {
 		t.Errorf("the server's output does not say why it stopped:\n%s", b)
 	}
 }
