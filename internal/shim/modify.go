@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
 	"github.com/gantry-gpu/gantry/internal/config"
@@ -36,6 +37,15 @@ func Modify(bundle string, cfg config.Config) (*inject.Record, error) {
 // modify is Modify; an absolute root.path is taken below rootDir when set
 // (the create server's caller's root, /proc/PID/root), else as it is.
 func modify(rec *inject.Record, bundle string, cfg config.Config, rootDir string) error {
+	// One modify of a bundle at a time: the create server's and the
+	// in-process one after the constructor gave up waiting for it (or a
+	// retried create). The second one then finds the first one's work
+	// (inject.Already) and leaves it.
+	if lock, err := unix.Open(bundle, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		defer unix.Close(lock)
+		for unix.Flock(lock, unix.LOCK_EX) == unix.EINTR {
+		}
+	}
 	specPath := ocibundle.SpecPath(bundle)
 	raw, err := ocibundle.ReadSpec(bundle)
 	if err != nil {

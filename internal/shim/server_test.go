@@ -378,3 +378,43 @@ func TestCreateServerChecksCallerFile(t *testing.T) {
 		t.Errorf("the server changed config.json for a caller running another program")
 	}
 }
+
+// TestModifyLocksBundle: a create waits while another modify of the same
+// bundle holds it (the create server's, when the constructor gave up
+// waiting), then finds its work done instead of redoing it.
+func TestModifyLocksBundle(t *testing.T) {
+	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
+	before := c.configJSON()
+	lock, err := unix.Open(c.bundle, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(lock, unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, stderr, err := c.runtime("create", "--bundle", c.bundle, c.id)
+		if err != nil {
+			err = fmt.Errorf("%v: %s", err, stderr)
+		}
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("the create did not wait for the bundle's lock (%v)", err)
+	default:
+	}
+	if string(c.configJSON()) != string(before) {
+		t.Errorf("config.json changed while another modify held the bundle")
+	}
+	unix.Close(lock)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.runtime("delete", "--force", c.id)
+	if string(c.configJSON()) == string(before) {
+		t.Errorf("the create did not inject anything once the lock was free")
+	}
+}
