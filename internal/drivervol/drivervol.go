@@ -156,6 +156,25 @@ func (s Store) Set(key string) Store {
 	return Store{Dir: filepath.Join(s.dir(), SetsDir, key)}
 }
 
+// Subset is inv's programs and libraries whose host paths are among
+// hostPaths: what a set's tree holds.
+func Subset(inv *driver.Inventory, hostPaths []string) *driver.Inventory {
+	want := make(map[string]bool, len(hostPaths))
+	for _, p := range hostPaths {
+		want[p] = true
+	}
+	keep := func(fs []driver.File) []driver.File {
+		var out []driver.File
+		for _, f := range fs {
+			if want[f.HostPath] {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	return &driver.Inventory{Root: inv.Root, Version: inv.Version, Binaries: keep(inv.Binaries), Libraries: keep(inv.Libraries)}
+}
+
 // EnsureSet returns the tree of inv's driver version that holds exactly the
 // programs and libraries of inv whose host paths are among hostPaths (with
 // their SONAME links, as a full tree has them), building it when there is
@@ -180,22 +199,9 @@ func (s Store) EnsureSet(inv *driver.Inventory, hostPaths []string) (*Tree, erro
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	want := make(map[string]bool, len(hostPaths))
-	for _, p := range hostPaths {
-		want[p] = true
-	}
-	keep := func(fs []driver.File) []driver.File {
-		var out []driver.File
-		for _, f := range fs {
-			if want[f.HostPath] {
-				out = append(out, f)
-			}
-		}
-		return out
-	}
-	sub := &driver.Inventory{Root: inv.Root, Version: inv.Version, Binaries: keep(inv.Binaries), Libraries: keep(inv.Libraries)}
+	sub := Subset(inv, hostPaths)
 	if len(sub.Binaries)+len(sub.Libraries) == 0 {
-		return nil, fmt.Errorf("none of the %d files asked for is a program or library of the driver %s under %s", len(want), inv.Version, inv.Root)
+		return nil, fmt.Errorf("none of the %d files asked for is a program or library of the driver %s under %s", len(hostPaths), inv.Version, inv.Root)
 	}
 	from := ""
 	if st, err := os.Lstat(s.Path(inv.Version)); err == nil && st.IsDir() {

@@ -162,7 +162,7 @@ func loadTree(cfg config.Config, inv *driver.Inventory, files []string) (*treeCa
 	if c == nil {
 		c = &want
 		c.Path, c.Links = t.Path, treeLinks(t.Path)
-		c.Files, c.Stamps = treeFiles(t, only(inv, files))
+		c.Files, c.Stamps = treeFiles(t, drivervol.Subset(inv, files))
 		if len(c.Files) == 0 {
 			return nil, fmt.Errorf("the driver tree %s holds none of the driver's files", t.Path)
 		}
@@ -174,24 +174,6 @@ func loadTree(cfg config.Config, inv *driver.Inventory, files []string) (*treeCa
 		_ = writeTreeCache(cachePath, c)
 	}
 	return c, nil
-}
-
-// only is inv's programs and libraries whose host paths are among files.
-func only(inv *driver.Inventory, files []string) *driver.Inventory {
-	in := make(map[string]bool, len(files))
-	for _, f := range files {
-		in[f] = true
-	}
-	keep := func(fs []driver.File) []driver.File {
-		var out []driver.File
-		for _, f := range fs {
-			if in[f.HostPath] {
-				out = append(out, f)
-			}
-		}
-		return out
-	}
-	return &driver.Inventory{Root: inv.Root, Version: inv.Version, Binaries: keep(inv.Binaries), Libraries: keep(inv.Libraries)}
 }
 
 // readVerified returns the map kept beside the tree when it matches want,

@@ -95,27 +95,49 @@ func testHostileImageLinks(t *testing.T) {
 		{"/etc/ld.so.cache links to a host file", func(r string) {
 			os.Symlink(hostCache, filepath.Join(r, "etc/ld.so.cache"))
 		}},
+		// The tree layout replaces a driver library the image carries
+		// in its library folder by a link into the tree: never through
+		// the image's link.
+		{"the image's libcuda.so.1 links to a host file", func(r string) {
+			os.Symlink(filepath.Join(hostLib, "libcuda.so.1"), filepath.Join(r, libDir, "libcuda.so.1"))
+		}},
+		{"the image's libcuda.so.1 links upwards to a host file", func(r string) {
+			os.Symlink("../../../../../../.."+filepath.Join(hostLib, "libcuda.so.1"), filepath.Join(r, libDir, "libcuda.so.1"))
+		}},
 	}
+	// Each case in-process and through the create server, which makes
+	// the same changes from another process.
+	sock, _, _ := startServer(t, need(t).runtime)
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			before := snapshot(t, host)
-			c := newContainer(t, opts{
-				env:    []string{"NVIDIA_VISIBLE_DEVICES=0"},
-				args:   []string{"probe"},
-				mutate: tc.mutate,
-			})
-			out, stderr, err := c.run()
-			sameSnapshot(t, host, before, snapshot(t, host))
-			// Either outcome is safe: the link resolved inside the image
-			// and the container works, or (a link to a directory the
-			// image lacks) the create is refused with one line naming it.
-			switch {
-			case err == nil && strings.HasPrefix(out, "cuda="):
-			case err != nil && strings.Contains(stderr, "missing in the root") && strings.Count(strings.TrimSpace(stderr), "\n") == 0:
-			default:
-				t.Errorf("want a working libcuda or a clear refusal: %v\n%s\n%s", err, out, stderr)
+		for _, server := range []string{"", sock} {
+			name := tc.name
+			if server != "" {
+				name += " (create server)"
 			}
-		})
+			t.Run(name, func(t *testing.T) {
+				before := snapshot(t, host)
+				c := newContainer(t, opts{
+					env:    []string{"NVIDIA_VISIBLE_DEVICES=0"},
+					args:   []string{"probe"},
+					mutate: tc.mutate,
+				})
+				c.server = server
+				out, stderr, err := c.run()
+				sameSnapshot(t, host, before, snapshot(t, host))
+				// Either outcome is safe: the link resolved inside the image
+				// and the container works, or (a link to a directory the
+				// image lacks) the create is refused with one line naming it.
+				switch {
+				case err == nil && strings.HasPrefix(out, "cuda="):
+				case err != nil && strings.Contains(stderr, "missing in the root") && strings.Count(strings.TrimSpace(stderr), "\n") == 0:
+				default:
+					t.Errorf("want a working libcuda or a clear refusal: %v\n%s\n%s", err, out, stderr)
+				}
+				if server != "" && err == nil && !servedBy(t, c) {
+					t.Errorf("the create server did not make this create")
+				}
+			})
+		}
 	}
 }
 

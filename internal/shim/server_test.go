@@ -236,15 +236,8 @@ func TestCreateServerUpgrade(t *testing.T) {
 	if servedBy(t, c) {
 		t.Errorf("the server served a caller of the new build")
 	}
-	for i := 0; ; i++ {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", srv.Process.Pid))
-		if err != nil || bytes.Contains(b, []byte(") Z ")) {
-			break
-		}
-		if i == 200 {
-			t.Fatalf("the server still runs after its file was replaced and a caller of the new build came")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !exited(srv.Process.Pid) {
+		t.Fatalf("the server still runs after its file was replaced and a caller of the new build came")
 	}
 	if b, _ := os.ReadFile(out); !strings.Contains(string(b), "file was replaced") {
 		t.Errorf("the server's output does not say why it stopped:\n%s", b)
