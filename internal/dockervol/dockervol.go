@@ -8,15 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/drivervol"
+	"github.com/gantry-gpu/gantry/internal/unixsock"
 )
 
 // Names Docker and the original's users know.
@@ -290,33 +289,9 @@ func (s *Server) capabilities(request) any {
 // (0700, as Docker's own) when missing. A socket left by a plugin that is
 // gone is replaced; one that answers is not.
 func Listen(dir string) (net.Listener, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating the plugin directory %s: %w", dir, err)
-	}
 	p := filepath.Join(dir, SocketName)
-	if st, err := os.Lstat(p); err == nil {
-		if st.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%s exists and is not a socket: remove it", p)
-		}
-		if c, err := net.DialTimeout("unix", p, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("%s: another plugin is serving there (stop it first)", p)
-		}
-		if err := os.Remove(p); err != nil {
-			return nil, fmt.Errorf("removing the stale socket %s: %w", p, err)
-		}
-	}
-	// The socket is made with mode 0600 (umask 0177 around bind), so no
-	// other user can connect between its creation and the chmod below; the
-	// process's umask is a process-wide setting, restored at once.
-	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", p)
-	syscall.Umask(old)
+	ln, err := unixsock.Listen(p, 0o700, "plugin")
 	if err != nil {
-		return nil, fmt.Errorf("listening on %s: %w", p, err)
-	}
-	if err := os.Chmod(p, 0o600); err != nil {
-		ln.Close()
 		return nil, err
 	}
 	return ln, nil

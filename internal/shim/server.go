@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/inject"
+	"github.com/gantry-gpu/gantry/internal/unixsock"
 )
 
 // The create server (gantry-runtime --create-server) makes the GPU
@@ -409,24 +410,5 @@ func serverListener(sock string) (*net.UnixListener, error) {
 		}
 		return ul, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
-		return nil, err
-	}
-	if st, err := os.Lstat(sock); err == nil {
-		if st.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("%s exists and is not a socket: remove it or give another --socket", sock)
-		}
-		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("a server already listens on %s", sock)
-		}
-		_ = os.Remove(sock)
-	}
-	old := syscall.Umask(0o177)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	syscall.Umask(old)
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
+	return unixsock.Listen(sock, 0o755, "create server")
 }
