@@ -105,7 +105,7 @@ gpu-e2e: build bundlesplit build-device-plugin
 	@# libglvnd's EGL and the Vulkan loader for check l's image, for GPU hosts without them
 	@mkdir -p $(BIN)/gfxlibs; for l in libEGL.so.1 libGLdispatch.so.0 libvulkan.so.1; do \
 	  p=$$(/sbin/ldconfig -p | awk -v n=$$l '$$1 == n && /x86-64/ {print $$NF; exit}'); \
-	  [ -n "$$p" ] && cp -L "$$p" $(BIN)/gfxlibs/$$l || echo "note: no $$l here (apt-get install libegl1 libvulkan1): check l may skip"; done
+	  [ -n "$$p" ] && cp -L "$$p" $(BIN)/gfxlibs/$$l || echo "note: no $$l here (scripts/deps.sh --test installs libegl1 and libvulkan1): check l may skip"; done
 	gcc -O2 -Wall -shared -fPIC -o $(BIN)/e2e-preload.so scripts/e2e-preload.c
 	gcc -O2 -Wall -o $(BIN)/nvmlrss bench/nvmlrss.c -ldl
 	@[ -n "$(RUNC_BIN)" ] || { echo "runc not found: apt-get install runc (or make gpu-e2e RUNC_BIN=/path/to/runc)"; exit 1; }

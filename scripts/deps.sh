@@ -42,6 +42,10 @@ if $tests; then
   # built with libseccomp by scripts/build-runc.sh
   command -v crun >/dev/null || optional+=(crun)
   [ -e /usr/include/seccomp.h ] || optional+=(libseccomp-dev)
+  # make gpu-e2e: libglvnd's EGL and the Vulkan loader for check l's image
+  # (bin/gfxlibs), for GPU hosts that lack them
+  /sbin/ldconfig -p 2>/dev/null | grep -q 'libEGL.so.1 ' || optional+=(libegl1)
+  /sbin/ldconfig -p 2>/dev/null | grep -q 'libvulkan.so.1 ' || optional+=(libvulkan1)
   # test/cluster: the pods' network (bridge, host-local, loopback CNI plugins)
   [ -x /usr/lib/cni/bridge ] || optional+=(containernetworking-plugins)
 fi
