@@ -18,6 +18,8 @@
 #                 server running (gantry-runtime --create-server, started by this
 #                 script on a socket of its own), with --server; every other
 #                 variant is given a socket that does not exist
+#   hook-server   hook-tree's bundle (Docker's --gpus path, default layout) with
+#                 the hook's work done by the create server, with --server
 #   hook-all      plain runc with Gantry's prestart hook (Docker's --gpus path),
 #                 NVIDIA_VISIBLE_DEVICES=all; hook-tree the same in the tree layout (--tree)
 #   runc-tree     plain runc on the bundle gantry-tree produced (with --tree)
@@ -97,9 +99,10 @@ fi
 # (nvidia-container-runtime-hook: the same binary as the runtime) in config.json.
 HOOK=$WORK/nvidia-container-runtime-hook
 ln -sf "$(readlink "$GANTRY_RUNTIME")" "$HOOK"
-# add_hook DIR CONFIG: the prestart hook Docker adds, with CONFIG as its GANTRY_CONFIG.
+# add_hook DIR CONFIG [SOCKET]: the prestart hook Docker adds, with CONFIG as its
+# GANTRY_CONFIG and SOCKET as its create server (default: none).
 add_hook() {
-  local hooks="\"hooks\": {\"prestart\": [{\"path\": \"$HOOK\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"GANTRY_CONFIG=$2\"]}]},"
+  local hooks="\"hooks\": {\"prestart\": [{\"path\": \"$HOOK\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"GANTRY_CONFIG=$2\", \"GANTRY_RUNTIME_SOCKET=${3:-$GANTRY_RUNTIME_SOCKET}\"]}]},"
   HOOKS=$hooks awk '{ print } /"ociVersion"/ && !done { print ENVIRON["HOOKS"]; done = 1 }' "$1/config.json" >"$1/config.json.new" &&
     mv "$1/config.json.new" "$1/config.json"
 }
@@ -134,6 +137,12 @@ if [ -n "$server" ]; then
   [ -S "$WORK/runtime.sock" ] || die "the create server did not start: $(cat "$WORK/server.log")"
   variants+=(server-all server-tree)
   RT[server-all]=$GANTRY_RUNTIME RT[server-tree]=$GANTRY_RUNTIME
+  # hook-server: Docker's --gpus path (plain runc and the prestart hook) in the
+  # default layout, the hook's work done by the create server.
+  variants+=(hook-server)
+  RT[hook-server]=$RUNC
+  make_bundle "$WORK/tpl-hook-server" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+  add_hook "$WORK/tpl-hook-server" "$TREE_CFG" "$WORK/runtime.sock"
   SOCK[server-all]=$WORK/runtime.sock SOCK[server-tree]=$WORK/runtime.sock
   CFG[server-tree]=$TREE_CFG
   make_bundle "$WORK/tpl-server-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
@@ -206,7 +215,9 @@ grep -q '"/dev/nvidia' "$WORK/b-gantry-all/config.json" ||
   die "gantry-all: config.json has no /dev/nvidia device: gantry-runtime did not add the GPUs"
 if [ -n "$server" ]; then
   n_served=$(grep -c '"server":true' "$WORK/gantry.log")
-  [ "$n_served" -ge 6 ] || die "server-*: $n_served of 6 warm-up creates were made by the create server (see $WORK/server.log)"
+  [ "$n_served" -ge 9 ] || die "server-*, hook-server: $n_served of 9 warm-up creates were made by the create server (see $WORK/server.log)"
+  [ "$(grep '"server":true' "$WORK/gantry.log" | grep -c '"front-end":"gantry-hook"')" -ge 3 ] ||
+    die "hook-server: the create server did not do the hook's work (see $WORK/server.log and $WORK/gantry.log)"
   grep -q '"/usr/local/nvidia"' "$WORK/b-server-tree/config.json" || die "server-tree: the tree layout was not used"
 fi
 # runc-gpu: plain runc on the bundle exactly as gantry-runtime left it (edited
@@ -311,6 +322,8 @@ if [ -n "$server" ]; then
     awk -v v=$v -v a="$(median "$WORK/$v.total")" -v r="$(median "$WORK/runc.total")" -v c="$(median "$WORK/$v.create")" -v rc="$(median "$WORK/runc.create")" \
       'BEGIN { printf "%s - runc: %+.1f ms median lifecycle (%+.1f ms of it in create)\n", v, a - r, c - rc }'
   done
+  awk -v a="$(median "$WORK/hook-server.total")" -v r="$(median "$WORK/runc.total")" \
+    'BEGIN { printf "hook-server - runc (--gpus path, tree layout, create server): %+.1f ms median lifecycle\n", a - r }'
   [ -z "$tree" ] || awk -v a="$(median "$WORK/server-tree.total")" -v r="$(median "$WORK/runc-tree.total")" \
     'BEGIN { printf "server-tree - runc-tree (Gantry alone, tree layout, create server): %+.1f ms median lifecycle\n", a - r }'
 fi

@@ -41,35 +41,53 @@ func ReadStateSpec(r io.Reader) (st specs.State, spec *specs.Spec, rootPath stri
 	if err != nil {
 		return st, nil, "", err
 	}
-	if len(strings.TrimSpace(string(b))) == 0 {
-		return st, nil, "", ErrNoState
+	if st, err = ParseState(b); err != nil {
+		return st, nil, "", err
 	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return st, nil, "", fmt.Errorf("parsing the container state on stdin: %w (want the OCI state JSON the runtime gives hooks)", err)
-	}
-	if st.Bundle == "" {
-		return st, nil, "", fmt.Errorf("the container state on stdin (id %q) has no bundle: %w", st.ID, ErrNoState)
-	}
-	if !filepath.IsAbs(st.Bundle) {
-		return st, nil, "", fmt.Errorf("the container state on stdin has a relative bundle path %q; runtimes give an absolute one", st.Bundle)
-	}
-	cfgPath := ocibundle.SpecPath(st.Bundle)
 	cb, err := ocibundle.ReadSpec(st.Bundle)
 	if err != nil {
 		return st, nil, "", err
 	}
 	spec = &specs.Spec{}
 	if err := json.Unmarshal(cb, spec); err != nil {
-		return st, nil, "", fmt.Errorf("parsing the bundle's %s: %w", cfgPath, err)
+		return st, nil, "", fmt.Errorf("parsing the bundle's %s: %w", ocibundle.SpecPath(st.Bundle), err)
 	}
-	if spec.Root == nil || spec.Root.Path == "" {
-		return st, nil, "", fmt.Errorf("the bundle's %s has no root.path: cannot find the container's root filesystem", cfgPath)
+	var root string
+	if spec.Root != nil {
+		root = spec.Root.Path
 	}
-	rootPath = spec.Root.Path
-	if !filepath.IsAbs(rootPath) {
-		rootPath = filepath.Join(st.Bundle, rootPath)
+	rootPath, err = RootPath(st.Bundle, root)
+	return st, spec, rootPath, err
+}
+
+// ParseState parses the OCI state a runtime wrote to a hook's stdin (raw,
+// all of it) and checks that it names a bundle by an absolute path.
+func ParseState(raw []byte) (st specs.State, err error) {
+	if len(strings.TrimSpace(string(raw))) == 0 {
+		return st, ErrNoState
 	}
-	return st, spec, filepath.Clean(rootPath), nil
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return st, fmt.Errorf("parsing the container state on stdin: %w (want the OCI state JSON the runtime gives hooks)", err)
+	}
+	if st.Bundle == "" {
+		return st, fmt.Errorf("the container state on stdin (id %q) has no bundle: %w", st.ID, ErrNoState)
+	}
+	if !filepath.IsAbs(st.Bundle) {
+		return st, fmt.Errorf("the container state on stdin has a relative bundle path %q; runtimes give an absolute one", st.Bundle)
+	}
+	return st, nil
+}
+
+// RootPath is the host path of the container's root filesystem: root
+// (the bundle's root.path) taken relative to the bundle unless absolute.
+func RootPath(bundle, root string) (string, error) {
+	if root == "" {
+		return "", fmt.Errorf("the bundle's %s has no root.path: cannot find the container's root filesystem", ocibundle.SpecPath(bundle))
+	}
+	if !filepath.IsAbs(root) {
+		root = filepath.Join(bundle, root)
+	}
+	return filepath.Clean(root), nil
 }
 
 // OpenRoot reads the state from r (see ReadState) and opens the container's

@@ -45,6 +45,7 @@ func TestConstants(t *testing.T) {
 		"server socket":   {c.ServerSocket, shim.DefaultServerSocket},
 		"server env":      {c.ServerSocketEnv, shim.ServerSocketEnv},
 		"server flag":     {c.ServerFlag, shim.ServerFlag},
+		"hook protocol":   {c.HookMagic, shim.HookProtocol},
 	} {
 		if pair[0] != pair[1] {
 			t.Errorf("%s: fastpath.c has %q, Go %q", name, pair[0], pair[1])
@@ -52,6 +53,12 @@ func TestConstants(t *testing.T) {
 	}
 	if c.MaxSpecSize != ocibundle.MaxSpecSize {
 		t.Errorf("fastpath.c reads config.json up to %d bytes, ocibundle.MaxSpecSize is %d", c.MaxSpecSize, ocibundle.MaxSpecSize)
+	}
+	if c.MaxHookState != shim.MaxHookState {
+		t.Errorf("fastpath.c sends a hook's state up to %d bytes, shim.MaxHookState is %d", c.MaxHookState, shim.MaxHookState)
+	}
+	if c.MaxStateSize != ocibundle.MaxStateSize {
+		t.Errorf("fastpath.c gives a hook's Go code %d bytes of state at most, ocibundle.MaxStateSize is %d", c.MaxStateSize, ocibundle.MaxStateSize)
 	}
 	if want := []string{"gantry-runtime", "nvidia-container-runtime"}; !slices.Equal(c.RuntimeNames, want) {
 		t.Errorf("runtime names %q, want %q", c.RuntimeNames, want)

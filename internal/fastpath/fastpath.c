@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -35,6 +36,9 @@ const char gantry_server_magic[] = "gantry-create/1";              // shim.Serve
 const char gantry_server_socket[] = "/run/gantry/runtime.sock";   // shim.DefaultServerSocket
 const char gantry_server_socket_env[] = "GANTRY_RUNTIME_SOCKET";  // shim.ServerSocketEnv
 const char gantry_server_flag[] = "--create-server";               // shim.ServerFlag
+const char gantry_hook_magic[] = "gantry-hook/1";                  // shim.HookProtocol
+const long long gantry_max_hook_state = 32 << 10;                 // shim.MaxHookState
+const long long gantry_max_state_size = 1 << 20;                  // ocibundle.MaxStateSize
 
 // Text in config.json without which no container asks for a GPU under a
 // configuration of neutral keys only: the variables a request is read from
@@ -331,21 +335,35 @@ static int create_bundle(int argc, char **argv, int at, char *out, size_t size, 
 	return 1;
 }
 
-// server_create asks the create server (shim/server.go) to make this
-// create's GPU changes: 1 when it answered that it did, so the low-level
-// runtime can run now; 0 (no server, any doubt, any error) leaves the
-// create to Go in-process, as without a server. The request: the protocol,
-// this executable's identity, the configuration file Go would read, the
-// bundle and container ID as given and the constructor's start time,
-// NUL-separated, with the bundle directory open (O_PATH) beside it.
-static int server_create(const char *bundle, const char *id) {
+// server_connect connects to the create server, with its timeouts set: the
+// socket, or -1.
+static int server_connect(void) {
 	const char *sock = getenv(gantry_server_socket_env);
 	if (!sock || !*sock) sock = gantry_server_socket;
 	struct sockaddr_un addr;
 	memset(&addr, 0, sizeof addr);
 	addr.sun_family = AF_UNIX;
-	if (strlen(sock) >= sizeof addr.sun_path) return 0;
+	if (strlen(sock) >= sizeof addr.sun_path) return -1;
 	strcpy(addr.sun_path, sock);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0) return -1;
+	if (connect(s, (struct sockaddr *)&addr, sizeof addr) != 0) {
+		close(s);
+		return -1;
+	}
+	// A server that stops answering costs 15 s, then Go does the work
+	// (the first create of a new driver version may build its tree, a
+	// copy of a few hundred MB across filesystems: well under that).
+	struct timeval tv = {.tv_sec = 15};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	return s;
+}
+
+// server_header writes the fields every request starts with into msg: the
+// protocol, this executable's identity and the configuration file Go would
+// read (and whether it was named): its length, or 0 to leave the work to Go.
+static int server_header(char *msg, size_t size, const char *magic) {
 	struct stat self;
 	if (stat("/proc/self/exe", &self) != 0) return 0;
 	const char *cfg = getenv(gantry_config_env);
@@ -354,46 +372,130 @@ static int server_create(const char *bundle, const char *id) {
 	// A relative path is Go's to resolve against this process's directory,
 	// which the server does not share.
 	if (cfg[0] != '/') return 0;
-	static char msg[4 * 4096];
-	int n = snprintf(msg, sizeof msg, "%s%c%llu:%llu:%lld:%lld.%09ld%c%s%c%d%c%s%c%s%c%lld%c",
-	                 gantry_server_magic, 0, (unsigned long long)self.st_dev, (unsigned long long)self.st_ino,
-	                 (long long)self.st_size, (long long)self.st_mtim.tv_sec, (long)self.st_mtim.tv_nsec, 0,
-	                 cfg, 0, explicit, 0, bundle, 0, id, 0, gantry_start_ns, 0);
-	if (n <= 0 || n >= (int)sizeof msg) return 0;
-	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (s < 0) return 0;
-	int done = 0, dir = -1;
-	if (connect(s, (struct sockaddr *)&addr, sizeof addr) != 0) goto out;
-	dir = open(bundle, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (dir < 0) goto out;
-	// A server that stops answering costs 15 s, then Go does the work
-	// (the first create of a new driver version may build its tree, a
-	// copy of a few hundred MB across filesystems: well under that).
-	struct timeval tv = {.tv_sec = 15};
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-	struct iovec iov = {.iov_base = msg, .iov_len = (size_t)n};
+	int n = snprintf(msg, size, "%s%c%llu:%llu:%lld:%lld.%09ld%c%s%c%d%c", magic, 0, (unsigned long long)self.st_dev,
+	                 (unsigned long long)self.st_ino, (long long)self.st_size, (long long)self.st_mtim.tv_sec,
+	                 (long)self.st_mtim.tv_nsec, 0, cfg, 0, explicit, 0);
+	return n > 0 && n < (int)size ? n : 0;
+}
+
+// server_ask sends msg (with fd beside it, unless -1) on s and reads the
+// one-byte answer: 1 when it is "done".
+static int server_ask(int s, const char *msg, size_t n, int fd) {
+	struct iovec iov = {.iov_base = (void *)msg, .iov_len = n};
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
 	memset(&ctl, 0, sizeof ctl);
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &dir, sizeof(int));
-	if (sendmsg(s, &mh, MSG_NOSIGNAL) != n) goto out;
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (fd >= 0) {
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof ctl.buf;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	if (sendmsg(s, &mh, MSG_NOSIGNAL) != (ssize_t)n) return 0;
 	char answer;
 	ssize_t got;
 	do got = read(s, &answer, 1);
 	while (got < 0 && errno == EINTR);
-	done = got == 1 && answer == 'Y';
-out:
-	if (dir >= 0) close(dir);
+	return got == 1 && answer == 'Y';
+}
+
+// server_create asks the create server (shim/server.go) to make this
+// create's GPU changes: 1 when it answered that it did, so the low-level
+// runtime can run now; 0 (no server, any doubt, any error) leaves the
+// create to Go in-process, as without a server. The request: the header,
+// the bundle and container ID as given and the constructor's start time,
+// NUL-separated, with the bundle directory open (O_PATH) beside it.
+static int server_create(const char *bundle, const char *id) {
+	static char msg[4 * 4096];
+	int n = server_header(msg, sizeof msg, gantry_server_magic);
+	if (!n) return 0;
+	int m = snprintf(msg + n, sizeof msg - n, "%s%c%s%c%lld%c", bundle, 0, id, 0, gantry_start_ns, 0);
+	if (m <= 0 || m >= (int)sizeof msg - n) return 0;
+	int s = server_connect();
+	if (s < 0) return 0;
+	int done = 0;
+	int dir = open(bundle, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dir >= 0) {
+		done = server_ask(s, msg, n + m, dir);
+		close(dir);
+	}
 	close(s);
 	return done;
+}
+
+// hook_by_server: the prestart hook (Docker's --gpus path) done by the
+// create server. It reads the OCI state from stdin and sends it, after the
+// header and the constructor's start time; when the server answers that
+// it did the work, the hook exits 0 here. Otherwise (no server, any
+// doubt) the hook's Go code runs as without a server, and reads from
+// stdin exactly what was there: what this read, then the rest of it (up
+// to what Go reads at most), in a memory file put on fd 0.
+static void hook_by_server(void) {
+	int fl = fcntl(0, F_GETFL);
+	if (fl < 0 || (fl & O_NONBLOCK) || (fl & O_ACCMODE) == O_WRONLY) return;
+	// Where stdin goes back for Go: made first, so that nothing is
+	// read that could not be given back.
+	int mem = memfd_create("gantry-hook-state", MFD_CLOEXEC);
+	if (mem < 0) return;
+	static char msg[4 * 4096 + (32 << 10) + 1];
+	int n = server_header(msg, sizeof msg, gantry_hook_magic);
+	if (n) {
+		int m = snprintf(msg + n, sizeof msg - n, "%lld%c", gantry_start_ns, 0);
+		n = m > 0 && m < (int)sizeof msg - n ? n + m : 0;
+	}
+	char *state = msg + n;
+	// One byte more than a state the server takes, to tell a larger one.
+	size_t room = sizeof msg - n;
+	if (room > (size_t)gantry_max_hook_state + 1) room = gantry_max_hook_state + 1;
+	size_t got = 0;
+	ssize_t r = 1;
+	while (got < room && (r = read(0, state + got, room - got)) != 0) {
+		if (r < 0) {
+			if (errno == EINTR) continue;
+			break;
+		}
+		got += r;
+	}
+	if (n && r == 0 && got > 0 && got <= (size_t)gantry_max_hook_state && !memchr(state, 0, got)) {
+		int s = server_connect();
+		if (s >= 0) {
+			int done = server_ask(s, msg, n + got, -1);
+			close(s);
+			if (done) _exit(0);
+		}
+	}
+	// Give Go its stdin back: what was read, then the rest (Go reads
+	// at most gantry_max_state_size + 1 bytes and refuses more).
+	size_t total;
+	int ok = 1;
+	for (size_t off = 0; off < got;) {
+		ssize_t w = write(mem, state + off, got - off);
+		if (w < 0 && errno == EINTR) continue;
+		if (w <= 0) { ok = 0; break; }
+		off += w;
+	}
+	total = got;
+	while (ok && r != 0 && total <= (size_t)gantry_max_state_size) {
+		char buf[8192];
+		r = read(0, buf, sizeof buf);
+		if (r < 0 && errno == EINTR) continue;
+		if (r <= 0) break;
+		for (ssize_t off = 0; off < r;) {
+			ssize_t w = write(mem, buf + off, r - off);
+			if (w < 0 && errno == EINTR) continue;
+			if (w <= 0) { ok = 0; break; }
+			off += w;
+		}
+		total += r;
+	}
+	if (lseek(mem, 0, SEEK_SET) == 0) dup2(mem, 0);
+	close(mem);
 }
 
 // spec_has_no_request: 1 when config.json (a regular file of at most
@@ -459,6 +561,13 @@ int gantry_restore_affinity(void) {
 __attribute__((constructor)) static void gantry_runtime_fastpath(int argc, char **argv, char **envp) {
 	gantry_start_ns = gantry_now_ns();
 	if (argc >= 1 && argv && argv[0] && is_name(gantry_hook_names, argv[0])) {
+		// Docker's --gpus line (nvidia-container-runtime-hook prestart),
+		// and hooks.d's: the create server may do it. Any other line, or
+		// no server, is Go's.
+		const char *e = getenv(gantry_no_fastpath_env);
+		if (argc == 2 && (strcmp(argv[1], "prestart") == 0 || strcmp(argv[1], "createRuntime") == 0) &&
+		    !(e && *e && strcmp(e, "0") != 0))
+			hook_by_server();
 		// The prestart hook is all Go and starts no program: one CPU
 		// for its few milliseconds, and nothing to restore.
 		narrow_affinity();

@@ -76,8 +76,8 @@ type Constants struct {
 	ConfigEnv, ConfigDefault, DefaultPath      string
 	NoFastPathEnv                              string
 	ServerMagic, ServerSocket, ServerSocketEnv string
-	ServerFlag                                 string
-	MaxSpecSize                                int64
+	ServerFlag, HookMagic                      string
+	MaxSpecSize, MaxHookState, MaxStateSize    int64
 }
 
 // CConstants returns fastpath.c's constants.
@@ -99,5 +99,8 @@ func CConstants() Constants {
 		ServerSocket:     C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_socket))),
 		ServerSocketEnv:  C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_socket_env))),
 		ServerFlag:       C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_flag))),
+		HookMagic:        C.GoString((*C.char)(unsafe.Pointer(&C.gantry_hook_magic))),
+		MaxHookState:     int64(C.gantry_max_hook_state),
+		MaxStateSize:     int64(C.gantry_max_state_size),
 	}
 }

@@ -35,4 +35,6 @@ extern const char *const gantry_create_value_flags[];
 extern const char gantry_config_env[], gantry_config_default[], gantry_default_path[], gantry_no_fastpath_env[];
 extern const long long gantry_max_spec_size;
 extern const char gantry_server_magic[], gantry_server_socket[], gantry_server_socket_env[], gantry_server_flag[];
+extern const char gantry_hook_magic[];
+extern const long long gantry_max_hook_state, gantry_max_state_size;
 #endif

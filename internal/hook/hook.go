@@ -24,17 +24,16 @@
 package hook
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
+	"os"
 	"strconv"
 	"strings"
 
-	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/containerhook"
@@ -76,6 +75,11 @@ libraries to the container's ld.so.cache. A container that asks for nothing is
 not touched. Any error (an unknown device, an unmet NVIDIA_REQUIRE_CUDA) is one
 line on stderr and exit code 1, and the runtime does not start the container.
 Every other PHASE (poststart, poststop, ...) does nothing and exits 0.
+
+With gantry-runtime's create server running (gantry-runtime --create-server,
+socket $GANTRY_RUNTIME_SOCKET or /run/gantry/runtime.sock), a plain
+"prestart" line is done by the server, the same work without starting Go;
+anything it cannot serve runs here as without it.
 
 Configuration: /etc/gantry/config.toml, or the file in $GANTRY_CONFIG or
 --config (gpus, driver-root, dev-root, runtime.*; see gantry config default).
@@ -132,7 +136,18 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 		// cgroup go away with the container.
 		return 0
 	}
-	rec, cfg, err := prestart(stdin, *cfgPath, *noCgroups)
+	raw, err := ocibundle.ReadAtMost(stdin, ocibundle.MaxStateSize, "the container state on stdin")
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry-hook: %s\n", oneLine(err.Error()))
+		return 1
+	}
+	cfg, _, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry-hook: %s\n", oneLine(err.Error()))
+		return 1
+	}
+	rec := inject.NewRecord(inject.FrontEndHook, "", "")
+	err = Prestart(raw, cfg, os.Getpid(), *noCgroups || cfg.Runtime.NoCgroups, rec)
 	// runtime.log-file gets the line the runtime writes, with the same
 	// keys: the engines swallow a hook's stderr when it succeeds.
 	rec.Log(cfg, err)
@@ -143,82 +158,95 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 	return 0
 }
 
-// prestart gives the container the state on stdin names what its
-// config.json asks for. The record (never nil) and the configuration are
-// for the log line; an error before the configuration is read leaves no
-// line.
-func prestart(stdin io.Reader, cfgPath string, noCgroups bool) (*inject.Record, config.Config, error) {
-	rec := inject.NewRecord(inject.FrontEndHook, "", "")
-	var cfg config.Config
-	raw, err := ocibundle.ReadAtMost(stdin, ocibundle.MaxStateSize, "the container state on stdin")
+// Prestart gives the container the state raw names (the OCI state on the
+// hook's stdin, all of it) what its config.json asks for, under cfg, and
+// adds what it did to rec. hookPID is the hook's process: this one, or the
+// create server's caller (shim's server runs Prestart for gantry-hook's C
+// constructor); the container's init must be a child of its parent (the
+// runtime), see verifyContainer.
+func Prestart(raw []byte, cfg config.Config, hookPID int, noCgroups bool, rec *inject.Record) error {
+	st, err := containerhook.ParseState(raw)
 	if err != nil {
-		return rec, cfg, err
-	}
-	var st ocispecs.State
-	if err := json.Unmarshal(raw, &st); err != nil || st.Bundle == "" {
-		return rec, cfg, containerhook.ErrNoState
+		return err
 	}
 	rec.Container = st.ID
 	if st.Pid <= 0 {
-		return rec, cfg, fmt.Errorf("container %s: the state on stdin has no pid (run this hook as prestart or createRuntime, when the container process exists)", st.ID)
-	}
-	// The bundle's config.json, read once, and the root filesystem's path.
-	_, spec, root, err := containerhook.ReadStateSpec(bytes.NewReader(raw))
-	if err != nil {
-		return rec, cfg, err
+		return fmt.Errorf("container %s: the state on stdin has no pid (run this hook as prestart or createRuntime, when the container process exists)", st.ID)
 	}
 	rec.Bundle = st.Bundle
-	if cfg, _, err = config.Load(cfgPath); err != nil {
-		return rec, config.Config{}, err
+	// One prestart of a container at a time: the create server's and the
+	// in-process one after the constructor gave up waiting for it.
+	if lock, err := unix.Open(st.Bundle, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+		defer unix.Close(lock)
+		for unix.Flock(lock, unix.LOCK_EX) == unix.EINTR {
+		}
+	}
+	// The bundle's config.json, read once, and only the fields a request
+	// and the root filesystem's path need.
+	cb, err := ocibundle.ReadSpec(st.Bundle)
+	if err != nil {
+		return err
+	}
+	var spec inject.SpecFields
+	if err := json.Unmarshal(cb, &spec); err != nil {
+		return fmt.Errorf("parsing the bundle's %s: %w", ocibundle.SpecPath(st.Bundle), err)
+	}
+	root, err := containerhook.RootPath(st.Bundle, spec.RootPath())
+	if err != nil {
+		return err
 	}
 	if v, done := inject.Already(spec.Annotations); done {
 		// gantry-runtime injected the GPUs into the spec already.
 		rec.Notes = append(rec.Notes, inject.AlreadyNote(v))
-		return rec, cfg, nil
+		return nil
 	}
-	req, err := inject.ReadRequest(spec, cfg, rec)
+	full := spec.Spec()
+	req, err := inject.ReadRequest(full, cfg, rec)
 	if err != nil {
-		return rec, cfg, err
+		return err
 	}
 	rec.Phase("request")
 	// CDI names are the engine's to inject (it resolved them before runc
 	// ran); this hook serves the env and mount requests only.
 	if req.Devices.Mode == request.Void {
-		return rec, cfg, nil
+		return nil
 	}
-	plan, err := inject.Prepare(cfg, req, inject.Options{ForwardCompat: true, SpecMounts: inject.MountPaths(spec)}, rec)
+	plan, err := inject.Prepare(cfg, req, inject.Options{ForwardCompat: true, SpecMounts: inject.MountPaths(full)}, rec)
 	if err != nil {
-		return rec, cfg, err
+		return err
 	}
 	if plan.Edits.Empty() {
-		return rec, cfg, nil
+		return nil
 	}
 
-	proc, err := verifyContainer(st.Pid, st.ID, root)
+	proc, err := verifyContainer(st.Pid, st.ID, root, hookPID)
 	if err != nil {
-		return rec, cfg, err
+		return err
 	}
 	defer proc.close()
-	if err := nsmount.Apply(st.Pid, root, plan.Edits, nsmount.Options{NoCgroups: noCgroups || cfg.Runtime.NoCgroups}); err != nil {
-		return rec, cfg, err
+	if err := nsmount.Apply(st.Pid, root, plan.Edits, nsmount.Options{NoCgroups: noCgroups}); err != nil {
+		return err
 	}
 	rec.Phase("namespace")
 	// The root filesystem as the container's mount namespace shows it,
 	// where the new mounts are visible.
 	err = plan.FinishRootfs(func() (*rootfs.Root, error) {
-		r, err := rootfs.Open("/proc/" + strconv.Itoa(st.Pid) + "/root" + filepath.Clean(root))
+		r, err := rootfs.Open("/proc/" + strconv.Itoa(st.Pid) + "/root" + root)
 		if err != nil {
 			return nil, fmt.Errorf("opening the container's root filesystem: %w", err)
 		}
+		// runc pivots into it next and the runtime writes the files
+		// again at every create: no fsync in the hot path.
+		r.SkipSync()
 		return r, nil
 	}, nil)
 	if err != nil {
-		return rec, cfg, err
+		return err
 	}
 	rec.Phase("rootfs")
 	// The pid named the verified process throughout only if it is still
 	// alive now; otherwise fail the container (runc then removes it).
-	return rec, cfg, proc.alive()
+	return proc.alive()
 }
 
 func oneLine(s string) string {

@@ -23,7 +23,9 @@ import (
 //   - its parent is the hook's parent (or grandparent, for a hook behind a
 //     wrapper): runc and crun run prestart hooks from the same process that
 //     created the container's init, and no other process's parent is that
-//     runtime process;
+//     runtime process. The hook is this process, or the create server's
+//     caller when the server does the work (hookPID), which is blocked
+//     waiting for the answer meanwhile;
 //   - the container's root filesystem, as the state's bundle names it, is the
 //     very directory (device and inode) that the process sees at that path.
 //
@@ -34,22 +36,23 @@ type verified struct {
 	pidfd int
 }
 
-func verifyContainer(pid int, id, rootPath string) (*verified, error) {
+func verifyContainer(pid int, id, rootPath string, hookPID int) (*verified, error) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		return nil, fmt.Errorf("container %s: process %d from the state on stdin: %w", id, pid, err)
 	}
 	v := &verified{pid: pid, pidfd: fd}
-	if err := v.check(id, rootPath); err != nil {
+	if err := v.check(id, rootPath, hookPID); err != nil {
 		v.close()
 		return nil, fmt.Errorf("container %s: refusing to act on process %d, which the state on stdin names: %w", id, pid, err)
 	}
 	return v, nil
 }
 
-func (v *verified) check(id, rootPath string) error {
+func (v *verified) check(id, rootPath string, hookPID int) error {
 	proc := "/proc/" + strconv.Itoa(v.pid)
-	same, err := sameInode(proc+"/ns/mnt", "/proc/self/ns/mnt")
+	hook := "/proc/" + strconv.Itoa(hookPID)
+	same, err := sameInode(proc+"/ns/mnt", hook+"/ns/mnt")
 	if err != nil {
 		return err
 	}
@@ -60,7 +63,10 @@ func (v *verified) check(id, rootPath string) error {
 	if err != nil {
 		return err
 	}
-	self := os.Getppid()
+	self, err := parentOf(hookPID)
+	if err != nil {
+		return fmt.Errorf("the hook's process %d: %w", hookPID, err)
+	}
 	grand, _ := parentOf(self)
 	if ppid != self && (grand <= 1 || ppid != grand) {
 		return fmt.Errorf("its parent is process %d, not the runtime that runs this hook (process %d): it is not the init of the container being created", ppid, self)

@@ -53,7 +53,7 @@ func modify(rec *inject.Record, bundle string, cfg config.Config, rootDir string
 	}
 	// The request needs four fields; decoding only them keeps the common
 	// case, a container without GPUs, cheap.
-	var peek requestFields
+	var peek inject.SpecFields
 	if err := json.Unmarshal(raw, &peek); err != nil {
 		return fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
 	}
@@ -63,7 +63,7 @@ func modify(rec *inject.Record, bundle string, cfg config.Config, rootDir string
 		rec.Notes = append(rec.Notes, inject.AlreadyNote(v))
 		return nil
 	}
-	req, err := inject.ReadRequest(peek.spec(), cfg, rec)
+	req, err := inject.ReadRequest(peek.Spec(), cfg, rec)
 	if err != nil {
 		return err
 	}
@@ -79,15 +79,15 @@ func modify(rec *inject.Record, bundle string, cfg config.Config, rootDir string
 	if err != nil {
 		return fmt.Errorf("%s: not an OCI runtime spec: %w", specPath, err)
 	}
-	plan, err := inject.Prepare(cfg, req, inject.Options{CDI: true, ForwardCompat: true, SpecMounts: inject.MountPaths(peek.spec())}, rec)
+	plan, err := inject.Prepare(cfg, req, inject.Options{CDI: true, ForwardCompat: true, SpecMounts: inject.MountPaths(peek.Spec())}, rec)
 	if err != nil {
 		return err
 	}
 	err = plan.FinishRootfs(func() (*rootfs.Root, error) {
-		if peek.Root == nil || peek.Root.Path == "" {
+		rootPath := peek.RootPath()
+		if rootPath == "" {
 			return nil, errors.New("config.json has no root.path: cannot add the driver libraries to the container's loader cache")
 		}
-		rootPath := peek.Root.Path
 		if !filepath.IsAbs(rootPath) {
 			rootPath = filepath.Join(bundle, rootPath)
 		} else if rootDir != "" {
@@ -140,33 +140,6 @@ func fullSpec(raw []byte, plan *inject.Plan) ([]byte, error) {
 		return json.Marshal(&spec)
 	}
 	return mergeJSON(raw, &spec)
-}
-
-// requestFields are the parts of config.json a request is read from, and
-// the root filesystem's path.
-type requestFields struct {
-	Root *struct {
-		Path string `json:"path"`
-	} `json:"root"`
-	Process *struct {
-		Env          []string `json:"env"`
-		Capabilities *struct {
-			Bounding []string `json:"bounding"`
-		} `json:"capabilities"`
-	} `json:"process"`
-	Mounts      []ocispecs.Mount  `json:"mounts"`
-	Annotations map[string]string `json:"annotations"`
-}
-
-func (f *requestFields) spec() *ocispecs.Spec {
-	s := &ocispecs.Spec{Mounts: f.Mounts, Annotations: f.Annotations}
-	if f.Process != nil {
-		s.Process = &ocispecs.Process{Env: f.Process.Env}
-		if f.Process.Capabilities != nil {
-			s.Process.Capabilities = &ocispecs.LinuxCapabilities{Bounding: f.Process.Capabilities.Bounding}
-		}
-	}
-	return s
 }
 
 // mergeJSON serialises spec over the original config.json so that fields

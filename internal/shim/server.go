@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/unixsock"
 )
@@ -37,9 +39,21 @@ import (
 // very executable (the same build decides the same way). Absolute root
 // paths are taken below the caller's root (/proc/PID/root).
 
-// ServerProtocol opens every request; fastpath.c's gantry_server_magic
-// holds the same text (constants_test.go).
+// ServerProtocol opens every create request and ping; fastpath.c's
+// gantry_server_magic holds the same text (constants_test.go).
 const ServerProtocol = "gantry-create/1"
+
+// HookProtocol opens a prestart hook's request (fastpath.c's
+// gantry_hook_magic): Docker's --gpus path, where the C constructor of
+// gantry-hook (nvidia-container-runtime-hook) sends the OCI state it read
+// from stdin, and the server does what the hook's Go code would (package
+// hook's Prestart) for the hook's process.
+const HookProtocol = "gantry-hook/1"
+
+// MaxHookState bounds the OCI state the constructor sends (fastpath.c's
+// gantry_max_hook_state): a state is a few hundred bytes, and one message
+// of this size arrives whole; a larger one is left to the hook's Go code.
+const MaxHookState = 32 << 10
 
 // DefaultServerSocket is where gantry-runtime looks for the create server,
 // unless ServerSocketEnv names another socket (fastpath.c has both).
@@ -74,6 +88,30 @@ func parseRequest(b []byte) (serverRequest, error) {
 		return serverRequest{}, errors.New("malformed " + ServerProtocol + " request")
 	}
 	return serverRequest{exe: f[1], configPath: f[2], explicit: f[3] == "1", bundle: f[4], container: f[5], startNS: start}, nil
+}
+
+// hookRequest is one prestart hook as the constructor sends it: the
+// protocol, the caller's executable identity, the configuration path,
+// whether it was explicit, the constructor's start time and the OCI state
+// (JSON, which holds no NUL), NUL-separated.
+type hookRequest struct {
+	exe        string
+	configPath string
+	explicit   bool
+	startNS    int64
+	state      []byte
+}
+
+func parseHookRequest(b []byte) (hookRequest, error) {
+	f := strings.SplitN(string(b), "\x00", 6)
+	if len(f) != 6 || f[0] != HookProtocol {
+		return hookRequest{}, errors.New("not a " + HookProtocol + " request")
+	}
+	start, err := strconv.ParseInt(f[4], 10, 64)
+	if err != nil || (f[3] != "0" && f[3] != "1") || f[1] == "" || (f[2] != "" && !filepath.IsAbs(f[2])) || f[5] == "" {
+		return hookRequest{}, errors.New("malformed " + HookProtocol + " request")
+	}
+	return hookRequest{exe: f[1], configPath: f[2], explicit: f[3] == "1", startNS: start, state: []byte(f[5])}, nil
 }
 
 // ping reports whether r is a health probe (PingServer): no bundle and no
@@ -168,7 +206,7 @@ func (s *Server) handle(c *net.UnixConn) {
 	if !ok {
 		return
 	}
-	buf := make([]byte, maxRequest)
+	buf := make([]byte, maxRequest+MaxHookState)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
@@ -187,6 +225,14 @@ func (s *Server) handle(c *net.UnixConn) {
 				}
 			}
 		}
+	}
+	if bytes.HasPrefix(buf[:n], []byte(HookProtocol+"\x00")) {
+		if fd >= 0 {
+			unix.Close(fd)
+		} else if s.hook(pid, buf[:n]) {
+			answer = answerDone
+		}
+		return
 	}
 	if fd < 0 {
 		// Without a bundle directory only a ping is answered, with
@@ -231,12 +277,7 @@ func (s *Server) handle(c *net.UnixConn) {
 	}
 	rec := inject.NewRecord(inject.FrontEndRuntime, req.container, logged)
 	rec.Server = true
-	if req.startNS > 0 {
-		var ts unix.Timespec
-		if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
-			rec.StartupMS = float64(ts.Nano()-req.startNS) / 1e6
-		}
-	}
+	rec.StartupMS = sinceNS(req.startNS)
 	if err := modify(rec, bundle, cfg, fmt.Sprintf("/proc/%d/root", pid)); err != nil {
 		// Refusals and failures go back to the in-process path, which
 		// meets the same error and reports it as always (and logs it).
@@ -244,6 +285,54 @@ func (s *Server) handle(c *net.UnixConn) {
 	}
 	rec.Log(cfg, nil)
 	answer = answerDone
+}
+
+// hook runs a prestart hook's request from pid (checked by peer): true
+// when done, false to have the caller do it in-process (which then meets
+// any error again and reports it). Besides the create's checks (the
+// caller runs this very file), the caller must see the server's root
+// directory as its own: the state's bundle and root.path are host paths as
+// the caller resolves them, and package hook's checks compare the
+// container's root with them.
+func (s *Server) hook(pid int, b []byte) bool {
+	req, err := parseHookRequest(b)
+	if err != nil {
+		fmt.Fprintf(s.log, "gantry-runtime create server: %v\n", err)
+		return false
+	}
+	if s.sameBuild(serverRequest{exe: req.exe}) != answerDone {
+		return false
+	}
+	proc := "/proc/" + strconv.Itoa(pid)
+	if id, err := exeIdentity(proc + "/exe"); err != nil || id != s.exe {
+		return false
+	}
+	var theirs, ours unix.Stat_t
+	if unix.Stat(proc+"/root", &theirs) != nil || unix.Stat("/", &ours) != nil || theirs.Dev != ours.Dev || theirs.Ino != ours.Ino {
+		return false
+	}
+	cfg, err := s.config(req.configPath, req.explicit)
+	if err != nil {
+		return false
+	}
+	rec := inject.NewRecord(inject.FrontEndHook, "", "")
+	rec.Server = true
+	rec.StartupMS = sinceNS(req.startNS)
+	if err := hook.Prestart(req.state, cfg, pid, cfg.Runtime.NoCgroups, rec); err != nil {
+		return false
+	}
+	rec.Log(cfg, nil)
+	return true
+}
+
+// sinceNS is the time since the caller's constructor started (a
+// CLOCK_MONOTONIC reading), in ms; 0 when unknown.
+func sinceNS(start int64) float64 {
+	var ts unix.Timespec
+	if start <= 0 || unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return 0
+	}
+	return float64(ts.Nano()-start) / 1e6
 }
 
 // sameBuild answers answerDone when req's caller runs this very
