@@ -38,6 +38,11 @@
 #   k  `nvidia-container-cli info` through gantry-runtime, which links no NVML (a static
 #      binary) and asks `gantry gpus-json`, the gantry beside it, for NVML's GPUs:
 #      the host's GPU UUIDs, each with a brand and an architecture (NVML's fields)
+#   l  graphics: a graphics,compute,utility container's own EGL (libglvnd) and Vulkan
+#      loader find NVIDIA's driver (GPU hosts; bin/gfx-check)
+#   m  the create server (gantry-runtime --create-server on a socket of this run): a
+#      gantry-runtime create it makes (m1) and Docker's --gpus prestart hook whose work it
+#      does (m2), each GPU 0 as in a, each logged with "server":true
 # In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
@@ -59,7 +64,9 @@ WORK=$(mktemp -d /tmp/gantry-e2e.XXXXXX)
 DRIVER_LAYOUT=${DRIVER_LAYOUT:-tree}
 # shellcheck source=scripts/lib/bundle.sh
 . "$REPO/scripts/lib/bundle.sh"
+SERVER_PID=
 finish() {
+  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null
   cleanup_containers
   if [ $keep = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
@@ -474,6 +481,49 @@ else
     FAIL "l: EGL or Vulkan did not find NVIDIA's driver in a graphics container"
     show "$WORK/l.out"
   fi
+fi
+echo "== m: the create server (gantry-runtime --create-server): a create, and Docker's --gpus hook"
+# The server makes the changes for gantry-runtime's create and does the
+# prestart hook's work; each must be logged as the server's ("server":true)
+# and give the container GPU 0 as in a and g.
+SOCK=$WORK/runtime.sock
+"$GANTRY_RUNTIME" --create-server --socket "$SOCK" >"$WORK/m.server.log" 2>&1 &
+SERVER_PID=$!
+for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
+if [ ! -S "$SOCK" ]; then
+  FAIL "m: the create server did not start"
+  show "$WORK/m.server.log"
+else
+  b=$WORK/b-m1
+  make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 -- /bin/sh -c "$probe"
+  if GANTRY_RUNTIME_SOCKET=$SOCK run_container "$GANTRY_RUNTIME" e2e-m1 "$b" "$WORK/m1.out"; then
+    if grep '"container":"e2e-m1"' "$WORK/gantry.log" | grep -q '"server":true'; then
+      check_gpus "m1 (create by the server, NVIDIA_VISIBLE_DEVICES=0)" "$WORK/m1.out" 0
+    else
+      FAIL "m1: the create was not made by the server (no \"server\":true record for e2e-m1)"
+      show "$WORK/m.server.log"
+    fi
+  else
+    FAIL "m1: gantry-runtime with the create server could not run the container"
+    show "$WORK/m1.out"
+  fi
+  b=$WORK/b-m2
+  make_bundle "$b" NVIDIA_VISIBLE_DEVICES=0 -- /bin/sh -c "$probe"
+  HOOKS="\"hooks\": {\"prestart\": [{\"path\": \"$HOOK\", \"args\": [\"nvidia-container-runtime-hook\", \"prestart\"], \"env\": [\"GANTRY_CONFIG=$GANTRY_CONFIG\", \"GANTRY_RUNTIME_SOCKET=$SOCK\"]}]},"
+  HOOKS=$HOOKS awk '{ print } /"ociVersion"/ && !done { print ENVIRON["HOOKS"]; done = 1 }' "$b/config.json" >"$b/config.json.new" && mv "$b/config.json.new" "$b/config.json"
+  if run_container "$RUNC" e2e-m2 "$b" "$WORK/m2.out"; then
+    if grep '"container":"e2e-m2"' "$WORK/gantry.log" | grep '"front-end":"gantry-hook"' | grep -q '"server":true'; then
+      check_gpus "m2 (prestart hook by the server, NVIDIA_VISIBLE_DEVICES=0)" "$WORK/m2.out" 0
+    else
+      FAIL "m2: the hook's work was not done by the server (no \"server\":true hook record for e2e-m2)"
+      show "$WORK/m.server.log"
+    fi
+  else
+    FAIL "m2: plain runc with the prestart hook and the create server failed"
+    show "$WORK/m2.out"
+  fi
+  kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
+  SERVER_PID=
 fi
 echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"
 if [ $fail -gt 0 ] && [ -s "$WORK/gantry.log" ]; then
