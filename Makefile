@@ -153,8 +153,13 @@ install: build build-device-plugin
 # The create server's units (deployments/systemd), in systemd's unit
 # directory under PREFIX (/usr/lib/systemd/system, /usr/local/lib/...),
 # ExecStart naming the gantry-runtime make install puts in $(PREFIX)/bin.
-# Nothing is enabled; the command that does it is printed.
+# On a host that runs systemd, installing into a unit directory systemd
+# reads (no DESTDIR), the socket is enabled and started: the first GPU
+# container's create starts the server, and each GPU create and --gpus hook
+# after it starts no Go program. CREATE_SERVER=0 installs the units only;
+# otherwise the command that enables them is printed.
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+CREATE_SERVER ?= 1
 install-systemd:
 	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR)
 	install -m 0644 deployments/systemd/gantry-runtime-server.socket $(DESTDIR)$(SYSTEMD_UNIT_DIR)/gantry-runtime-server.socket
@@ -162,7 +167,14 @@ install-systemd:
 	  > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/.gantry-runtime-server.service.tmp
 	chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/.gantry-runtime-server.service.tmp
 	mv -f $(DESTDIR)$(SYSTEMD_UNIT_DIR)/.gantry-runtime-server.service.tmp $(DESTDIR)$(SYSTEMD_UNIT_DIR)/gantry-runtime-server.service
-	@echo "create server units in $(SYSTEMD_UNIT_DIR), not enabled; to run it: systemctl daemon-reload && systemctl enable --now gantry-runtime-server.socket"
+	@if [ "$(CREATE_SERVER)" = 1 ] && [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ] && command -v systemctl >/dev/null && \
+	    case "$$(realpath -m $(SYSTEMD_UNIT_DIR))" in /usr/lib/systemd/system|/lib/systemd/system|/usr/local/lib/systemd/system|/etc/systemd/system) true ;; *) false ;; esac; then \
+	  systemctl daemon-reload && systemctl enable --now gantry-runtime-server.socket && \
+	  systemctl try-restart gantry-runtime-server.service && \
+	  echo "create server socket enabled and started (systemctl disable --now gantry-runtime-server.socket gantry-runtime-server.service stops it)"; \
+	else \
+	  echo "create server units in $(SYSTEMD_UNIT_DIR), not enabled; to run it: systemctl daemon-reload && systemctl enable --now gantry-runtime-server.socket"; \
+	fi
 
 # A live single-node Kubernetes cluster (v1.37.2, containerd 2.4.2) with Gantry
 # installed as a cluster admin installs it, on simulated GPUs where there is

@@ -40,7 +40,8 @@ func unitKeys(t *testing.T, path string) map[string]string {
 
 // TestSystemdUnits: make install installs the create server's units
 // (deployments/systemd) in systemd's unit directory under PREFIX, enabling
-// nothing and printing the command that does; the service runs the
+// nothing where that is no directory systemd reads (or with CREATE_SERVER=0,
+// or where systemd does not run) and printing the command that does; the service runs the
 // gantry-runtime make install installs, as root in the host's mount
 // namespace (the server serves only callers in its own), on the socket
 // gantry-runtime looks for; and systemd-analyze verify accepts them where
