@@ -202,10 +202,19 @@ func (s *Server) handle(c *net.UnixConn) {
 	var extra string // a ping's answer: this server's identity after it
 	defer func() { _, _ = c.Write(append([]byte{answer}, extra...)) }()
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	pid, ok := s.peer(c)
+	pid, pidfd, ok := s.peer(c)
 	if !ok {
 		return
 	}
+	defer unix.Close(pidfd)
+	// The caller's /proc files name the caller only while it lives (a
+	// pid is reused after it dies): the answer stands only if it is
+	// still alive once everything that read them is done.
+	defer func() {
+		if answer == answerDone && unix.PidfdSendSignal(pidfd, 0, nil, 0) != nil {
+			answer = answerSelf
+		}
+	}()
 	buf := make([]byte, maxRequest+MaxHookState)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
@@ -371,27 +380,46 @@ func (s *Server) ownFileReplaced() bool {
 }
 
 // peer is the caller's PID when the caller may be served: root (the
-// server's own user), in the server's mount namespace.
-func (s *Server) peer(c *net.UnixConn) (int, bool) {
+// server's own user), in the server's mount namespace; and a pidfd that
+// holds the caller's process (SO_PEERPIDFD, Linux 6.5, else pidfd_open
+// right after the credentials were read), for handle's check that the pid
+// still named the caller when the work was done.
+func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return 0, false
+		return 0, -1, false
 	}
 	var cred *unix.Ucred
 	var cerr error
+	pidfd := -1
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if p, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
+			pidfd = p
+		}
 	}); err != nil || cerr != nil || cred == nil {
-		return 0, false
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		return 0, -1, false
 	}
-	if int(cred.Uid) != s.uid || cred.Pid <= 0 {
-		return 0, false
+	if pidfd < 0 && cred.Pid > 0 {
+		if p, err := unix.PidfdOpen(int(cred.Pid), 0); err == nil {
+			pidfd = p
+		}
 	}
-	ns, err := os.Readlink("/proc/" + strconv.Itoa(int(cred.Pid)) + "/ns/mnt")
-	if err != nil || ns != s.mntNS {
-		return 0, false
+	ok := pidfd >= 0 && int(cred.Uid) == s.uid && cred.Pid > 0
+	if ok {
+		ns, err := os.Readlink("/proc/" + strconv.Itoa(int(cred.Pid)) + "/ns/mnt")
+		ok = err == nil && ns == s.mntNS
 	}
-	return int(cred.Pid), true
+	if !ok {
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		return 0, -1, false
+	}
+	return int(cred.Pid), pidfd, true
 }
 
 // config loads the configuration at path, again only when the file
