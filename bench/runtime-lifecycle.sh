@@ -3,7 +3,7 @@
 # wait for exit, delete of a trivial container (/bin/true), the sequence an
 # engine drives, timed end to end from this script.
 #
-#   bench/runtime-lifecycle.sh [--sim] [--runs N] [--cpus LIST] [--split] [--trace] [--tree] [--server]
+#   bench/runtime-lifecycle.sh [--sim] [--runs N] [--cpus LIST] [--split] [--trace] [--no-server]
 #   (root; bin/ from `make gpu-e2e`)
 #
 # Variants, interleaved round by round (order rotated each round, after 3 untimed
@@ -13,16 +13,17 @@
 #   gantry-all    gantry-runtime, NVIDIA_VISIBLE_DEVICES=all, runtime.driver-layout = "files"
 #                 (a mount per driver file, NVIDIA's layout)
 #   gantry-tree   gantry-runtime, NVIDIA_VISIBLE_DEVICES=all, runtime.driver-layout = "tree"
-#                 (the default: the driver as one mount of its tree), with --tree
+#                 (the default: the driver as one mount of its tree)
 #   server-all, server-tree  gantry-all and gantry-tree with gantry-runtime's create
 #                 server running (gantry-runtime --create-server, started by this
-#                 script on a socket of its own), with --server; every other
+#                 script on a socket of its own; make install enables it on a systemd
+#                 host); --no-server leaves out the server variants; every other
 #                 variant is given a socket that does not exist
 #   hook-server   hook-tree's bundle (Docker's --gpus path, default layout) with
-#                 the hook's work done by the create server, with --server
+#                 the hook's work done by the create server
 #   hook-all      plain runc with Gantry's prestart hook (Docker's --gpus path),
-#                 NVIDIA_VISIBLE_DEVICES=all; hook-tree the same in the tree layout (--tree)
-#   runc-tree     plain runc on the bundle gantry-tree produced (with --tree)
+#                 NVIDIA_VISIBLE_DEVICES=all; hook-tree the same in the tree layout
+#   runc-tree     plain runc on the bundle gantry-tree produced
 #   runc-gpu      plain runc on the bundle gantry-all produced (the GPU container's
 #                 mounts and nodes without Gantry): gantry-all - runc-gpu is Gantry's own cost
 #   nvidia-all    NVIDIA's runtime, NVIDIA_VISIBLE_DEVICES=all, when NVIDIA_RUNTIME=PATH
@@ -49,7 +50,7 @@
 # COMPARE_RUNTIME (another gantry-runtime build: variant compare-all, all GPUs).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-runs=${RUNS:-30} sim= cpus= split= trace= tree= server=
+runs=${RUNS:-30} sim= cpus= split= trace= tree=--tree server=--server
 while [ $# -gt 0 ]; do
   case $1 in
     --sim) sim=--sim ;;
@@ -57,16 +58,17 @@ while [ $# -gt 0 ]; do
     --trace) trace=--trace ;;
     --tree) tree=--tree ;;
     --server) server=--server ;;
+    --no-server) server= ;;
     --cpus) cpus=${2:?--cpus needs a CPU list, e.g. 2-3}; shift ;;
     --runs) runs=${2:?--runs needs a number}; shift ;;
     -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) echo "unknown argument $1 (use --sim, --runs N, --cpus LIST, --split, --trace, --tree, --server)" >&2; exit 2 ;;
+    *) echo "unknown argument $1 (use --sim, --runs N, --cpus LIST, --split, --trace, --no-server)" >&2; exit 2 ;;
   esac
   shift
 done
 if [ -n "$cpus" ] && [ -z "${GANTRY_BENCH_PINNED:-}" ]; then
   command -v taskset >/dev/null || { echo "--cpus needs taskset (util-linux)" >&2; exit 2; }
-  GANTRY_BENCH_PINNED=$cpus exec taskset -c "$cpus" "$0" $sim $split $trace $tree $server --runs "$runs" --cpus "$cpus"
+  GANTRY_BENCH_PINNED=$cpus exec taskset -c "$cpus" "$0" $sim $split $trace ${server:---no-server} --runs "$runs" --cpus "$cpus"
 fi
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "--runs $runs: need a positive number" >&2; exit 2; }
 [[ ${EPOCHREALTIME:-} =~ ^[0-9]+[.,][0-9]{6}$ ]] || { echo "bash 5 or newer needed (EPOCHREALTIME)" >&2; exit 2; }
@@ -344,3 +346,11 @@ if [ -s "$WORK/gantry.log" ]; then
       "$(median "$WORK/sstartup.ms" | tr -d ' ')" "$(median "$WORK/stook.ms" | tr -d ' ')"
   fi
 fi
+# The goal, for the default configuration (driver tree layout), with and
+# without the create server: a GPU container's lifecycle within 5 ms of plain
+# runc's, through gantry-runtime and through Docker's --gpus hook.
+echo "== goal: a GPU container's lifecycle within 5 ms of plain runc's (medians of this run)"
+for v in gantry-tree hook-tree ${server:+server-tree hook-server}; do
+  awk -v v=$v -v a="$(median "$WORK/$v.total")" -v r="$(median "$WORK/runc.total")" \
+    'BEGIN { d = a - r; printf "%-12s %+5.1f ms  %s\n", v, d, (d <= 5 ? "within 5 ms" : "over 5 ms") }'
+done
