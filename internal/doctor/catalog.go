@@ -203,7 +203,7 @@ var Checks = []CheckDef{
 		Name:     CheckHook,
 		Summary:  "nvidia-container-runtime-hook is on dockerd's PATH (docker --gpus)",
 		run:      (*env).hook,
-		Verifies: "`nvidia-container-runtime-hook` is on dockerd's `PATH`, read from `/proc/PID/environ` of the running `dockerd` (systemd's default service `PATH` when none runs), not doctor's: `docker run --gpus` makes dockerd look it up there; skipped when Docker is not installed. When the hook is missing but Docker's `--runtime nvidia` path works (docker config passes), only `--gpus` is unavailable: INFO, not a failure.",
+		Verifies: "`nvidia-container-runtime-hook` is on dockerd's `PATH`, read from `/proc/PID/environ` of the running `dockerd` (systemd's default service `PATH` when none runs), not doctor's: `docker run --gpus` makes dockerd look it up there; skipped when Docker is not installed. When the hook is missing but Docker's `--runtime nvidia` path works (docker config passes), only `--gpus` is unavailable: INFO, not a failure. When the hook is Gantry's, the PASS line says what the create server is for it, as the engine checks do for a runtime: the server does the hook's work for callers of its build.",
 		Failures: []FailureDoc{
 			{"the hook is installed (on doctor's `PATH`) but not on dockerd's: `docker run --gpus` fails with \"could not select device driver\" (a hook installed nowhere means `--gpus` is not set up: INFO)",
 				fixHookPath},

@@ -213,3 +213,24 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestHookCreateServerNote: when the hook on dockerd's PATH is Gantry's,
+// its PASS line says what the create server is for it (the server does the
+// hook's work for callers of its build), as the engine checks do.
+func TestHookCreateServerNote(t *testing.T) {
+	rt := realRuntime(t)
+	h := newHost(t)
+	dir := filepath.Join(h.dir, "hookbin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(rt, filepath.Join(dir, "nvidia-container-runtime-hook")); err != nil {
+		t.Fatal(err)
+	}
+	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "PATH="+dir+"\x00")
+	sock := filepath.Join(t.TempDir(), "runtime.sock")
+	h.opts.RuntimeSocket = sock
+	expect(t, Run(h.opts), CheckHook, Pass, []string{"create server not running (" + sock + " does not exist)"}, "")
+	startCreateServer(t, rt, sock)
+	expect(t, Run(h.opts), CheckHook, Pass, []string{"create server: same build, listening on " + sock}, "")
+}

@@ -316,7 +316,18 @@ func lookPathIn(file, path string) (string, bool) {
 func checkHook(opts Options, docker, runtimeOK bool) Check {
 	path, source := dockerdPATH(opts.Proc)
 	if p, ok := lookPathIn(hookName, path); ok {
-		return pass(CheckHook, "%s (on %s)", p, source)
+		evidence := fmt.Sprintf("%s (on %s)", p, source)
+		if gantryProgram(p) {
+			// Gantry's hook: the create server does its work too.
+			good, bad := createServerNotes(opts, []string{p})
+			for _, g := range good {
+				evidence += "; " + g
+			}
+			if len(bad) > 0 {
+				evidence += " (note: " + strings.Join(bad, "; ") + ")"
+			}
+		}
+		return pass(CheckHook, "%s", evidence)
 	}
 	if !docker {
 		return skip(CheckHook, "%s is not on PATH; only docker --gpus needs it and Docker is not installed", hookName)
