@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/gpu"
@@ -152,6 +154,10 @@ func IsExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
+// HelperTimeout bounds the NVML helper's answer: NVML's first start on a
+// host with many GPUs and persistence mode off takes seconds.
+const HelperTimeout = 60 * time.Second
+
 // viaHelper asks the gantry binary at path for the NVML GPUs of c.
 func viaHelper(path string, c config.Config, light bool) (*gpu.System, error) {
 	root := c.DriverRoot
@@ -176,11 +182,23 @@ func viaHelper(path string, c config.Config, light bool) (*gpu.System, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Pdeathsig fires when the thread that forked the helper ends, not
+	// the process: in a long-running caller (the create server, whose
+	// hook requests end their own locked threads) that thread must live
+	// until the helper is done, or the helper dies with it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("running %s %s (the gantry binary, which loads NVML for this one): %w; fix runtime.gantry-path or install gantry beside this program", path, HelperCommand, err)
 	}
+	// NVML on a wedged driver may never return: the helper gets
+	// HelperTimeout, then it is killed and the container fails with why.
+	timer := time.AfterFunc(HelperTimeout, func() { _ = cmd.Process.Kill() })
 	b, rerr := io.ReadAll(io.LimitReader(out, maxHelperReply))
 	werr := cmd.Wait()
+	if !timer.Stop() {
+		return nil, fmt.Errorf("%s %s (the gantry binary, which loads NVML for this one) gave no answer in %v and was killed: NVML did not return (see nvidia-smi and the kernel log)", path, HelperCommand, HelperTimeout)
+	}
 	var r helperReply
 	if rerr != nil || json.Unmarshal(b, &r) != nil || (r.GPUs == nil && r.Error == "") {
 		why := strings.TrimSpace(stderr.String())

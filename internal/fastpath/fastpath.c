@@ -347,16 +347,23 @@ static int server_connect(void) {
 	strcpy(addr.sun_path, sock);
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (s < 0) return -1;
-	if (connect(s, (struct sockaddr *)&addr, sizeof addr) != 0) {
+	// A server that accepts no more (stopped, frozen, its backlog full)
+	// costs 5 s: on a unix socket the send timeout bounds connect too.
+	struct timeval tv = {.tv_sec = 5};
+	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	struct ucred cred;
+	socklen_t len = sizeof cred;
+	if (connect(s, (struct sockaddr *)&addr, sizeof addr) != 0 ||
+	    getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != 0) {
+		// Only root's server is believed.
 		close(s);
 		return -1;
 	}
 	// A server that stops answering costs 15 s, then Go does the work
 	// (the first create of a new driver version may build its tree, a
 	// copy of a few hundred MB across filesystems: well under that).
-	struct timeval tv = {.tv_sec = 15};
+	tv.tv_sec = 15;
 	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 	return s;
 }
 
@@ -429,13 +436,38 @@ static int server_create(const char *bundle, const char *id) {
 	return done;
 }
 
+// fail_hook ends the hook as its Go code ends it on an error reading its
+// stdin: one line on stderr, exit 1 (the runtime then fails the container).
+static void fail_hook(const char *what, int err) {
+	char line[256];
+	int n = snprintf(line, sizeof line, "gantry-hook: %s: %s\n", what, strerror(err));
+	if (n > 0) {
+		ssize_t w = write(2, line, n < (int)sizeof line ? (size_t)n : sizeof line - 1);
+		(void)w;
+	}
+	_exit(1);
+}
+
+// write_all writes n bytes of buf to fd: 0, or an errno.
+static int write_all(int fd, const char *buf, size_t n) {
+	while (n > 0) {
+		ssize_t w = write(fd, buf, n);
+		if (w < 0 && errno == EINTR) continue;
+		if (w <= 0) return w < 0 ? errno : EIO;
+		buf += w;
+		n -= w;
+	}
+	return 0;
+}
+
 // hook_by_server: the prestart hook (Docker's --gpus path) done by the
 // create server. It reads the OCI state from stdin and sends it, after the
 // header and the constructor's start time; when the server answers that
 // it did the work, the hook exits 0 here. Otherwise (no server, any
 // doubt) the hook's Go code runs as without a server, and reads from
 // stdin exactly what was there: what this read, then the rest of it (up
-// to what Go reads at most), in a memory file put on fd 0.
+// to what Go reads at most), in a memory file put on fd 0. A read or
+// write that fails ends the hook here, with the error Go would report.
 static void hook_by_server(void) {
 	int fl = fcntl(0, F_GETFL);
 	if (fl < 0 || (fl & O_NONBLOCK) || (fl & O_ACCMODE) == O_WRONLY) return;
@@ -443,58 +475,50 @@ static void hook_by_server(void) {
 	// read that could not be given back.
 	int mem = memfd_create("gantry-hook-state", MFD_CLOEXEC);
 	if (mem < 0) return;
-	static char msg[4 * 4096 + (32 << 10) + 1];
+	// The header, the state and its closing NUL.
+	static char msg[4 * 4096 + (32 << 10) + 2];
 	int n = server_header(msg, sizeof msg, gantry_hook_magic);
 	if (n) {
 		int m = snprintf(msg + n, sizeof msg - n, "%lld%c", gantry_start_ns, 0);
 		n = m > 0 && m < (int)sizeof msg - n ? n + m : 0;
 	}
 	char *state = msg + n;
-	// One byte more than a state the server takes, to tell a larger one.
-	size_t room = sizeof msg - n;
+	// One byte more than a state the server takes, to tell a larger
+	// one, and room for the NUL after it.
+	size_t room = sizeof msg - n - 1;
 	if (room > (size_t)gantry_max_hook_state + 1) room = gantry_max_hook_state + 1;
 	size_t got = 0;
 	ssize_t r = 1;
 	while (got < room && (r = read(0, state + got, room - got)) != 0) {
 		if (r < 0) {
 			if (errno == EINTR) continue;
-			break;
+			fail_hook("reading the container state on stdin", errno);
 		}
 		got += r;
 	}
 	if (n && r == 0 && got > 0 && got <= (size_t)gantry_max_hook_state && !memchr(state, 0, got)) {
+		state[got] = 0;
 		int s = server_connect();
 		if (s >= 0) {
-			int done = server_ask(s, msg, n + got, -1);
+			int done = server_ask(s, msg, n + got + 1, -1);
 			close(s);
 			if (done) _exit(0);
 		}
 	}
 	// Give Go its stdin back: what was read, then the rest (Go reads
 	// at most gantry_max_state_size + 1 bytes and refuses more).
-	size_t total;
-	int ok = 1;
-	for (size_t off = 0; off < got;) {
-		ssize_t w = write(mem, state + off, got - off);
-		if (w < 0 && errno == EINTR) continue;
-		if (w <= 0) { ok = 0; break; }
-		off += w;
-	}
-	total = got;
-	while (ok && r != 0 && total <= (size_t)gantry_max_state_size) {
+	int err = write_all(mem, state, got);
+	size_t total = got;
+	while (!err && r != 0 && total <= (size_t)gantry_max_state_size) {
 		char buf[8192];
 		r = read(0, buf, sizeof buf);
 		if (r < 0 && errno == EINTR) continue;
-		if (r <= 0) break;
-		for (ssize_t off = 0; off < r;) {
-			ssize_t w = write(mem, buf + off, r - off);
-			if (w < 0 && errno == EINTR) continue;
-			if (w <= 0) { ok = 0; break; }
-			off += w;
-		}
+		if (r < 0) fail_hook("reading the container state on stdin", errno);
+		err = write_all(mem, buf, r);
 		total += r;
 	}
-	if (lseek(mem, 0, SEEK_SET) == 0) dup2(mem, 0);
+	if (err) fail_hook("keeping the container state for the hook", err);
+	if (lseek(mem, 0, SEEK_SET) != 0 || dup2(mem, 0) != 0) fail_hook("keeping the container state for the hook", errno);
 	close(mem);
 }
 

@@ -137,6 +137,11 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 		return 0
 	}
 	raw, err := ocibundle.ReadAtMost(stdin, ocibundle.MaxStateSize, "the container state on stdin")
+	if err == nil {
+		// A state that is none is said before the configuration is read,
+		// and leaves no log line.
+		_, err = containerhook.ParseState(raw)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gantry-hook: %s\n", oneLine(err.Error()))
 		return 1
@@ -147,7 +152,7 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 		return 1
 	}
 	rec := inject.NewRecord(inject.FrontEndHook, "", "")
-	err = Prestart(raw, cfg, os.Getpid(), *noCgroups || cfg.Runtime.NoCgroups, rec)
+	err = Prestart(raw, cfg, Caller{PID: os.Getpid()}, *noCgroups || cfg.Runtime.NoCgroups, rec)
 	// runtime.log-file gets the line the runtime writes, with the same
 	// keys: the engines swallow a hook's stderr when it succeeds.
 	rec.Log(cfg, err)
@@ -158,13 +163,22 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 	return 0
 }
 
+// Caller is the hook's process: this one, or the create server's caller
+// (shim's server runs Prestart for gantry-hook's C constructor).
+type Caller struct {
+	PID int
+	// Alive, when set, reports an error once PID no longer names the
+	// caller (it exited; the pid may be reused): checked after the
+	// container was verified against the caller's parent, before anything
+	// changes.
+	Alive func() error
+}
+
 // Prestart gives the container the state raw names (the OCI state on the
 // hook's stdin, all of it) what its config.json asks for, under cfg, and
-// adds what it did to rec. hookPID is the hook's process: this one, or the
-// create server's caller (shim's server runs Prestart for gantry-hook's C
-// constructor); the container's init must be a child of its parent (the
-// runtime), see verifyContainer.
-func Prestart(raw []byte, cfg config.Config, hookPID int, noCgroups bool, rec *inject.Record) error {
+// adds what it did to rec. The container's init must be a child of the
+// hook's parent (the runtime), see verifyContainer.
+func Prestart(raw []byte, cfg config.Config, hook Caller, noCgroups bool, rec *inject.Record) error {
 	st, err := containerhook.ParseState(raw)
 	if err != nil {
 		return err
@@ -175,11 +189,18 @@ func Prestart(raw []byte, cfg config.Config, hookPID int, noCgroups bool, rec *i
 	}
 	rec.Bundle = st.Bundle
 	// One prestart of a container at a time: the create server's and the
-	// in-process one after the constructor gave up waiting for it.
-	if lock, err := unix.Open(st.Bundle, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
-		defer unix.Close(lock)
-		for unix.Flock(lock, unix.LOCK_EX) == unix.EINTR {
-		}
+	// in-process one after the constructor gave up waiting for it. The
+	// second one finds the first one's mark and leaves the container as
+	// it is.
+	dir, unlock, err := ocibundle.Lock(st.Bundle, ocibundle.LockWait)
+	if err != nil {
+		return fmt.Errorf("container %s: %w", st.ID, err)
+	}
+	defer unlock()
+	mark := doneMark(st.Pid)
+	if mark != "" && marked(dir, mark) {
+		rec.Notes = append(rec.Notes, "the container was given its GPUs already (by the create server, after this hook stopped waiting for it): left as is")
+		return nil
 	}
 	// The bundle's config.json, read once, and only the fields a request
 	// and the root filesystem's path need.
@@ -219,11 +240,16 @@ func Prestart(raw []byte, cfg config.Config, hookPID int, noCgroups bool, rec *i
 		return nil
 	}
 
-	proc, err := verifyContainer(st.Pid, st.ID, root, hookPID)
+	proc, err := verifyContainer(st.Pid, st.ID, root, hook.PID)
 	if err != nil {
 		return err
 	}
 	defer proc.close()
+	if hook.Alive != nil {
+		if err := hook.Alive(); err != nil {
+			return fmt.Errorf("container %s: the hook's process %d: %w", st.ID, hook.PID, err)
+		}
+	}
 	if err := nsmount.Apply(st.Pid, root, plan.Edits, nsmount.Options{NoCgroups: noCgroups}); err != nil {
 		return err
 	}
@@ -246,7 +272,55 @@ func Prestart(raw []byte, cfg config.Config, hookPID int, noCgroups bool, rec *i
 	rec.Phase("rootfs")
 	// The pid named the verified process throughout only if it is still
 	// alive now; otherwise fail the container (runc then removes it).
-	return proc.alive()
+	if err := proc.alive(); err != nil {
+		return err
+	}
+	setMark(dir, mark)
+	return nil
+}
+
+// markPrefix names the file a finished prestart leaves in the bundle
+// directory, for a second prestart of the same container (see Prestart).
+const markPrefix = ".gantry-prestart-"
+
+// doneMark is the mark's name for the container whose init is pid: the
+// pid and its start time, so that a bundle directory an engine reuses for
+// the container's next start (Podman's) does not count as done; "" when
+// the process's start time cannot be read.
+func doneMark(pid int) string {
+	t, err := startTime(pid)
+	if err != nil {
+		return ""
+	}
+	return markPrefix + strconv.Itoa(pid) + "-" + strconv.FormatUint(t, 10)
+}
+
+func marked(dir int, mark string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(dir, mark, &st, unix.AT_SYMLINK_NOFOLLOW) == nil
+}
+
+// setMark leaves mark in the bundle directory and removes the marks of
+// earlier starts. A mark that cannot be made only costs a second prestart
+// its check.
+func setMark(dir int, mark string) {
+	if mark == "" {
+		return
+	}
+	if fd, err := unix.Openat(dir, mark, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600); err == nil {
+		unix.Close(fd)
+	}
+	d, err := os.Open("/proc/self/fd/" + strconv.Itoa(dir))
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	for _, n := range names {
+		if strings.HasPrefix(n, markPrefix) && n != mark {
+			_ = unix.Unlinkat(dir, n, 0)
+		}
+	}
 }
 
 func oneLine(s string) string {

@@ -103,21 +103,43 @@ func sameInode(a, b string) (bool, error) {
 	return sa.Dev == sb.Dev && sa.Ino == sb.Ino, nil
 }
 
-// parentOf reads pid's parent from /proc/PID/stat (field 4, after the
-// command name, which may hold spaces and parentheses).
+// parentOf reads pid's parent from /proc/PID/stat (field 4).
 func parentOf(pid int) (int, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, err
+	}
+	return strconv.Atoi(f[1])
+}
+
+// startTime reads pid's start time from /proc/PID/stat (field 22, in
+// clock ticks since boot): with the pid, it names one process for good.
+func startTime(pid int) (uint64, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// statFields are the fields of /proc/PID/stat after the command name
+// (which may hold spaces and parentheses): the state is the first.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 2 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
 	}
-	return strconv.Atoi(f[1])
+	return f, nil
 }

@@ -3,6 +3,7 @@
 package shim
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // hookBin is this tree's gantry under the name Docker's --gpus runs (a
@@ -209,5 +211,128 @@ func TestHookServerChecksCaller(t *testing.T) {
 	}
 	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err != nil {
 		t.Fatalf("the victim died: %v", err)
+	}
+}
+
+// TestHookServerRefusesRestrictedCallers: a root caller that could not do
+// the hook's work itself is not served: one stripped of its capabilities
+// (setpriv --bounding-set=-all), one in another cgroup namespace (the
+// container's cgroup would read differently). Its hook runs in-process,
+// with whatever that can do; the server logs no work for it.
+func TestHookServerRefusesRestrictedCallers(t *testing.T) {
+	f := need(t)
+	sock, _, out := startServer(t, f.runtime)
+	for _, tc := range []struct {
+		name string
+		wrap []string
+		why  string
+	}{
+		{"no capabilities", []string{"setpriv", "--bounding-set=-all", "--inh-caps=-all"}, "capabilities"},
+		{"cgroup namespace", []string{"unshare", "-C"}, "cgroup namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wrapper, err := exec.LookPath(tc.wrap[0])
+			if err != nil {
+				t.Skipf("%s: %v", tc.wrap[0], err)
+			}
+			c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=1"}, args: []string{"true"}})
+			withHook(t, c, sock, func(s *ocispecs.Spec) {
+				h := s.Hooks.Prestart[0]
+				h.Args = append(append([]string{}, tc.wrap...), h.Path, "prestart")
+				h.Path = wrapper
+				s.Hooks.Prestart[0] = h
+			})
+			runOut, _ := c.lowRun()
+			for _, r := range hookRecords(t, c) {
+				if r["server"] == true {
+					t.Errorf("the server did the hook's work for a caller %s: %v\n%s", tc.name, r, runOut)
+				}
+			}
+			if len(hookRecords(t, c)) == 0 && !strings.Contains(runOut, "gantry-hook") {
+				t.Errorf("the hook did not run:\n%s", runOut)
+			}
+			b, _ := os.ReadFile(out)
+			if !strings.Contains(string(b), tc.why) {
+				t.Errorf("the server's log does not say why (%q):\n%s", tc.why, b)
+			}
+		})
+	}
+}
+
+// TestHookMarkedDone: a second prestart of a container whose hook is done
+// (the in-process hook after the server finished the work it stopped
+// waiting for) finds the first one's mark and changes nothing: no second
+// set of mounts, exit 0, a note in its record.
+func TestHookMarkedDone(t *testing.T) {
+	f := need(t)
+	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=1"}, args: []string{"true"}})
+	withHook(t, c, "", nil)
+	t.Cleanup(func() { exec.Command(c.low, "--root", c.state, "delete", "--force", c.id).Run() })
+	if out, err := outputToFile(t, exec.Command(c.low, "--root", c.state, "create", "--bundle", c.bundle, c.id)); err != nil {
+		t.Fatalf("runc create: %v\n%s", err, out)
+	}
+	st, err := exec.Command(c.low, "--root", c.state, "state", c.id).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state struct{ Pid int }
+	if err := json.Unmarshal(st, &state); err != nil || state.Pid <= 0 {
+		t.Fatalf("runc state: %v %s", err, st)
+	}
+	before, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", state.Pid))
+	cmd := exec.Command(hookBin(t, f), "prestart")
+	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"created","pid":%d,"bundle":%q}`, c.id, state.Pid, c.bundle))
+	cmd.Env = []string{"GANTRY_CONFIG=" + c.config, ServerSocketEnv + "=" + filepath.Join(c.f.dir, "no-create-server.sock")}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("a second prestart of a done container: %v\n%s", err, out)
+	}
+	after, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", state.Pid))
+	if string(before) != string(after) {
+		t.Errorf("the second prestart changed the container's mounts")
+	}
+	recs := hookRecords(t, c)
+	if len(recs) != 2 || !strings.Contains(fmt.Sprint(recs[1]["notes"]), "already") {
+		t.Errorf("want the second record to say it was done already, got %v", recs)
+	}
+}
+
+// TestHookServerStuck: a server that accepts nothing (its backlog full)
+// costs the hook a bounded wait, then the hook's Go code runs.
+func TestHookServerStuck(t *testing.T) {
+	f := need(t)
+	sock := filepath.Join(t.TempDir(), "stuck.sock")
+	l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(l)
+	if err := unix.Bind(l, &unix.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(l, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the backlog: connects that nobody accepts.
+	for i := 0; i < 8; i++ {
+		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(c)
+		if unix.Connect(c, &unix.SockaddrUnix{Name: sock}) != nil {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, hookBin(t, f), "prestart")
+	cmd.Stdin = strings.NewReader(`{"ociVersion":"1.0.2","id":"stuck","status":"creating","pid":1,"bundle":"/nonexistent-bundle"}`)
+	cmd.Env = []string{"GANTRY_CONFIG=/dev/null", ServerSocketEnv + "=" + sock}
+	out, _ := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the hook was still waiting for a server that accepts nothing after 60 s")
+	}
+	if !strings.Contains(string(out), "/nonexistent-bundle") {
+		t.Errorf("want the in-process hook's error about the bundle, got:\n%s", out)
 	}
 }

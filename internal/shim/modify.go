@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
 	"github.com/gantry-gpu/gantry/internal/config"
@@ -41,11 +40,11 @@ func modify(rec *inject.Record, bundle string, cfg config.Config, rootDir string
 	// in-process one after the constructor gave up waiting for it (or a
 	// retried create). The second one then finds the first one's work
 	// (inject.Already) and leaves it.
-	if lock, err := unix.Open(bundle, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
-		defer unix.Close(lock)
-		for unix.Flock(lock, unix.LOCK_EX) == unix.EINTR {
-		}
+	_, unlock, err := ocibundle.Lock(bundle, ocibundle.LockWait)
+	if err != nil {
+		return err
 	}
+	defer unlock()
 	specPath := ocibundle.SpecPath(bundle)
 	raw, err := ocibundle.ReadSpec(bundle)
 	if err != nil {

@@ -90,10 +90,23 @@ func parseRequest(b []byte) (serverRequest, error) {
 	return serverRequest{exe: f[1], configPath: f[2], explicit: f[3] == "1", bundle: f[4], container: f[5], startNS: start}, nil
 }
 
+// wholeRequest reports whether b holds a whole request: every field of
+// its protocol, each ended by a NUL (a create or a ping has 7, a hook 6);
+// anything else is as whole as it gets.
+func wholeRequest(b []byte) bool {
+	switch {
+	case bytes.HasPrefix(b, []byte(HookProtocol+"\x00")):
+		return bytes.Count(b, []byte{0}) >= 6
+	case bytes.HasPrefix(b, []byte(ServerProtocol+"\x00")):
+		return bytes.Count(b, []byte{0}) >= 7
+	}
+	return true
+}
+
 // hookRequest is one prestart hook as the constructor sends it: the
 // protocol, the caller's executable identity, the configuration path,
 // whether it was explicit, the constructor's start time and the OCI state
-// (JSON, which holds no NUL), NUL-separated.
+// (JSON, which holds no NUL), each ended by a NUL.
 type hookRequest struct {
 	exe        string
 	configPath string
@@ -103,8 +116,8 @@ type hookRequest struct {
 }
 
 func parseHookRequest(b []byte) (hookRequest, error) {
-	f := strings.SplitN(string(b), "\x00", 6)
-	if len(f) != 6 || f[0] != HookProtocol {
+	f := strings.Split(string(b), "\x00")
+	if len(f) != 7 || f[6] != "" || f[0] != HookProtocol {
 		return hookRequest{}, errors.New("not a " + HookProtocol + " request")
 	}
 	start, err := strconv.ParseInt(f[4], 10, 64)
@@ -132,7 +145,7 @@ func exeIdentity(p string) (string, error) {
 // Server answers the constructor's requests on one listener.
 type Server struct {
 	exe   string
-	mntNS string
+	self  procFacts // this server's own, which each caller must match
 	uid   int
 	log   io.Writer
 	mu    sync.Mutex
@@ -140,6 +153,9 @@ type Server struct {
 	stale sync.Once
 	other sync.Once
 	l     *net.UnixListener
+	// refusals are the reasons callers were sent in-process, each
+	// logged once.
+	refusals map[string]bool
 }
 
 type cachedConfig struct {
@@ -154,11 +170,11 @@ func NewServer(log io.Writer) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading this program's identity: %w", err)
 	}
-	ns, err := os.Readlink("/proc/self/ns/mnt")
+	self, err := readProcFacts("/proc/self")
 	if err != nil {
-		return nil, fmt.Errorf("reading this program's mount namespace: %w", err)
+		return nil, fmt.Errorf("reading this program's namespaces and capabilities: %w", err)
 	}
-	return &Server{exe: exe, mntNS: ns, uid: os.Geteuid(), log: log, cfgs: map[string]cachedConfig{}}, nil
+	return &Server{exe: exe, self: self, uid: os.Geteuid(), log: log, cfgs: map[string]cachedConfig{}, refusals: map[string]bool{}}, nil
 }
 
 // Serve accepts requests on l until l is closed, or until a caller runs
@@ -221,6 +237,15 @@ func (s *Server) handle(c *net.UnixConn) {
 	if err != nil {
 		return
 	}
+	// A stream socket may deliver a long request (a long configuration
+	// path, a large state) in parts: read on until it is whole.
+	for n < len(buf) && !wholeRequest(buf[:n]) {
+		m, err := c.Read(buf[n:])
+		n += m
+		if err != nil {
+			break
+		}
+	}
 	fd := -1
 	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
 		for _, m := range msgs {
@@ -238,7 +263,7 @@ func (s *Server) handle(c *net.UnixConn) {
 	if bytes.HasPrefix(buf[:n], []byte(HookProtocol+"\x00")) {
 		if fd >= 0 {
 			unix.Close(fd)
-		} else if s.hook(pid, buf[:n]) {
+		} else if s.hook(pid, pidfd, buf[:n]) {
 			answer = answerDone
 		}
 		return
@@ -268,6 +293,7 @@ func (s *Server) handle(c *net.UnixConn) {
 	// The identity the caller sent is what it claims; the file its
 	// process runs is what it is.
 	if id, err := exeIdentity("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || id != s.exe {
+		s.refused("caller runs another file than the identity it sent")
 		return
 	}
 	var st unix.Stat_t
@@ -303,7 +329,7 @@ func (s *Server) handle(c *net.UnixConn) {
 // directory as its own: the state's bundle and root.path are host paths as
 // the caller resolves them, and package hook's checks compare the
 // container's root with them.
-func (s *Server) hook(pid int, b []byte) bool {
+func (s *Server) hook(pid, pidfd int, b []byte) bool {
 	req, err := parseHookRequest(b)
 	if err != nil {
 		fmt.Fprintf(s.log, "gantry-runtime create server: %v\n", err)
@@ -314,10 +340,12 @@ func (s *Server) hook(pid int, b []byte) bool {
 	}
 	proc := "/proc/" + strconv.Itoa(pid)
 	if id, err := exeIdentity(proc + "/exe"); err != nil || id != s.exe {
+		s.refused("caller runs another file than the identity it sent")
 		return false
 	}
 	var theirs, ours unix.Stat_t
 	if unix.Stat(proc+"/root", &theirs) != nil || unix.Stat("/", &ours) != nil || theirs.Dev != ours.Dev || theirs.Ino != ours.Ino {
+		s.refused("hook's root directory is not the server's")
 		return false
 	}
 	cfg, err := s.config(req.configPath, req.explicit)
@@ -327,7 +355,13 @@ func (s *Server) hook(pid int, b []byte) bool {
 	rec := inject.NewRecord(inject.FrontEndHook, "", "")
 	rec.Server = true
 	rec.StartupMS = sinceNS(req.startNS)
-	if err := hook.Prestart(req.state, cfg, pid, cfg.Runtime.NoCgroups, rec); err != nil {
+	caller := hook.Caller{PID: pid, Alive: func() error {
+		if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+			return fmt.Errorf("exited while the create server worked for it: %w", err)
+		}
+		return nil
+	}}
+	if err := hook.Prestart(req.state, cfg, caller, cfg.Runtime.NoCgroups, rec); err != nil {
 		return false
 	}
 	rec.Log(cfg, nil)
@@ -379,11 +413,17 @@ func (s *Server) ownFileReplaced() bool {
 	return err != nil || id != s.exe
 }
 
-// peer is the caller's PID when the caller may be served: root (the
-// server's own user), in the server's mount namespace; and a pidfd that
-// holds the caller's process (SO_PEERPIDFD, Linux 6.5, else pidfd_open
-// right after the credentials were read), for handle's check that the pid
-// still named the caller when the work was done.
+// peer is the caller's PID when the caller may be served, and a pidfd
+// that holds the caller's process (SO_PEERPIDFD, Linux 6.5, else
+// pidfd_open right after the credentials were read), for the checks that
+// the pid still names the caller (alive). A caller may be served only when
+// it could do the work itself: root (the server's own user), in the
+// server's namespaces (mount: its paths are the server's; cgroup, pid,
+// user: the container's cgroup, pid and user namespace read alike), with
+// at least the server's effective capabilities, no seccomp filter, and the
+// server's LSM label (or AppArmor's "unconfined"). A root process stripped
+// of its capabilities, or sandboxed, gets no more done through the server
+// than it could do in-process.
 func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 	raw, err := c.SyscallConn()
 	if err != nil {
@@ -408,18 +448,114 @@ func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 			pidfd = p
 		}
 	}
-	ok := pidfd >= 0 && int(cred.Uid) == s.uid && cred.Pid > 0
-	if ok {
-		ns, err := os.Readlink("/proc/" + strconv.Itoa(int(cred.Pid)) + "/ns/mnt")
-		ok = err == nil && ns == s.mntNS
+	why := ""
+	switch {
+	case pidfd < 0 || cred.Pid <= 0:
+		why = "no process to hold"
+	case int(cred.Uid) != s.uid:
+		why = "not root"
+	default:
+		facts, err := readProcFacts("/proc/" + strconv.Itoa(int(cred.Pid)))
+		if err != nil {
+			why = err.Error()
+		} else {
+			why = s.self.refuse(facts)
+		}
 	}
-	if !ok {
+	if why == "" && unix.PidfdSendSignal(pidfd, 0, nil, 0) != nil {
+		why = "exited"
+	}
+	if why != "" {
 		if pidfd >= 0 {
 			unix.Close(pidfd)
 		}
+		s.refused("caller " + why)
 		return 0, -1, false
 	}
 	return int(cred.Pid), pidfd, true
+}
+
+// refused logs why a caller was sent in-process, once per reason: a host
+// where every create runs in-process can be told why from the server's log.
+func (s *Server) refused(why string) {
+	s.mu.Lock()
+	seen := s.refusals[why]
+	s.refusals[why] = true
+	s.mu.Unlock()
+	if !seen {
+		fmt.Fprintf(s.log, "gantry-runtime create server: not served, in-process instead (logged once): %s\n", why)
+	}
+}
+
+// procFacts are what a process may do, as far as the server compares it
+// with its callers.
+type procFacts struct {
+	ns      [4]string // mnt, cgroup, pid, user
+	capEff  uint64
+	seccomp string
+	label   string
+}
+
+var factNamespaces = [4]string{"mnt", "cgroup", "pid", "user"}
+
+func readProcFacts(proc string) (procFacts, error) {
+	var f procFacts
+	for i, n := range factNamespaces {
+		l, err := os.Readlink(proc + "/ns/" + n)
+		if err != nil {
+			return f, fmt.Errorf("reading %s/ns/%s: %w", proc, n, err)
+		}
+		f.ns[i] = l
+	}
+	b, err := os.ReadFile(proc + "/status")
+	if err != nil {
+		return f, err
+	}
+	caps := false
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch k {
+		case "CapEff":
+			if f.capEff, err = strconv.ParseUint(v, 16, 64); err != nil {
+				return f, fmt.Errorf("%s/status: CapEff %q", proc, v)
+			}
+			caps = true
+		case "Seccomp":
+			f.seccomp = v
+		}
+	}
+	if !caps {
+		return f, fmt.Errorf("%s/status has no CapEff", proc)
+	}
+	// No LSM (no attr/current, or an empty one) reads as "".
+	if l, err := os.ReadFile(proc + "/attr/current"); err == nil {
+		f.label = strings.TrimRight(string(l), "\x00\n")
+	}
+	return f, nil
+}
+
+// refuse says why a caller with facts c may not be served by a server
+// with s's, "" when it may.
+func (s procFacts) refuse(c procFacts) string {
+	for i, n := range factNamespaces {
+		if c.ns[i] != s.ns[i] {
+			return "in another " + n + " namespace than the server's"
+		}
+	}
+	if c.capEff&s.capEff != s.capEff {
+		return fmt.Sprintf("without some of the server's capabilities (CapEff %016x, the server's %016x)", c.capEff, s.capEff)
+	}
+	if c.seccomp != "" && c.seccomp != "0" {
+		return "under a seccomp filter (Seccomp " + c.seccomp + ")"
+	}
+	if c.label != s.label && c.label != "unconfined" {
+		return fmt.Sprintf("under another LSM label (%q, the server's %q)", c.label, s.label)
+	}
+	return ""
 }
 
 // config loads the configuration at path, again only when the file
@@ -484,6 +620,14 @@ func ServerMain(args []string, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gantry-runtime --create-server: unknown argument %q\n%s", a, serverUsage)
 			return 2
 		}
+	}
+	// The server's children (the NVML helper) get no loader variables
+	// from whoever started it: in-process, a hook's or a create's
+	// helper has its caller's environment, which the server does not
+	// know. A helper that needs one fails here, and that create runs
+	// in-process.
+	for _, v := range []string{"LD_LIBRARY_PATH", "LD_PRELOAD", "LD_AUDIT"} {
+		_ = os.Unsetenv(v)
 	}
 	s, err := NewServer(stderr)
 	if err != nil {
