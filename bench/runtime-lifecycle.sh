@@ -47,7 +47,9 @@
 # trying it without a GPU (the numbers then say nothing about a GPU host).
 #
 # Environment: RUNS (default 30), DRIVER_ROOT, NVIDIA_RUNTIME, NVIDIA_CTK, GANTRY, RUNC,
-# COMPARE_RUNTIME (another gantry-runtime build: variant compare-all, all GPUs).
+# COMPARE_RUNTIME (another gantry-runtime build: variant compare-all, all GPUs; with
+# --tree also compare-tree, that build in the tree layout, and runc-cmp-tree, plain
+# runc on the bundle compare-tree produced: a before/after of the tree's bundle).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 runs=${RUNS:-30} sim= cpus= split= trace= tree=--tree server=--server
@@ -131,6 +133,12 @@ if [ -n "$tree" ]; then
   RT[hook-tree]=$RUNC
   make_bundle "$WORK/tpl-hook-tree" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
   add_hook "$WORK/tpl-hook-tree" "${CFG[gantry-tree]}"
+  if [ -n "${COMPARE_RUNTIME:-}" ]; then
+    variants+=(compare-tree)
+    RT[compare-tree]=${RT[compare-all]}
+    CFG[compare-tree]=$TREE_CFG
+    make_bundle "$WORK/tpl-compare-tree" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
+  fi
 fi
 if [ -n "$server" ]; then
   "$GANTRY_RUNTIME" --create-server --socket "$WORK/runtime.sock" >"$WORK/server.log" 2>&1 &
@@ -245,6 +253,13 @@ if [ -n "$tree" ]; then
   rm -f "$WORK/tpl-runc-tree/pid"
   RT[runc-tree]=$RUNC
   variants+=(runc-tree)
+  if [ -n "${COMPARE_RUNTIME:-}" ]; then
+    echo "== bundles: GPU (compare-tree) $(count "$WORK/b-compare-tree/config.json" destination) mounts"
+    cp -a "$WORK/b-compare-tree" "$WORK/tpl-runc-cmp-tree"
+    rm -f "$WORK/tpl-runc-cmp-tree/pid"
+    RT[runc-cmp-tree]=$RUNC
+    variants+=(runc-cmp-tree)
+  fi
 fi
 if [ -n "$split" ]; then
   split_tool=${BUNDLESPLIT:-$REPO/bin/bundlesplit}
@@ -318,6 +333,15 @@ if [ -n "$tree" ]; then
     'BEGIN { printf "hook-tree - runc (--gpus path, tree layout): %+.1f ms median lifecycle\n", a - r }'
   awk -v a="$(median "$WORK/gantry-tree.total")" -v r="$(median "$WORK/runc.total")" -v c="$(median "$WORK/gantry-tree.create")" -v rc="$(median "$WORK/runc.create")" \
     'BEGIN { printf "gantry-tree - runc: %+.1f ms median lifecycle (%+.1f ms of it in create)\n", a - r, c - rc }'
+  awk -v a="$(median "$WORK/runc-tree.total")" -v r="$(median "$WORK/runc.total")" -v c="$(median "$WORK/runc-tree.create")" -v rc="$(median "$WORK/runc.create")" \
+    'BEGIN { printf "runc-tree - runc (runc alone on the tree bundle): %+.1f ms median lifecycle (%+.1f ms of it in create)\n", a - r, c - rc }'
+  if [ -n "${COMPARE_RUNTIME:-}" ]; then
+    for pair in gantry-tree:compare-tree runc-tree:runc-cmp-tree; do
+      a=${pair%%:*} b=${pair#*:}
+      awk -v n="$a - $b" -v a="$(median "$WORK/$a.total")" -v b="$(median "$WORK/$b.total")" -v ta="$(stats "$WORK/$a.total" | awk '{print $2}')" -v tb="$(stats "$WORK/$b.total" | awk '{print $2}')" \
+        'BEGIN { printf "%s (this build against COMPARE_RUNTIME): %+.1f ms median lifecycle, %+.1f ms trimmed mean\n", n, a - b, ta - tb }'
+    done
+  fi
 fi
 if [ -n "$server" ]; then
   for v in server-all server-tree; do

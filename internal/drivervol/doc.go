@@ -41,6 +41,28 @@
 // is hard-linked from the version's full tree when that has it with the
 // same bytes, and copied otherwise.
 //
+// A set's tree also holds the set's firmware and configuration files (GSP
+// firmware, the Vulkan, EGL, OpenCL and GLVND files, application
+// profiles, X server modules: whatever the inventory lists and a container
+// of those capabilities would get), each a regular file at its container
+// path below files/ (FilePath):
+//
+//	<set tree>/files/lib/firmware/nvidia/<version>/gsp_ga10x.bin
+//	<set tree>/files/etc/OpenCL/vendors/nvidia.icd
+//	<set tree>/files/usr/share/vulkan/icd.d/nvidia_icd.json
+//
+// so that a runtime gives a container a link at the usual path into the
+// tree's mount instead of a mount per file. Keeping the container path
+// whole makes the place collision-free (a container path names one file)
+// and says where the file is seen. What is no regular file (a directory of
+// application profiles) is left out, and so is a file the tree holds as a
+// program or library already (GBM's backend is the allocator library).
+// IPC sockets and device nodes never enter a tree. SetKey carries a format
+// number (setFormat), changed whenever the same host paths make a tree of
+// another meaning, so an older tree is never read as a newer one. The full
+// per-version tree (Ensure, the Docker volume) stays nvidia-docker 1.0's:
+// programs and libraries only.
+//
 // Protect makes a tree a read-only, nosuid, nodev mount of its own (as
 // root): a bind of it stays read-only even when made without ro, so no
 // container given the tree can write through its hard links to the host's

@@ -25,12 +25,28 @@ import (
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
 
-// The tree's directories, as in nvidia-docker 1.0's volume.
+// The tree's directories, as in nvidia-docker 1.0's volume, and FilesDir,
+// which only a set's tree has (EnsureSet).
 const (
 	BinDir   = "bin"
 	LibDir   = "lib"   // 32-bit libraries
 	Lib64Dir = "lib64" // 64-bit libraries
+	// FilesDir holds a set's other read-only files (firmware, configuration
+	// files), each at its container path below it:
+	// files/etc/OpenCL/vendors/nvidia.icd.
+	FilesDir = "files"
 )
+
+// FilePath is where a tree holds a driver file that is no program or
+// library: FilesDir and the file's container path
+// ("files/lib/firmware/nvidia/580.65.06/gsp_ga10x.bin"). A container path
+// that is not absolute and clean has no place ("").
+func FilePath(containerPath string) string {
+	if !path.IsAbs(containerPath) || path.Clean(containerPath) != containerPath || containerPath == "/" {
+		return ""
+	}
+	return FilesDir + containerPath
+}
 
 // DefaultDir is where nvidia-docker-plugin kept the trees of its one volume,
 // nvidia_driver: its volume directory (-d, /var/lib/nvidia-docker/volumes)
@@ -80,6 +96,9 @@ type Tree struct {
 	Binaries []string
 	// Libraries are the library files in lib64/ and lib/, with their SONAMEs.
 	Libraries []Library
+	// Files are the other files (firmware, configuration files) of a set's
+	// tree, relative to it (FilePath), sorted; a full tree has none.
+	Files []string `json:",omitempty"`
 }
 
 // Library is one library file of a tree.
@@ -126,7 +145,8 @@ func (s Store) Ensure(inv *driver.Inventory) (*Tree, error) {
 	} else if !errors.Is(err, ErrNotFound) {
 		return nil, err
 	}
-	return s.build(inv, "")
+	// The full tree is nvidia-docker 1.0's volume: programs and libraries.
+	return s.build(&driver.Inventory{Root: inv.Root, Version: inv.Version, Binaries: inv.Binaries, Libraries: inv.Libraries}, "")
 }
 
 // SetsDir is the directory below a Store's Dir that holds the trees of
@@ -135,14 +155,22 @@ func (s Store) Ensure(inv *driver.Inventory) (*Tree, error) {
 // full trees.
 const SetsDir = ".sets"
 
+// setFormat changes whenever what a set's tree holds for the same host
+// paths changes, so that a tree of the old meaning is never taken for one
+// of the new (SetKey). 2: firmware and configuration files in FilesDir (1
+// held programs and libraries only).
+const setFormat = "2"
+
 // SetKey names a set of driver files: the first 6 bytes, in hex, of the
-// SHA-256 of their host paths, sorted and each ended by a NUL. The order
-// and repetitions of hostPaths do not matter.
+// SHA-256 of the set format (setFormat) and their host paths, sorted, each
+// ended by a NUL. The order and repetitions of hostPaths do not matter.
 func SetKey(hostPaths []string) string {
 	sorted := slices.Clone(hostPaths)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	h := sha256.New()
+	h.Write([]byte("set" + setFormat))
+	h.Write([]byte{0})
 	for _, p := range sorted {
 		h.Write([]byte(p))
 		h.Write([]byte{0})
@@ -156,8 +184,9 @@ func (s Store) Set(key string) Store {
 	return Store{Dir: filepath.Join(s.dir(), SetsDir, key)}
 }
 
-// Subset is inv's programs and libraries whose host paths are among
-// hostPaths: what a set's tree holds.
+// Subset is inv's programs, libraries, firmware and configuration files
+// whose host paths are among hostPaths: what a set's tree holds (of the
+// last two, the regular files).
 func Subset(inv *driver.Inventory, hostPaths []string) *driver.Inventory {
 	want := make(map[string]bool, len(hostPaths))
 	for _, p := range hostPaths {
@@ -172,15 +201,18 @@ func Subset(inv *driver.Inventory, hostPaths []string) *driver.Inventory {
 		}
 		return out
 	}
-	return &driver.Inventory{Root: inv.Root, Version: inv.Version, Binaries: keep(inv.Binaries), Libraries: keep(inv.Libraries)}
+	return &driver.Inventory{Root: inv.Root, Version: inv.Version, Binaries: keep(inv.Binaries), Libraries: keep(inv.Libraries),
+		Firmware: keep(inv.Firmware), Configs: keep(inv.Configs)}
 }
 
 // EnsureSet returns the tree of inv's driver version that holds exactly the
 // programs and libraries of inv whose host paths are among hostPaths (with
-// their SONAME links, as a full tree has them), building it when there is
-// none, in the store s.Set(SetKey(hostPaths)): one tree per set of files,
-// shared by every container that gets that set. Host paths that are no
-// program or library of inv are left out. A file that cannot be hard-linked
+// their SONAME links, as a full tree has them) and its firmware and
+// configuration files among them that are regular files (in FilesDir, at
+// FilePath of their container path), building it when there is none, in
+// the store s.Set(SetKey(hostPaths)): one tree per set of files, shared by
+// every container that gets that set. Host paths that are no such file of
+// inv are left out. A file that cannot be hard-linked
 // from the driver (another filesystem) is hard-linked from the version's
 // full tree (s.Path(version)) when that holds it with the same bytes and
 // can be linked (on the set's filesystem, not a Protect mount), else copied.
@@ -200,8 +232,8 @@ func (s Store) EnsureSet(inv *driver.Inventory, hostPaths []string) (*Tree, erro
 		return nil, err
 	}
 	sub := Subset(inv, hostPaths)
-	if len(sub.Binaries)+len(sub.Libraries) == 0 {
-		return nil, fmt.Errorf("none of the %d files asked for is a program or library of the driver %s under %s", len(hostPaths), inv.Version, inv.Root)
+	if len(sub.Binaries)+len(sub.Libraries)+len(sub.Firmware)+len(sub.Configs) == 0 {
+		return nil, fmt.Errorf("none of the %d files asked for is a program, library, firmware or configuration file of the driver %s under %s", len(hostPaths), inv.Version, inv.Root)
 	}
 	from := ""
 	if st, err := os.Lstat(s.Path(inv.Version)); err == nil && st.IsDir() {
@@ -268,6 +300,23 @@ func scan(version, p string) (*Tree, error) {
 			t.Libraries = append(t.Libraries, Library{Path: rel, SONAME: soname, Bits: d.bits})
 		}
 	}
+	err = filepath.WalkDir(filepath.Join(p, FilesDir), func(f string, d os.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) && f == filepath.Join(p, FilesDir) {
+				return filepath.SkipDir
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			rel, _ := filepath.Rel(p, f)
+			t.Files = append(t.Files, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(t.Files)
 	return t, nil
 }
 
@@ -420,10 +469,27 @@ func (s Store) build(inv *driver.Inventory, from string) (t *Tree, err error) {
 			return nil, err
 		}
 	}
-	for _, d := range []string{BinDir, LibDir, Lib64Dir, "."} {
+	placed := make(map[string]bool, len(inv.Binaries)+len(inv.Libraries))
+	for _, f := range slices.Concat(inv.Binaries, inv.Libraries) {
+		placed[f.HostPath] = true
+	}
+	for _, f := range slices.Concat(inv.Firmware, inv.Configs) {
+		// One the tree has as a program or library already (the GBM
+		// backend is the allocator library) is not taken twice.
+		if placed[f.HostPath] {
+			continue
+		}
+		if err := b.file(f); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range append([]string{BinDir, LibDir, Lib64Dir}, b.dirs...) {
 		if err := syncDir(filepath.Join(tmp, d)); err != nil {
 			return nil, err
 		}
+	}
+	if err := syncDir(tmp); err != nil {
+		return nil, err
 	}
 	final := s.Path(inv.Version)
 	// The manifest first: a tree in place always has the manifest of what
@@ -474,6 +540,9 @@ type builder struct {
 	// hard-linked from the driver is linked from there when the full tree
 	// holds it with the same bytes (EnsureSet).
 	from string
+	// dirs are the directories made below FilesDir (relative to the
+	// tree), deepest last, synced when the tree is complete.
+	dirs []string
 }
 
 // open opens a driver file inside the driver root; HostPath carries the
@@ -497,6 +566,45 @@ func (b *builder) binary(f driver.File) error {
 		return fmt.Errorf("driver program %s is not an ELF executable (a driver root changed since discovery? run the command again)", f.HostPath)
 	}
 	return b.place(src, path.Join(BinDir, path.Base(f.ContainerPath)))
+}
+
+// file places a firmware or configuration file at FilePath of its container
+// path. Anything but a regular file (a directory of application profiles)
+// is left out: it keeps a mount of its own.
+func (b *builder) file(f driver.File) error {
+	rel := FilePath(f.ContainerPath)
+	if rel == "" {
+		return fmt.Errorf("driver file %s: container path %q is not an absolute, clean path", f.HostPath, f.ContainerPath)
+	}
+	src, err := b.open(f)
+	if errors.Is(err, rootfs.ErrNotRegular) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("driver file: %w", err)
+	}
+	defer src.Close()
+	if err := b.mkdirs(path.Dir(rel)); err != nil {
+		return err
+	}
+	return b.place(src, rel)
+}
+
+// mkdirs makes the directory rel (below FilesDir) and its parents in the
+// tree, each remembered for the final sync.
+func (b *builder) mkdirs(rel string) error {
+	if rel == "." || rel == "/" || b.names[rel+"/"] {
+		return nil
+	}
+	if err := b.mkdirs(path.Dir(rel)); err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(b.dir, rel), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("driver tree: %w", err)
+	}
+	b.names[rel+"/"] = true
+	b.dirs = append(b.dirs, rel)
+	return nil
 }
 
 func (b *builder) library(f driver.File) error {

@@ -1,6 +1,8 @@
 package drivervol
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"os/exec"
@@ -575,9 +577,14 @@ func TestSetLinksFromFullTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	set, err := s.EnsureSet(inv, setOf(inv, driver.Compute, driver.Utility))
+	fw := inv.Firmware[0]
+	set, err := s.EnsureSet(inv, append(setOf(inv, driver.Compute, driver.Utility), fw.HostPath))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Firmware, which the full tree lacks, is copied.
+	if a, b := readOrFail(t, fw.HostPath), readOrFail(t, filepath.Join(set.Path, FilePath(fw.ContainerPath))); string(a) != string(b) {
+		t.Errorf("the set's copy of %s has other bytes", fw.HostPath)
 	}
 	same := func(rel string) bool {
 		x, err1 := os.Stat(filepath.Join(full.Path, rel))
@@ -628,4 +635,120 @@ func TestConcurrentEnsureSet(t *testing.T) {
 	if ents := names(t, s.Dir); !slices.Equal(ents, []string{SetsDir}) {
 		t.Errorf("store holds %v", ents)
 	}
+}
+
+// TestEnsureSetFiles: a set's tree holds the set's firmware and
+// configuration files too, each at FilePath of its container path (GKE's
+// firmware and share files, found below /usr/local/nvidia on the host, at
+// /lib/firmware and /usr/share), the driver's own file (a hard link), read
+// back the same from the manifest and from a scan. A directory (of
+// application profiles) is left out, and so is the GBM backend, which is
+// the allocator library the tree has in lib64. The full tree (the Docker
+// volume) holds no files/.
+func TestEnsureSetFiles(t *testing.T) {
+	for _, layout := range []string{fakedriver.LayoutStandard, fakedriver.LayoutGKE} {
+		t.Run(layout, func(t *testing.T) {
+			const version = "580.159.04"
+			root, _ := fakeRoot(t, fakedriver.Options{Version: version, Layout: layout})
+			if err := os.MkdirAll(filepath.Join(root, "etc/nvidia/nvidia-application-profiles-rc.d"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			inv, err := driver.Discover(driver.Options{Root: root})
+			if err != nil {
+				t.Fatal(err)
+			}
+			set := setOf(inv, driver.Compute, driver.Utility, driver.Graphics)
+			var want []string
+			var dirs, gbm int
+			for _, f := range slices.Concat(inv.Firmware, inv.Configs) {
+				set = append(set, f.HostPath)
+				st, err := os.Stat(f.HostPath)
+				switch {
+				case err != nil:
+					t.Fatal(err)
+				case st.IsDir():
+					dirs++
+				case slices.Contains(set[:len(set)-1], f.HostPath):
+					gbm++ // a library of the set already
+				default:
+					want = append(want, FilePath(f.ContainerPath))
+				}
+			}
+			slices.Sort(want)
+			if len(inv.Firmware) == 0 || dirs != 1 || gbm != 1 || !slices.Contains(want, "files/usr/share/vulkan/icd.d/nvidia_icd.json") || !slices.Contains(want, FilePath(inv.Firmware[0].ContainerPath)) {
+				t.Fatalf("fixture: %d firmware, %d directories, %d GBM backends, files %q", len(inv.Firmware), dirs, gbm, want)
+			}
+			s := Store{Dir: t.TempDir()}
+			tree, err := s.EnsureSet(inv, set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(tree.Files, want) {
+				t.Errorf("the set's files\n%q\nwant\n%q", tree.Files, want)
+			}
+			var entries []string
+			for _, e := range walk(t, tree.Path) {
+				if strings.HasPrefix(e, FilesDir+"/") {
+					entries = append(entries, e)
+				}
+			}
+			if !slices.Equal(entries, want) {
+				t.Errorf("files/ holds\n%q\nwant\n%q", entries, want)
+			}
+			for _, f := range slices.Concat(inv.Firmware, inv.Configs) {
+				rel := FilePath(f.ContainerPath)
+				if !slices.Contains(want, rel) {
+					continue
+				}
+				a, _ := os.Stat(f.HostPath)
+				b, _ := os.Stat(filepath.Join(tree.Path, rel))
+				if a == nil || b == nil || !os.SameFile(a, b) || b.Mode().Perm() != a.Mode().Perm() {
+					t.Errorf("%s in the tree is not the driver's file %s", rel, f.HostPath)
+				}
+			}
+			// The manifest and a scan agree.
+			if err := os.Remove(s.Set(SetKey(set)).manifest(version)); err != nil {
+				t.Fatal(err)
+			}
+			scanned, err := s.Set(SetKey(set)).Load(version)
+			if err != nil || !slices.Equal(scanned.Files, want) {
+				t.Errorf("scanned without the manifest: %+v %v, want files %q", scanned, err, want)
+			}
+			full, err := s.Ensure(inv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Lstat(filepath.Join(full.Path, FilesDir)); err == nil || len(full.Files) != 0 {
+				t.Errorf("the full tree (a Docker volume) holds %s: %q", FilesDir, full.Files)
+			}
+			// A set of firmware alone is a set too.
+			fw, err := s.EnsureSet(inv, []string{inv.Firmware[0].HostPath})
+			if err != nil || !slices.Equal(fw.Files, []string{FilePath(inv.Firmware[0].ContainerPath)}) {
+				t.Errorf("a firmware set: %+v %v", fw, err)
+			}
+		})
+	}
+}
+
+// TestSetKeyFormat: a set's key is not the key format 1 gave the same host
+// paths, whose tree holds no files/: such a tree is never loaded as one of
+// the new meaning.
+func TestSetKeyFormat(t *testing.T) {
+	paths := []string{"/usr/bin/nvidia-smi", "/lib/firmware/nvidia/580.1/gsp_ga10x.bin"}
+	h := sha256.New()
+	for _, p := range []string{"/lib/firmware/nvidia/580.1/gsp_ga10x.bin", "/usr/bin/nvidia-smi"} {
+		h.Write([]byte(p + "\x00"))
+	}
+	if old := hex.EncodeToString(h.Sum(nil)[:6]); SetKey(paths) == old {
+		t.Fatalf("SetKey %s is format 1's key of the same paths", old)
+	}
+}
+
+func readOrFail(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -4,6 +4,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/drivervol"
 )
 
 // DefaultTreePath is where the driver tree layout binds the tree in a
@@ -15,14 +17,15 @@ const DefaultTreePath = "/usr/local/nvidia"
 // Tree is a directory of driver files (package drivervol builds one per
 // driver version and set of files: those a container's capabilities
 // select) that a container can be given as one read-only mount instead of
-// one mount per file.
+// one mount per file: programs, libraries, firmware and configuration files.
 type Tree struct {
 	// HostPath is the tree's directory on the host.
 	HostPath string
 	// ContainerPath is where the container sees it (DefaultTreePath).
 	ContainerPath string
 	// Files maps the host path of each driver file the tree holds to its
-	// path relative to the tree ("lib64/libcuda.so.580.65.06").
+	// path relative to the tree ("lib64/libcuda.so.580.65.06",
+	// "files/etc/OpenCL/vendors/nvidia.icd": drivervol.FilePath).
 	Files map[string]string
 	// Links are the symbolic links the tree holds, relative to it
 	// ("lib64/libcuda.so.1", "lib64/libcuda.so").
@@ -36,20 +39,26 @@ type Provided struct {
 	Path, HostPath string
 }
 
-// UseTree hands the container t as one read-only mount. A program (or any
-// file outside the folders the container's ld.so.cache names) becomes a
-// symlink at its per-file container path into the tree's mount, so every
-// path the per-file layout gives (nvidia-smi in /usr/bin, a vendor file's
-// library_path, a loader's module folder) still leads to the same file. A
-// library directly in one of those folders (e.LibraryDirs) gets no link at
-// all: its ld.so.cache entry names its SONAME link in the tree instead, and
+// UseTree hands the container t as one read-only mount. A program, a
+// firmware or configuration file (GSP firmware, an ICD or vendor JSON file:
+// the loaders and readers open them by path and follow links), or any
+// other file outside the folders the container's ld.so.cache names becomes
+// a symlink at its per-file container path into the tree's mount, so every
+// path the per-file layout gives (nvidia-smi in /usr/bin, the Vulkan ICD
+// file in /usr/share/vulkan/icd.d, a vendor file's library_path, a loader's
+// module folder) still leads to the same file. Only a mount with "ro" is
+// moved: an IPC socket (mounted read-write) keeps its mount whatever the
+// tree holds. A library directly in one of those folders (e.LibraryDirs;
+// a file in the tree's library folders, not in drivervol.FilesDir) gets no
+// link at all: its ld.so.cache entry names its SONAME link in the tree instead, and
 // the tree's own links (SONAME and development links) replace the ones the
 // per-file layout makes beside it. That leaves a runtime one mount where it
 // made one per driver file (the mounts are most of what runc spends on a
 // GPU container) and a few links where it made one per file (creating them
 // is most of what Gantry spends in the root filesystem). The tree's mount
-// is added when at least one file moved; other mounts (IPC sockets,
-// firmware, configuration files the tree does not hold) stay as they are.
+// is added when at least one file moved; other mounts (IPC sockets, files
+// the tree does not hold, such as a directory of application profiles)
+// stay as they are.
 //
 // A file whose container path is already its place in the tree (a driver
 // installed under /usr/local/nvidia) needs no link. Anything else at or
@@ -63,7 +72,11 @@ func (e *Edits) UseTree(t Tree) ([]Provided, bool) {
 	}
 	at := path.Clean(t.ContainerPath)
 	under := func(p string) bool { return p == at || strings.HasPrefix(p, at+"/") }
-	cached := func(p string) bool { return slices.Contains(e.LibraryDirs, path.Dir(p)) }
+	// cached: a library the container's ld.so.cache finds in the tree.
+	// A file of the tree's FilesDir is none, wherever it goes.
+	cached := func(p, rel string) bool {
+		return slices.Contains(e.LibraryDirs, path.Dir(p)) && !strings.HasPrefix(rel, drivervol.FilesDir+"/")
+	}
 	var kept []Mount
 	var links []Symlink
 	var provided []Provided
@@ -89,7 +102,7 @@ func (e *Edits) UseTree(t Tree) ([]Provided, bool) {
 		if under(m.ContainerPath) {
 			return nil, false
 		}
-		if cached(m.ContainerPath) {
+		if cached(m.ContainerPath, rel) {
 			provided = append(provided, Provided{Path: loc, HostPath: m.HostPath})
 			moved[path.Dir(m.ContainerPath)] = path.Dir(loc)
 			continue

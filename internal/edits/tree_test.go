@@ -150,3 +150,55 @@ func TestUseTreeRefusesConflicts(t *testing.T) {
 		t.Fatal("UseTree took a path outside the tree")
 	}
 }
+
+// Firmware and configuration files the tree holds (drivervol.FilesDir)
+// become links at their usual paths into the tree's mount, like programs:
+// one mount fewer each. A file of FilesDir in a folder the ld.so.cache
+// names is no library: it gets its link too (the old rule would have left
+// it only in the tree). What the tree does not hold (a directory of
+// application profiles) and the IPC socket (not read-only, even when
+// the map names it) keep their mounts.
+func TestUseTreeFiles(t *testing.T) {
+	const fw = "/lib/firmware/nvidia/580.1/gsp_ga10x.bin"
+	e := &Edits{
+		Mounts: []Mount{
+			{HostPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", ContainerPath: "/usr/lib/x86_64-linux-gnu/libcuda.so.580.1", Options: ReadOnlyOptions},
+			{HostPath: fw, ContainerPath: fw, Options: ReadOnlyOptions},
+			{HostPath: "/etc/OpenCL/vendors/nvidia.icd", ContainerPath: "/etc/OpenCL/vendors/nvidia.icd", Options: ReadOnlyOptions},
+			// Found in the GKE-style share folder, seen where the loader looks.
+			{HostPath: "/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json", ContainerPath: "/usr/share/vulkan/icd.d/nvidia_icd.json", Options: ReadOnlyOptions},
+			{HostPath: "/usr/lib/x86_64-linux-gnu/nvidia.conf", ContainerPath: "/usr/lib/x86_64-linux-gnu/nvidia.conf", Options: ReadOnlyOptions},
+			{HostPath: "/etc/nvidia/nvidia-application-profiles-rc.d", ContainerPath: "/etc/nvidia/nvidia-application-profiles-rc.d", Options: ReadOnlyOptions},
+			{HostPath: "/run/nvidia-persistenced/socket", ContainerPath: "/run/nvidia-persistenced/socket", Options: SocketOptions},
+		},
+		LibraryDirs: []string{"/usr/lib/x86_64-linux-gnu"},
+	}
+	e.normalize()
+	tr := Tree{HostPath: "/t", ContainerPath: DefaultTreePath, Files: map[string]string{
+		"/usr/lib/x86_64-linux-gnu/libcuda.so.580.1": "lib64/libcuda.so.580.1",
+		fw:                               "files" + fw,
+		"/etc/OpenCL/vendors/nvidia.icd": "files/etc/OpenCL/vendors/nvidia.icd",
+		"/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json": "files/usr/share/vulkan/icd.d/nvidia_icd.json",
+		"/usr/lib/x86_64-linux-gnu/nvidia.conf":                "files/usr/lib/x86_64-linux-gnu/nvidia.conf",
+		"/run/nvidia-persistenced/socket":                      "files/run/nvidia-persistenced/socket",
+	}}
+	if _, ok := e.UseTree(tr); !ok {
+		t.Fatal("UseTree refused")
+	}
+	var dests []string
+	for _, m := range e.Mounts {
+		dests = append(dests, m.ContainerPath)
+	}
+	if want := []string{"/etc/nvidia/nvidia-application-profiles-rc.d", "/run/nvidia-persistenced/socket", "/usr/local/nvidia"}; !reflect.DeepEqual(dests, want) {
+		t.Fatalf("mounts %v, want %v", dests, want)
+	}
+	want := []Symlink{
+		{Target: "/usr/local/nvidia/files/etc/OpenCL/vendors/nvidia.icd", Link: "/etc/OpenCL/vendors/nvidia.icd"},
+		{Target: "/usr/local/nvidia/files" + fw, Link: fw},
+		{Target: "/usr/local/nvidia/files/usr/lib/x86_64-linux-gnu/nvidia.conf", Link: "/usr/lib/x86_64-linux-gnu/nvidia.conf"},
+		{Target: "/usr/local/nvidia/files/usr/share/vulkan/icd.d/nvidia_icd.json", Link: "/usr/share/vulkan/icd.d/nvidia_icd.json"},
+	}
+	if !reflect.DeepEqual(e.Symlinks, want) {
+		t.Fatalf("links\n%v\nwant\n%v", e.Symlinks, want)
+	}
+}

@@ -21,9 +21,10 @@ import (
 )
 
 // treeFormat changes whenever treeCache's meaning or encoding
-// (cachecodec.go) changes. 5: a tree per set of files (Set); 4 mapped the
+// (cachecodec.go) changes. 6: firmware and configuration files mapped too
+// (drivervol.FilesDir); 5: a tree per set of files (Set); 4 mapped the
 // full per-version tree; 3 was JSON, in *.json, which a new gantry ignores.
-const treeFormat = 5
+const treeFormat = 6
 
 // treeCache is what the runtime keeps of a driver tree between containers,
 // so that a create in the tree layout costs one small file read and one
@@ -74,9 +75,10 @@ func verifiedName(store drivervol.Store, root, version string) string {
 }
 
 // useTree switches the plan's edits to the driver tree layout
-// (runtime.driver-layout = "tree"): the driver's programs and libraries that
-// the edits mount (those of the container's capabilities) as one read-only
-// mount of a tree holding exactly those files (package drivervol's
+// (runtime.driver-layout = "tree"): the driver's programs, libraries,
+// firmware and configuration files that the edits mount read-only (those of
+// the container's capabilities) as one read-only mount of a tree holding
+// exactly those files (package drivervol's
 // EnsureSet: one tree per driver version and set of files, built on first
 // use, shared by every container given the same files), with a link at
 // each file's usual path. Whatever stands in the way (no tree can be
@@ -88,7 +90,7 @@ func (p *Plan) useTree(cfg config.Config) {
 	}
 	files := treeSet(p.Edits, p.Inventory)
 	if len(files) == 0 {
-		return // no program or library to gather: nothing for a tree to hold
+		return // no driver file to gather: nothing for a tree to hold
 	}
 	at := path.Clean(cfg.Runtime.DriverTreePath)
 	for _, m := range p.opts.SpecMounts {
@@ -115,16 +117,18 @@ func (p *Plan) useTree(cfg config.Config) {
 	p.Record.Layout = config.DriverLayoutTree
 }
 
-// treeSet lists the host paths of the driver's programs and libraries that
-// e mounts read-only, sorted: the files the per-file layout would give the
-// container, which its tree holds, and nothing else.
+// treeSet lists the host paths of the driver's programs, libraries,
+// firmware and configuration files that e mounts read-only, sorted: the
+// files the per-file layout would give the container, which its tree holds
+// (of firmware and configuration files, the regular ones: drivervol leaves
+// out a directory, which keeps its mount), and nothing else. IPC sockets
+// and device nodes are never among them.
 func treeSet(e *edits.Edits, inv *driver.Inventory) []string {
-	driverFile := make(map[string]bool, len(inv.Binaries)+len(inv.Libraries))
-	for _, f := range inv.Binaries {
-		driverFile[f.HostPath] = true
-	}
-	for _, f := range inv.Libraries {
-		driverFile[f.HostPath] = true
+	driverFile := make(map[string]bool, len(inv.Binaries)+len(inv.Libraries)+len(inv.Firmware)+len(inv.Configs))
+	for _, g := range [][]driver.File{inv.Binaries, inv.Libraries, inv.Firmware, inv.Configs} {
+		for _, f := range g {
+			driverFile[f.HostPath] = true
+		}
 	}
 	var out []string
 	for _, m := range e.Mounts {
@@ -218,9 +222,11 @@ func readTreeCache(p string, want treeCache) *treeCache {
 	return c
 }
 
-// treeFiles maps each of inv's programs and libraries that the tree holds
-// to its place there (drivervol's layout: bin/NAME, lib64/FILE, lib/FILE for
-// 32-bit). A file is taken only when the tree's copy is the same file (the
+// treeFiles maps each of inv's programs, libraries, firmware and
+// configuration files that the tree holds to its place there (drivervol's
+// layout: bin/NAME, lib64/FILE, lib/FILE for 32-bit, files/CONTAINER-PATH
+// for the others; a host file mapped once, the first place winning). A
+// file is taken only when the tree's copy is the same file (the
 // hard link drivervol makes on one filesystem) or has the same bytes (its
 // copy across filesystems); anything else keeps its own mount. The stamps
 // of both sides of each mapped file come with the map.
@@ -232,11 +238,14 @@ func treeFiles(t *drivervol.Tree, inv *driver.Inventory) (map[string]string, map
 	for _, l := range t.Libraries {
 		have[l.Path] = true
 	}
+	for _, f := range t.Files {
+		have[f] = true
+	}
 	files := map[string]string{}
 	stamps := map[string][2]stamp{}
 	add := func(f driver.File, rel string) {
 		in := filepath.Join(t.Path, rel)
-		if !have[rel] || !sameFile(f.HostPath, in) {
+		if _, done := files[f.HostPath]; done || !have[rel] || !sameFile(f.HostPath, in) {
 			return
 		}
 		a, aok := stampOf(f.HostPath)
@@ -255,6 +264,11 @@ func treeFiles(t *drivervol.Tree, inv *driver.Inventory) (map[string]string, map
 			dir = drivervol.LibDir
 		}
 		add(f, path.Join(dir, path.Base(f.HostPath)))
+	}
+	for _, f := range slices.Concat(inv.Firmware, inv.Configs) {
+		if rel := drivervol.FilePath(f.ContainerPath); rel != "" {
+			add(f, rel)
+		}
 	}
 	return files, stamps
 }

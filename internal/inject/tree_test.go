@@ -94,6 +94,17 @@ func TestPrepareDriverTree(t *testing.T) {
 				if !slices.ContainsFunc(p.inTree, func(c edits.Provided) bool { return strings.Contains(c.Path, "libcuda.so.") }) {
 					t.Errorf("round %d: libcuda not among the files the tree provides (%v): no ld.so.cache entry would be made", round, p.inTree)
 				}
+				files := cfg
+				files.Runtime.DriverLayout = config.DriverLayoutFiles
+				pf, err := Prepare(files, req, Options{}, NewRecord(FrontEndRuntime, "c", ""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if linked := filesLinked(t, p, pf, at); len(linked) == 0 {
+					t.Errorf("round %d: no firmware or configuration file is served from the tree", round)
+				} else if !slices.ContainsFunc(linked, func(l string) bool { return strings.HasPrefix(l, "/lib/firmware/nvidia/") }) {
+					t.Errorf("round %d: the firmware is not served from the tree: %q", round, linked)
+				}
 			}
 		})
 	}
@@ -316,6 +327,17 @@ func TestPrepareDriverTreePerCapabilities(t *testing.T) {
 			t.Errorf("graphics tree lacks %s: %q", want, glinks)
 		}
 	}
+	// The loaders' files (Vulkan ICD, EGL vendor, OpenCL ICD) and the
+	// firmware: links into the tree, no mount each.
+	linked := filesLinked(t, prepare(config.DriverLayoutTree, "graphics,compute,utility"), prepare(config.DriverLayoutFiles, "graphics,compute,utility"), cfg.Runtime.DriverTreePath)
+	for _, want := range []string{"/usr/share/vulkan/icd.d/nvidia_icd.json", "/usr/share/glvnd/egl_vendor.d/10_nvidia.json", "/etc/OpenCL/vendors/nvidia.icd"} {
+		if !slices.Contains(linked, want) {
+			t.Errorf("graphics container: %s is not served from the tree (linked: %q)", want, linked)
+		}
+	}
+	if linked := filesLinked(t, prepare(config.DriverLayoutTree, "compute,utility"), prepare(config.DriverLayoutFiles, "compute,utility"), cfg.Runtime.DriverTreePath); slices.Contains(linked, "/usr/share/vulkan/icd.d/nvidia_icd.json") {
+		t.Errorf("compute container got the Vulkan ICD file: %q", linked)
+	}
 	store := drivervol.Store{Dir: cfg.Runtime.DriverTreeDir}
 	if vs, err := store.Versions(); err != nil || len(vs) != 0 {
 		t.Errorf("the runtime made per-version trees (Docker volumes): %q %v", vs, err)
@@ -370,4 +392,72 @@ func TestLoadTreeConcurrentFirstCreates(t *testing.T) {
 	if !slices.Equal(dirs, []string{inv.Version}) {
 		t.Errorf("the set's store holds the directories %q, want one tree", dirs)
 	}
+}
+
+// filesLinked checks that every regular firmware and configuration file the
+// per-file layout mounts (files, the same request's plan) is, in the tree
+// layout (tree), no mount but a link at the same container path to
+// <at>/files/<container path>, where the tree has the host file's bytes, and
+// that the tree layout mounts nothing else of the driver read-only but the
+// tree and what is no regular file (a directory). It returns the linked
+// container paths, sorted.
+func filesLinked(t *testing.T, tree, files *Plan, at string) []string {
+	t.Helper()
+	inv := tree.Inventory
+	library := map[string]bool{}
+	for _, f := range slices.Concat(inv.Binaries, inv.Libraries) {
+		library[f.HostPath] = true
+	}
+	other := map[string]bool{}
+	for _, f := range slices.Concat(inv.Firmware, inv.Configs) {
+		if !library[f.HostPath] { // the GBM backend is a library's link
+			other[f.HostPath] = true
+		}
+	}
+	treeHost := ""
+	mounts := map[string]edits.Mount{}
+	for _, m := range tree.Edits.Mounts {
+		if m.ContainerPath == at {
+			treeHost = m.HostPath
+			continue
+		}
+		mounts[m.ContainerPath] = m
+		if st, err := os.Stat(m.HostPath); slices.Contains(m.Options, "ro") && (err != nil || st.Mode().IsRegular()) {
+			t.Errorf("the tree layout still mounts the regular file %s at %s", m.HostPath, m.ContainerPath)
+		}
+	}
+	if treeHost == "" {
+		t.Fatalf("no tree mount at %s", at)
+	}
+	links := map[string]string{}
+	for _, s := range tree.Edits.Symlinks {
+		links[s.Link] = s.Target
+	}
+	var linked []string
+	for _, m := range files.Edits.Mounts {
+		if !other[m.HostPath] {
+			continue
+		}
+		if st, err := os.Stat(m.HostPath); err != nil || !st.Mode().IsRegular() {
+			if _, ok := mounts[m.ContainerPath]; !ok {
+				t.Errorf("%s (no regular file) lost its mount", m.ContainerPath)
+			}
+			continue
+		}
+		if want := at + "/" + drivervol.FilePath(m.ContainerPath); links[m.ContainerPath] != want {
+			t.Errorf("%s: link to %q, want %q", m.ContainerPath, links[m.ContainerPath], want)
+			continue
+		}
+		host, err := os.ReadFile(m.HostPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inTree, err := os.ReadFile(filepath.Join(treeHost, drivervol.FilePath(m.ContainerPath)))
+		if err != nil || string(inTree) != string(host) {
+			t.Errorf("%s: the tree's file (%v) has not the bytes of %s", m.ContainerPath, err, m.HostPath)
+		}
+		linked = append(linked, m.ContainerPath)
+	}
+	slices.Sort(linked)
+	return linked
 }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/edits"
 )
 
@@ -199,5 +201,86 @@ func TestDriverTreeReplacesImageDriverLib(t *testing.T) {
 	}
 	if want := fmt.Sprintf("cuda=%d path=%s/libcuda.so.1", c.f.driver.CUDAVersion, libDir); !strings.Contains(out, want) {
 		t.Errorf("probe with LD_LIBRARY_PATH=%s: want %q in\n%s", libDir, want, out)
+	}
+}
+
+// The driver's firmware and configuration files (GSP firmware, the Vulkan
+// ICD and EGL vendor files, the OpenCL ICD, ...) in the tree layout: no
+// mount each, a link at the usual path into the tree's mount, which the
+// container reads through real runc with the host file's bytes. The image's
+// /lib/firmware is an absolute link that, followed on the host, leads out
+// of its root filesystem: the firmware's links are made inside the root
+// all the same (package rootfs), nothing on the host.
+func TestDriverTreeFiles(t *testing.T) {
+	f := need(t)
+	inv, err := driver.Discover(driver.Options{Root: f.driver.Root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	library := map[string]bool{}
+	for _, l := range inv.Libraries {
+		library[l.HostPath] = true
+	}
+	caps := []driver.Capability{"", driver.Graphics, driver.Compute, driver.Utility}
+	host := map[string]string{} // container path: host path
+	var script strings.Builder
+	for _, x := range slices.Concat(inv.Firmware, inv.Configs) {
+		if st, err := os.Stat(x.HostPath); err != nil || !st.Mode().IsRegular() || library[x.HostPath] || !slices.Contains(caps, x.Capability) {
+			continue
+		}
+		host[x.ContainerPath] = x.HostPath
+		fmt.Fprintf(&script, "echo '== %s'; readlink %s; cat %s; ", x.ContainerPath, x.ContainerPath, x.ContainerPath)
+	}
+	for _, want := range []string{"/etc/OpenCL/vendors/nvidia.icd", "/usr/share/vulkan/icd.d/nvidia_icd.json", "/usr/share/glvnd/egl_vendor.d/10_nvidia.json"} {
+		if host[want] == "" {
+			t.Fatalf("the fake driver has no %s: %v", want, host)
+		}
+	}
+	if len(inv.Firmware) == 0 {
+		t.Fatal("the fake driver has no firmware")
+	}
+	escape := t.TempDir()
+	c := newContainer(t, opts{
+		env:  []string{"NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=graphics,compute,utility"},
+		args: []string{"sh", "-c", script.String()},
+		mutate: func(rootfs string) {
+			// The link's target exists inside the root (followed in the
+			// root, it leads there) and on the host (followed on the host,
+			// it would lead out).
+			for _, d := range []string{filepath.Join(rootfs, "lib"), filepath.Join(rootfs, escape)} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Symlink("/../../../../../../../.."+escape, filepath.Join(rootfs, "lib/firmware")); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	out, stderr, err := c.run()
+	if err != nil {
+		t.Fatalf("gantry-runtime run: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr)
+	}
+	for cp, hp := range host {
+		b, err := os.ReadFile(hp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "== " + cp + "\n" + edits.DefaultTreePath + "/files" + cp + "\n" + string(b)
+		if !strings.Contains(out, want) {
+			t.Errorf("%s in the container: want a link into the tree with the bytes of %s:\n%s\nin the output:\n%s", cp, hp, want, out)
+		}
+	}
+	var spec ocispecs.Spec
+	if err := json.Unmarshal(c.configJSON(), &spec); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range spec.Mounts {
+		if _, ok := host[m.Destination]; ok || strings.HasPrefix(m.Destination, "/lib/firmware") {
+			t.Errorf("%s still has a mount of its own (from %s)", m.Destination, m.Source)
+		}
+	}
+	if ents, err := os.ReadDir(escape); err != nil || len(ents) != 0 {
+		t.Errorf("the host directory the image's /lib/firmware names got %d entries (%v): links made outside the container", len(ents), err)
 	}
 }
