@@ -47,9 +47,9 @@
 # trying it without a GPU (the numbers then say nothing about a GPU host).
 #
 # Environment: RUNS (default 30), DRIVER_ROOT, NVIDIA_RUNTIME, NVIDIA_CTK, GANTRY, RUNC,
-# COMPARE_RUNTIME (another gantry-runtime build: variant compare-all, all GPUs; with
-# --tree also compare-tree, that build in the tree layout, and runc-cmp-tree, plain
-# runc on the bundle compare-tree produced: a before/after of the tree's bundle).
+# COMPARE_RUNTIME (another gantry-runtime build: variant compare-all, all GPUs, and
+# compare-tree, that build in the tree layout, and runc-cmp-tree, plain runc on the
+# bundle compare-tree produced: a before/after of the tree's bundle).
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 runs=${RUNS:-30} sim= cpus= split= trace= tree=--tree server=--server
