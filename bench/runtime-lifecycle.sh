@@ -23,8 +23,8 @@
 #                 the hook's work done by the create server
 #   hook-all      plain runc with Gantry's prestart hook (Docker's --gpus path),
 #                 NVIDIA_VISIBLE_DEVICES=all; hook-tree the same in the tree layout
-#   runc-tree     plain runc on the bundle gantry-tree produced
-#   runc-gpu      plain runc on the bundle gantry-all produced (the GPU container's
+#   runc-tree     plain runc on the bundle gantry-tree hands to runc
+#   runc-gpu      plain runc on the bundle gantry-all hands to runc (the GPU container's
 #                 mounts and nodes without Gantry): gantry-all - runc-gpu is Gantry's own cost
 #   nvidia-all    NVIDIA's runtime, NVIDIA_VISIBLE_DEVICES=all, when NVIDIA_RUNTIME=PATH
 #                 is given (it finds runc in PATH: bin/runc is put first); with
@@ -230,11 +230,23 @@ if [ -n "$server" ]; then
     die "hook-server: the create server did not do the hook's work (see $WORK/server.log and $WORK/gantry.log)"
   grep -q '"/usr/local/nvidia"' "$WORK/b-server-tree/config.json" || die "server-tree: the tree layout was not used"
 fi
-# runc-gpu: plain runc on the bundle exactly as gantry-runtime left it (edited
-# config.json, links and loader cache in the rootfs): what runc itself spends
-# on the GPU container's mounts and device nodes. gantry-all minus runc-gpu is
-# the cost of Gantry alone.
-cp -a "$WORK/b-gantry-all" "$WORK/tpl-runc-gpu"
+# handed VARIANT DEST: VARIANT's bundle as gantry-runtime hands it to runc
+# (edited config.json, links and loader cache in the rootfs), before runc ran
+# on it (no mount target, node or file runc makes): a create by VARIANT's
+# runtime and configuration with a low-level runtime that does nothing.
+handed() {
+  local v=$1 dest=$2 cfg=$WORK/handed-$1.toml
+  sed 's|^low-level = .*|low-level = "/bin/true"|' "${CFG[$v]:-$GANTRY_CONFIG}" >"$cfg"
+  rm -rf "$dest" && cp -a "$WORK/tpl-$v" "$dest"
+  GANTRY_CONFIG=$cfg "${RT[$v]}" --root "$STATE" create --bundle "$dest" "handed-$v" </dev/null >"$WORK/handed-$v.err" 2>&1 ||
+    die "$v: could not make its bundle for runc alone: $(cat "$WORK/handed-$v.err")"
+  grep -q '"/dev/nvidia' "$dest/config.json" || die "$v: the bundle for runc alone has no GPU: $(cat "$WORK/handed-$v.err")"
+}
+# runc-gpu: plain runc on the bundle exactly as gantry-runtime hands it over:
+# what runc itself spends on the GPU container's mounts and device nodes
+# (and their targets in the rootfs). gantry-all minus runc-gpu is the cost of
+# Gantry alone.
+handed gantry-all "$WORK/tpl-runc-gpu"
 # count FILE KEY: how many times "KEY" appears in a config.json.
 count() { grep -o "\"$2\"" "$1" | wc -l; }
 echo "== bundles: plain $(count "$WORK/tpl-runc/config.json" destination) mounts; GPU (gantry-all)" \
@@ -249,14 +261,12 @@ if [ -n "$tree" ]; then
   grep -q '"/usr/local/nvidia"' "$WORK/b-gantry-tree/config.json" ||
     die "gantry-tree: config.json has no mount at /usr/local/nvidia: the tree layout was not used (see $WORK/gantry.log)"
   echo "== bundles: GPU (gantry-tree) $(count "$WORK/b-gantry-tree/config.json" destination) mounts"
-  cp -a "$WORK/b-gantry-tree" "$WORK/tpl-runc-tree"
-  rm -f "$WORK/tpl-runc-tree/pid"
+  handed gantry-tree "$WORK/tpl-runc-tree"
   RT[runc-tree]=$RUNC
   variants+=(runc-tree)
   if [ -n "${COMPARE_RUNTIME:-}" ]; then
     echo "== bundles: GPU (compare-tree) $(count "$WORK/b-compare-tree/config.json" destination) mounts"
-    cp -a "$WORK/b-compare-tree" "$WORK/tpl-runc-cmp-tree"
-    rm -f "$WORK/tpl-runc-cmp-tree/pid"
+    handed compare-tree "$WORK/tpl-runc-cmp-tree"
     RT[runc-cmp-tree]=$RUNC
     variants+=(runc-cmp-tree)
   fi
