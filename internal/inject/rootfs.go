@@ -109,6 +109,14 @@ func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree
 			inTreeOnly = inTreeOnly || t.Path != f.ContainerPath
 		}
 	}
+	// Libraries only in the tree: a library of that SONAME that the image
+	// carries in the folder (a driver package installed at build time)
+	// would still be found there first through LD_LIBRARY_PATH or a
+	// RUNPATH, and a stale one fails with a driver/library version
+	// mismatch. It is replaced by a link into the tree, as the per-file
+	// layout's link replaced it. Each folder is looked into once.
+	var stale []containerhook.Link
+	byDir := map[string][]string{}
 	for _, in := range injected {
 		p, f := in.at, in.f
 		if f.SONAME == "" {
@@ -119,18 +127,26 @@ func applyEdits(root *rootfs.Root, e *edits.Edits, inv *driver.Inventory, inTree
 		bits32 := f.Capability == driver.Compat32
 		libs = append(libs, containerhook.Library{SONAME: f.SONAME, Path: path.Join(path.Dir(p), f.SONAME), Compat32: bits32})
 		if p != f.ContainerPath {
-			// Only in the tree: a library of that SONAME that the image
-			// carries in the folder (a driver package installed at build
-			// time) would still be found there first through
-			// LD_LIBRARY_PATH or a RUNPATH, and a stale one fails with a
-			// driver/library version mismatch. It is replaced by a link
-			// into the tree, as the per-file layout's link replaced it.
-			at := path.Join(path.Dir(f.ContainerPath), f.SONAME)
-			if _, err := root.Lstat(at); err == nil {
-				links = append(links, containerhook.Link{Target: path.Join(path.Dir(p), f.SONAME), Link: at})
-			}
+			dir := path.Dir(f.ContainerPath)
+			stale = append(stale, containerhook.Link{Target: path.Join(path.Dir(p), f.SONAME), Link: path.Join(dir, f.SONAME)})
+			byDir[dir] = append(byDir[dir], f.SONAME)
 		}
 		cuda = cuda || (f.SONAME == "libcuda.so.1" && !bits32)
+	}
+	present := map[string]bool{}
+	for dir, names := range byDir {
+		found, err := root.Present(dir, names)
+		if err != nil {
+			return err
+		}
+		for n := range found {
+			present[path.Join(dir, n)] = true
+		}
+	}
+	for _, l := range stale {
+		if present[l.Link] {
+			links = append(links, l)
+		}
 	}
 	if len(libs) == 0 {
 		return containerhook.CreateSymlinks(root, links)

@@ -301,6 +301,30 @@ func (r *Root) Lstat(p string) (fs.FileInfo, error) {
 	return newInfo(base, &st), nil
 }
 
+// Present reports which of names exist (as anything, a symlink not
+// followed) directly in the directory dir, which is resolved in the root
+// once for all of them. A dir that cannot be opened in the root (none, a
+// file, a link leading out) holds none of them.
+func (r *Root) Present(dir string, names []string) (map[string]bool, error) {
+	out := make(map[string]bool, len(names))
+	fd, err := r.openat(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		// No such directory (or none inside the root): none of them.
+		return out, nil
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	for _, n := range names {
+		if n == "" || n == "." || n == ".." || strings.ContainsRune(n, '/') {
+			return nil, r.pathErr("lstat", path.Join(dir, n), errors.New("not a name in the directory"))
+		}
+		if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			out[n] = true
+		}
+	}
+	return out, nil
+}
+
 // Readlink returns the content of the symlink at p (its directories are
 // resolved in the root; the link itself is read, not followed).
 func (r *Root) Readlink(p string) (string, error) {

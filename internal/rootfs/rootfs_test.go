@@ -375,3 +375,26 @@ func BenchmarkWriteFileAtomic(b *testing.B) {
 		}
 	}
 }
+
+// TestPresent: which names a directory holds, its path resolved in the
+// root: /etc links to the host's etc, where passwd exists, and it must read
+// as the root's own (empty) /etc, not the host's.
+func TestPresent(t *testing.T) {
+	_, rootDir, _, r := hostile(t)
+	must(t, os.MkdirAll(rootDir+"/lib64", 0o755))
+	must(t, os.WriteFile(rootDir+"/lib64/libcuda.so.1", nil, 0o644))
+	must(t, os.Symlink("libcuda.so.1", rootDir+"/lib64/libnvidia-ml.so.1"))
+	got, err := r.Present("/lib64", []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnone.so.1"})
+	if err != nil || len(got) != 2 || !got["libcuda.so.1"] || !got["libnvidia-ml.so.1"] {
+		t.Errorf("Present(/lib64) = %v, %v; want libcuda.so.1 and libnvidia-ml.so.1", got, err)
+	}
+	if got, err := r.Present("/etc", []string{"passwd"}); err != nil || got["passwd"] {
+		t.Errorf("Present(/etc) = %v, %v: the host's /etc read through the root's link", got, err)
+	}
+	if got, err := r.Present("/missing", []string{"x"}); err != nil || len(got) != 0 {
+		t.Errorf("Present(/missing) = %v, %v", got, err)
+	}
+	if _, err := r.Present("/lib64", []string{"../etc"}); err == nil {
+		t.Errorf("Present took a name with a slash")
+	}
+}
