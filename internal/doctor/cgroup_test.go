@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gantry-gpu/gantry/internal/config"
 )
 
 func TestParseProcCgroup(t *testing.T) {
@@ -144,7 +146,9 @@ func TestSummarizeSpec(t *testing.T) {
 			}},
 		},
 	}
-	s := summarizeSpec(spec, "/drv")
+	cfg := config.Default()
+	cfg.DriverRoot = "/drv"
+	s := summarizeSpec(spec, cfg)
 	if !s.asks() || s.Visible != "all" || s.Caps != "compute,utility" || len(s.CDI) != 1 ||
 		len(s.Devices) != 2 || s.DriverMounts != 2 || !s.AllowsCtl {
 		t.Fatalf("%+v", s)
@@ -155,8 +159,16 @@ func TestSummarizeSpec(t *testing.T) {
 			t.Errorf("describe() = %q, lacks %q", d, want)
 		}
 	}
+	// The driver tree layout: one mount whose source is below
+	// driver-tree-dir, wherever that is (its path need not say nvidia).
+	cfg.Runtime.DriverTreeDir = "/run/k8s/trees"
+	tree := &specs.Spec{Mounts: []specs.Mount{{Destination: "/usr/local/nvidia", Source: "/run/k8s/trees/.sets/ab12/580.159.04", Type: "bind"}}}
+	if s := summarizeSpec(tree, cfg); s.DriverMounts != 1 || s.DriverTree != "/usr/local/nvidia" ||
+		!strings.Contains(s.describe(), "1 driver mounts (the driver tree at /usr/local/nvidia one of them)") {
+		t.Errorf("tree layout: %+v %q", s, s.describe())
+	}
 	for _, v := range []string{"void", "none", ""} {
-		s := summarizeSpec(&specs.Spec{Process: &specs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=" + v}}}, "/")
+		s := summarizeSpec(&specs.Spec{Process: &specs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=" + v}}}, config.Default())
 		if s.asks() {
 			t.Errorf("NVIDIA_VISIBLE_DEVICES=%q asks for GPUs", v)
 		}

@@ -12,6 +12,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/edits"
 )
 
@@ -147,8 +148,12 @@ type specSummary struct {
 	// Devices are the /dev/nvidia* entries of linux.devices.
 	Devices []string
 	// DriverMounts counts mounts of driver files (sources under the driver
-	// root, or named like NVIDIA's libraries, programs and firmware).
+	// root, or named like NVIDIA's libraries, programs and firmware), the
+	// driver tree's included.
 	DriverMounts int
+	// DriverTree is where the driver tree layout's one mount (a source
+	// below runtime.driver-tree-dir) is in the container, "" without one.
+	DriverTree string
 	// AllowsCtl: linux.resources.devices lets the container read and write
 	// 195:255 (the last matching rule decides, as runc applies them).
 	AllowsCtl bool
@@ -170,7 +175,8 @@ func (s specSummary) asks() bool {
 	return (s.HasVisible && v != "" && v != "void" && v != "none") || len(s.CDI) > 0
 }
 
-func summarizeSpec(spec *specs.Spec, driverRoot string) specSummary {
+func summarizeSpec(spec *specs.Spec, cfg config.Config) specSummary {
+	driverRoot := cfg.DriverRoot
 	var s specSummary
 	if spec.Process != nil {
 		for _, e := range spec.Process.Env {
@@ -191,7 +197,11 @@ func summarizeSpec(spec *specs.Spec, driverRoot string) specSummary {
 	s.Injected = spec.Annotations[edits.InjectedAnnotation]
 	sort.Strings(s.CDI)
 	for _, m := range spec.Mounts {
-		if driverMount(m.Source, driverRoot) {
+		tree := under(cfg.Runtime.DriverTreeDir, m.Source)
+		if tree {
+			s.DriverTree = m.Destination
+		}
+		if tree || driverMount(m.Source, driverRoot) {
 			s.DriverMounts++
 		}
 	}
@@ -208,12 +218,20 @@ func summarizeSpec(spec *specs.Spec, driverRoot string) specSummary {
 	return s
 }
 
+// under reports whether p is below the directory dir ("" and / hold
+// nothing here).
+func under(dir, p string) bool {
+	if dir == "" || dir == "/" {
+		return false
+	}
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
 // driverMount reports whether a bind mount's source is a driver file.
 func driverMount(source, driverRoot string) bool {
-	if driverRoot != "" && driverRoot != "/" {
-		if rel, err := filepath.Rel(driverRoot, source); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
-			return true
-		}
+	if under(driverRoot, source) {
+		return true
 	}
 	base := filepath.Base(source)
 	return strings.Contains(source, "nvidia") || strings.HasPrefix(base, "libcuda") || strings.HasPrefix(base, "libnv")
@@ -270,6 +288,9 @@ func (s specSummary) describe() string {
 		injected += " (" + strings.Join(s.Devices, " ") + ")"
 	}
 	injected += fmt.Sprintf(", %d driver mounts", s.DriverMounts)
+	if s.DriverTree != "" {
+		injected += " (the driver tree at " + s.DriverTree + " one of them)"
+	}
 	return strings.Join(what, ", ") + "; " + injected
 }
 
@@ -301,9 +322,9 @@ func taskFixes(t *task, podNS, pod string) containerFixes {
 // for the request check (where the spec came from, what the kubelet
 // assigned).
 func checkSpecAndAccess(opts Options, who string, spec, request *specs.Spec, note, binary string, pid int, running bool, fx containerFixes) []Check {
-	s := summarizeSpec(spec, opts.Config.DriverRoot)
+	s := summarizeSpec(spec, opts.Config)
 	if request != nil {
-		s = s.withRequest(summarizeSpec(request, opts.Config.DriverRoot))
+		s = s.withRequest(summarizeSpec(request, opts.Config))
 	}
 	runtime := "runc binary " + binary
 	if binary == "" {
