@@ -29,8 +29,9 @@
 #   nvidia-all    NVIDIA's runtime, NVIDIA_VISIBLE_DEVICES=all, when NVIDIA_RUNTIME=PATH
 #                 is given (it finds runc in PATH: bin/runc is put first); with
 #                 NVIDIA_CTK=PATH too, in CDI mode with a spec its nvidia-ctk writes
-# Every run starts from a fresh copy of its bundle (as an engine's fresh rootfs
-# overlay), made outside the timed window. Reports median, 10%-trimmed mean, p90,
+# Every run starts from a fresh bundle made outside the timed window: its root
+# filesystem an overlay mount of the template's, as an engine mounts an image
+# (a hard-linked copy where overlayfs cannot be mounted). Reports median, 10%-trimmed mean, p90,
 # min, max of the whole lifecycle and the median of each step, in ms; then
 # gantry-all minus runc. The timings of a many-core host are bimodal (the
 # scheduler moving runc's processes between cores): --cpus LIST pins the whole
@@ -78,7 +79,13 @@ WORK=$(mktemp -d /tmp/gantry-bench.XXXXXX)
 # shellcheck source=scripts/lib/bundle.sh
 . "$REPO/scripts/lib/bundle.sh"
 SERVER_PID=
-trap '[ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null; cleanup_containers; [ -n "${KEEP_LOG:-}" ] && cp "$WORK/gantry.log" "$KEEP_LOG"; rm -rf "$WORK"' EXIT
+# unmount_bundles: the overlay root filesystems of this run's bundles.
+unmount_bundles() {
+  local m
+  for m in "$WORK"/b-*/rootfs; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
+  return 0
+}
+trap '[ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null; cleanup_containers; unmount_bundles; [ -n "${KEEP_LOG:-}" ] && cp "$WORK/gantry.log" "$KEEP_LOG"; rm -rf "$WORK"' EXIT
 # The base configuration is the per-file layout (gantry-all); the tree
 # variants get a configuration of their own.
 DRIVER_LAYOUT=files setup_env $sim
@@ -185,6 +192,38 @@ EOF
   make_bundle "$WORK/tpl-nvidia-all" NVIDIA_VISIBLE_DEVICES=all -- /bin/true
 fi
 
+# fresh_bundle VARIANT DIR: DIR as an engine hands a new container to its
+# runtime: VARIANT's config.json, and as its root filesystem an overlay mount
+# of the template's (read-only below, a new empty upper directory), as
+# Docker, containerd and CRI-O mount an image; where overlayfs cannot be
+# mounted, a hard-linked copy (Gantry and runc add and rename entries, never
+# write through a file). Not a full copy per round: writing it back to disk
+# would go on during the timed rounds.
+OVERLAY=
+fresh_bundle() {
+  local v=$1 b=$2
+  mountpoint -q "$b/rootfs" 2>/dev/null && umount "$b/rootfs"
+  rm -rf "$b" "$WORK/ovl-$v" && mkdir -p "$b" "$WORK/ovl-$v/upper" "$WORK/ovl-$v/work" || die "$b: cannot make it"
+  cp "$WORK/tpl-$v/config.json" "$b/config.json"
+  if [ -z "$OVERLAY" ]; then
+    mkdir -p "$WORK/ovl-probe/mnt"
+    if mount -t overlay overlay -o "lowerdir=$WORK/tpl-$v/rootfs,upperdir=$WORK/ovl-$v/upper,workdir=$WORK/ovl-$v/work" "$WORK/ovl-probe/mnt" 2>/dev/null; then
+      umount "$WORK/ovl-probe/mnt"
+      OVERLAY=yes
+    else
+      OVERLAY=no
+      echo "== overlayfs cannot be mounted here: each round's root filesystem is a hard-linked copy"
+    fi
+    rm -rf "$WORK/ovl-$v" && mkdir -p "$WORK/ovl-$v/upper" "$WORK/ovl-$v/work"
+  fi
+  if [ "$OVERLAY" = yes ]; then
+    mkdir "$b/rootfs" && mount -t overlay overlay -o "lowerdir=$WORK/tpl-$v/rootfs,upperdir=$WORK/ovl-$v/upper,workdir=$WORK/ovl-$v/work" "$b/rootfs" ||
+      die "$b/rootfs: cannot mount the overlay"
+  else
+    cp -al "$WORK/tpl-$v/rootfs" "$b/rootfs" || die "$b/rootfs: cannot copy"
+  fi
+}
+
 # ms A B: the time from A to B (microseconds) in ms.
 ms() { echo "$((($2 - $1) / 1000)).$((($2 - $1) % 1000 / 100))"; }
 
@@ -192,7 +231,7 @@ ms() { echo "$((($2 - $1) / 1000)).$((($2 - $1) % 1000 / 100))"; }
 # appends the times of the whole and of each step (ms) to the variant's files.
 lifecycle() {
   local v=$1 rt=${RT[$1]} b=$WORK/b-$1 id=bench-$1 pid st t0 t1 t2 t3 t4
-  rm -rf "$b" && cp -a "$WORK/tpl-$v" "$b"
+  fresh_bundle "$v" "$b"
   # Clock readings are EPOCHREALTIME without its point: microseconds, read by
   # bash itself (a $(...) would fork a subshell inside the timed window).
   t0=${EPOCHREALTIME/[.,]/}
