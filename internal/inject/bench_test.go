@@ -70,7 +70,8 @@ func BenchmarkReadCache(b *testing.B) {
 	}
 	version, _, _ := driver.CurrentVersion(cfg.DriverRoot)
 	key := cacheKey{Format: cacheFormat, DriverRoot: cfg.DriverRoot, DevRoot: cfg.EffectiveDevRoot(), SearchPaths: cfg.LibrarySearchPaths,
-		Version: version, LDCache: fileStamp(filepath.Join(cfg.DriverRoot, "etc/ld.so.cache"))}
+		Version: version, LDCache: fileStamp(filepath.Join(cfg.DriverRoot, "etc/ld.so.cache")),
+		Nodes: driver.Stamp(cfg.DriverRoot, cfg.EffectiveDevRoot())}
 	path := cachePath(cfg.Runtime.CacheDir, key)
 	b.ReportAllocs()
 	b.ResetTimer()
