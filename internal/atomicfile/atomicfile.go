@@ -100,3 +100,47 @@ func Write(path string, data []byte, o Options) (err error) {
 	}
 	return nil
 }
+
+// Staged is a file's new content written beside it (a temporary file in
+// the same directory), not yet in its place: Commit puts it there in one
+// rename, Abort removes it. It lets a caller write the file while other
+// work that decides whether it may replace the old one is still running.
+type Staged struct {
+	tmp, path string
+}
+
+// Stage writes data beside path, with mode, for Commit; no fsync.
+func Stage(path string, data []byte, mode os.FileMode) (*Staged, error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	s := &Staged{tmp: f.Name(), path: path}
+	if _, err = f.Write(data); err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.Abort()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Commit replaces the file with the staged content.
+func (s *Staged) Commit() error {
+	if err := os.Rename(s.tmp, s.path); err != nil {
+		s.Abort()
+		return err
+	}
+	return nil
+}
+
+// Abort removes the staged content; the file stays as it was.
+func (s *Staged) Abort() { _ = os.Remove(s.tmp) }

@@ -69,3 +69,39 @@ func TestFailureLeavesNothing(t *testing.T) {
 		t.Error("a missing directory is not an error")
 	}
 }
+
+// TestStaged: staged content is invisible at the path until Commit, which
+// puts it there whole; Abort leaves the old file and no temporary one.
+func TestStaged(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(p, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Stage(p, []byte("aborted"), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Fatalf("staged content visible before Commit: %q", b)
+	}
+	s.Abort()
+	if b, _ := os.ReadFile(p); string(b) != "old" {
+		t.Errorf("Abort changed the file: %q", b)
+	}
+	s, err = Stage(p, []byte("new"), 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	st, _ := os.Stat(p)
+	if string(b) != "new" || st.Mode().Perm() != 0o640 {
+		t.Errorf("after Commit: %q %v, want new 0640", b, st.Mode().Perm())
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("temporary files left: %v", entries)
+	}
+}

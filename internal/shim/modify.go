@@ -82,6 +82,35 @@ func modify(rec *inject.Record, bundle string, cfg config.Config, rootDir string
 	if err != nil {
 		return err
 	}
+	// config.json's new content is made and written beside it while the
+	// root filesystem is changed (they share no file), and put in place
+	// only once that succeeded: a failed create leaves config.json as it
+	// was.
+	type specResult struct {
+		staged *atomicfile.Staged
+		err    error
+	}
+	staged := make(chan specResult, 1)
+	go func() {
+		out, err := patchSpec(top, plan)
+		if errors.Is(err, errNoPatch) {
+			out, err = fullSpec(raw, plan)
+		}
+		if err != nil {
+			staged <- specResult{err: fmt.Errorf("%s: %w", specPath, err)}
+			return
+		}
+		mode := os.FileMode(0o644)
+		if st, err := os.Stat(specPath); err == nil {
+			mode = st.Mode().Perm()
+		}
+		// No fsync: the bundle is rewritten on every create, in the hot path.
+		s, err := atomicfile.Stage(specPath, out, mode)
+		if err != nil {
+			err = fmt.Errorf("writing %s: %w", specPath, err)
+		}
+		staged <- specResult{s, err}
+	}()
 	err = plan.FinishRootfs(func() (*rootfs.Root, error) {
 		rootPath := peek.RootPath()
 		if rootPath == "" {
@@ -100,18 +129,18 @@ func modify(rec *inject.Record, bundle string, cfg config.Config, rootDir string
 		root.SkipSync()
 		return root, nil
 	}, nil)
+	spec := <-staged
 	if err != nil {
+		if spec.staged != nil {
+			spec.staged.Abort()
+		}
 		return err
 	}
 	rec.Phase("rootfs")
-	out, err := patchSpec(top, plan)
-	if errors.Is(err, errNoPatch) {
-		out, err = fullSpec(raw, plan)
+	if spec.err != nil {
+		return spec.err
 	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", specPath, err)
-	}
-	if err := writeAtomic(specPath, out); err != nil {
+	if err := spec.staged.Commit(); err != nil {
 		return fmt.Errorf("writing %s: %w", specPath, err)
 	}
 	rec.Phase("spec")
@@ -186,15 +215,4 @@ func merge(orig, typed any) any {
 		om[k] = merge(om[k], v)
 	}
 	return om
-}
-
-// writeAtomic replaces p with data through a temporary file in the same
-// directory, keeping p's permissions.
-func writeAtomic(p string, data []byte) error {
-	mode := os.FileMode(0o644)
-	if st, err := os.Stat(p); err == nil {
-		mode = st.Mode().Perm()
-	}
-	// No fsync: the bundle is rewritten on every create, in the hot path.
-	return atomicfile.Write(p, data, atomicfile.Options{Mode: mode})
 }

@@ -477,3 +477,45 @@ func TestInventoryCache(t *testing.T) {
 		t.Errorf("want an error about the incomplete driver, got %s", stderr)
 	}
 }
+
+// A create whose root filesystem cannot take the driver's files (the
+// image's /etc is a file: no loader cache can be written) fails with the
+// error, and leaves config.json as it was, with nothing beside it: the new
+// config.json, written while the root filesystem was being changed, is
+// never put in place.
+func TestRootfsFailureLeavesSpec(t *testing.T) {
+	for _, server := range []bool{false, true} {
+		t.Run(fmt.Sprintf("server=%v", server), func(t *testing.T) {
+			f := need(t)
+			c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=1"}, args: []string{"true"}, mutate: func(root string) {
+				if err := os.RemoveAll(filepath.Join(root, "etc")); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(root, "etc"), []byte("not a directory\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}})
+			if server {
+				c.server, _, _ = startServer(t, f.runtime)
+			}
+			before := c.configJSON()
+			_, stderr, err := c.runtime("create", "--bundle", c.bundle, c.id)
+			if err == nil {
+				c.runtime("delete", "--force", c.id)
+				t.Fatal("a container whose /etc is a file was created")
+			}
+			if !strings.Contains(stderr, "etc") {
+				t.Errorf("want the error naming etc, got:\n%s", stderr)
+			}
+			if string(c.configJSON()) != string(before) {
+				t.Errorf("config.json changed by a failed create")
+			}
+			entries, _ := os.ReadDir(c.bundle)
+			for _, e := range entries {
+				if e.Name() != "config.json" && e.Name() != "rootfs" && !strings.HasPrefix(e.Name(), ".gantry") {
+					t.Errorf("left in the bundle: %s", e.Name())
+				}
+			}
+		})
+	}
+}
