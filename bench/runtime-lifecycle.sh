@@ -82,7 +82,7 @@ SERVER_PID=
 # unmount_bundles: the overlay root filesystems of this run's bundles.
 unmount_bundles() {
   local m
-  for m in "$WORK"/b-*/rootfs; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
+  for m in "$WORK"/b-*/rootfs "$WORK/ovl-probe/mnt"; do mountpoint -q "$m" 2>/dev/null && umount "$m"; done
   return 0
 }
 trap '[ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null; cleanup_containers; unmount_bundles; [ -n "${KEEP_LOG:-}" ] && cp "$WORK/gantry.log" "$KEEP_LOG"; rm -rf "$WORK"' EXIT
@@ -276,6 +276,7 @@ fi
 handed() {
   local v=$1 dest=$2 cfg=$WORK/handed-$1.toml
   sed 's|^low-level = .*|low-level = "/bin/true"|' "${CFG[$v]:-$GANTRY_CONFIG}" >"$cfg"
+  grep -q '^low-level = "/bin/true"$' "$cfg" || die "$v: its configuration names no low-level runtime to replace ($cfg)"
   rm -rf "$dest" && cp -a "$WORK/tpl-$v" "$dest"
   GANTRY_CONFIG=$cfg "${RT[$v]}" --root "$STATE" create --bundle "$dest" "handed-$v" </dev/null >"$WORK/handed-$v.err" 2>&1 ||
     die "$v: could not make its bundle for runc alone: $(cat "$WORK/handed-$v.err")"

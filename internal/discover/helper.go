@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -193,10 +194,17 @@ func viaHelper(path string, c config.Config, light bool) (*gpu.System, error) {
 	}
 	// NVML on a wedged driver may never return: the helper gets
 	// HelperTimeout, then it is killed and the container fails with why.
-	timer := time.AfterFunc(HelperTimeout, func() { _ = cmd.Process.Kill() })
+	// (A helper stuck inside the kernel dies only when the call returns:
+	// no bound can be had there.)
+	var killed atomic.Bool
+	timer := time.AfterFunc(HelperTimeout, func() {
+		killed.Store(true)
+		_ = cmd.Process.Kill()
+	})
 	b, rerr := io.ReadAll(io.LimitReader(out, maxHelperReply))
 	werr := cmd.Wait()
-	if !timer.Stop() {
+	timer.Stop()
+	if killed.Load() && werr != nil {
 		return nil, fmt.Errorf("%s %s (the gantry binary, which loads NVML for this one) gave no answer in %v and was killed: NVML did not return (see nvidia-smi and the kernel log)", path, HelperCommand, HelperTimeout)
 	}
 	var r helperReply

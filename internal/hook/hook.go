@@ -283,16 +283,22 @@ func Prestart(raw []byte, cfg config.Config, hook Caller, noCgroups bool, rec *i
 // directory, for a second prestart of the same container (see Prestart).
 const markPrefix = ".gantry-prestart-"
 
-// doneMark is the mark's name for the container whose init is pid: the
-// pid and its start time, so that a bundle directory an engine reuses for
-// the container's next start (Podman's) does not count as done; "" when
-// the process's start time cannot be read.
+// doneMark is the mark's name for the container whose init is pid: this
+// boot's ID, the pid and its start time (ticks since boot), so that a
+// bundle directory an engine reuses for the container's next start
+// (Podman's, which may outlive a reboot) does not count as done; "" when
+// any of them cannot be read.
 func doneMark(pid int) string {
 	t, err := startTime(pid)
 	if err != nil {
 		return ""
 	}
-	return markPrefix + strconv.Itoa(pid) + "-" + strconv.FormatUint(t, 10)
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	id := strings.TrimSpace(string(boot))
+	if err != nil || id == "" || strings.ContainsAny(id, "/\x00") {
+		return ""
+	}
+	return markPrefix + id + "-" + strconv.Itoa(pid) + "-" + strconv.FormatUint(t, 10)
 }
 
 func marked(dir int, mark string) bool {

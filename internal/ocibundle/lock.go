@@ -9,9 +9,9 @@ import (
 )
 
 // LockWait is how long Lock waits for another holder of a bundle's lock:
-// far longer than any create's work (the first create of a new driver
-// version builds its tree in well under 15 s), far shorter than forever.
-const LockWait = 60 * time.Second
+// longer than any create's work, the NVML helper's bound (60 s, package
+// discover) included, and far shorter than forever.
+const LockWait = 2 * time.Minute
 
 // ErrLocked is returned by Lock when the bundle stayed locked for wait.
 var ErrLocked = errors.New("locked")

@@ -303,8 +303,9 @@ func (r *Root) Lstat(p string) (fs.FileInfo, error) {
 
 // Present reports which of names exist (as anything, a symlink not
 // followed) directly in the directory dir, which is resolved in the root
-// once for all of them. A dir that cannot be opened in the root (none, a
-// file, a link leading out) holds none of them.
+// once for all of them (a link on the way resolves inside the root, as
+// every path here does). A dir that cannot be opened (none, a file) holds
+// none of them.
 func (r *Root) Present(dir string, names []string) (map[string]bool, error) {
 	out := make(map[string]bool, len(names))
 	fd, err := r.openat(dir, unix.O_PATH|unix.O_DIRECTORY, 0)

@@ -457,7 +457,8 @@ func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 	default:
 		facts, err := readProcFacts("/proc/" + strconv.Itoa(int(cred.Pid)))
 		if err != nil {
-			why = err.Error()
+			// No pid in the reason: it is logged once per reason.
+			why = "whose /proc files could not be read (it exited?)"
 		} else {
 			why = s.self.refuse(facts)
 		}
@@ -538,6 +539,13 @@ func readProcFacts(proc string) (procFacts, error) {
 	return f, nil
 }
 
+// unconfined reports whether an LSM label confines nothing: AppArmor's
+// "unconfined", or a profile in unconfined mode ("runc (unconfined)", as
+// Ubuntu 24.04 ships runc's).
+func unconfined(label string) bool {
+	return label == "unconfined" || strings.HasSuffix(label, " (unconfined)")
+}
+
 // refuse says why a caller with facts c may not be served by a server
 // with s's, "" when it may.
 func (s procFacts) refuse(c procFacts) string {
@@ -552,7 +560,7 @@ func (s procFacts) refuse(c procFacts) string {
 	if c.seccomp != "" && c.seccomp != "0" {
 		return "under a seccomp filter (Seccomp " + c.seccomp + ")"
 	}
-	if c.label != s.label && c.label != "unconfined" {
+	if c.label != s.label && !unconfined(c.label) {
 		return fmt.Sprintf("under another LSM label (%q, the server's %q)", c.label, s.label)
 	}
 	return ""
