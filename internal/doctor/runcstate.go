@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gantry-gpu/gantry/internal/procfs"
 )
 
 // DefaultRuncRoot is where runc keeps its containers' state when it is run
@@ -69,7 +70,7 @@ func findRuncState(root, id string) (*runcState, error) {
 // checkRuncState examines a container runc runs without an engine.
 func checkRuncState(opts Options, c *runcState) []Check {
 	who := fmt.Sprintf("runc container %s (root %s)", c.ID, c.Root)
-	running := c.Pid > 0 && processStart(opts.Proc, c.Pid) == c.Start
+	running := c.Pid > 0 && startTime(opts.Proc, c.Pid) == c.Start
 	if c.Start == 0 && c.Pid > 0 {
 		// A state without the start time: the process existing must do.
 		_, err := os.Stat(filepath.Join(opts.Proc, fmt.Sprint(c.Pid)))
@@ -79,23 +80,8 @@ func checkRuncState(opts Options, c *runcState) []Check {
 	return checkSpecAndAccess(opts, who, c.Spec, nil, " (bundle "+c.Bundle+")", "runc", c.Pid, running, fx)
 }
 
-// processStart is the start time of process pid (/proc/PID/stat field 22,
-// in clock ticks since boot), 0 when it cannot be read.
-func processStart(proc string, pid int) uint64 {
-	b, err := os.ReadFile(filepath.Join(proc, fmt.Sprint(pid), "stat"))
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may hold spaces and parentheses: the
-	// fields after it start after the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
+// startTime is the start time of process pid, 0 when it cannot be read.
+func startTime(proc string, pid int) uint64 {
+	t, _ := procfs.StartTime(proc, pid)
+	return t
 }

@@ -94,7 +94,7 @@ func TestRuncStateReusedPID(t *testing.T) {
 	o := Options{Proc: "/proc", Config: configWithDevRoot(t.TempDir())}
 	o.defaults()
 
-	state(processStart("/proc", os.Getpid()) + 1) // another process's start time
+	state(startTime("/proc", os.Getpid()) + 1) // another process's start time
 	c, err := findRuncState(root, "c1")
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestRuncStateReusedPID(t *testing.T) {
 	if last := checks[len(checks)-1]; last.Name != CheckContainerDevice || last.Status != Skip || !strings.Contains(last.Evidence, "not running") {
 		t.Errorf("reused PID: %+v", last)
 	}
-	if processStart("/proc", os.Getpid()) == 0 {
+	if startTime("/proc", os.Getpid()) == 0 {
 		t.Fatal("cannot read this process's start time")
 	}
 }

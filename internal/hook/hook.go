@@ -40,6 +40,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/nsmount"
 	"github.com/gantry-gpu/gantry/internal/ocibundle"
+	"github.com/gantry-gpu/gantry/internal/procfs"
 	"github.com/gantry-gpu/gantry/internal/request"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 	"github.com/gantry-gpu/gantry/internal/version"
@@ -289,7 +290,7 @@ const markPrefix = ".gantry-prestart-"
 // (Podman's, which may outlive a reboot) does not count as done; "" when
 // any of them cannot be read.
 func doneMark(pid int) string {
-	t, err := startTime(pid)
+	t, err := procfs.StartTime("/proc", pid)
 	if err != nil {
 		return ""
 	}

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gantry-gpu/gantry/internal/procfs"
 )
 
 // The prestart hook acts on the process the OCI state on its stdin names:
@@ -59,15 +60,17 @@ func (v *verified) check(id, rootPath string, hookPID int) error {
 	if same {
 		return errors.New("it shares the hook's (the host's) mount namespace; a container being created has its own")
 	}
-	ppid, err := parentOf(v.pid)
+	ppid, err := procfs.Parent("/proc", v.pid)
 	if err != nil {
 		return err
 	}
-	self, err := parentOf(hookPID)
-	if err != nil {
-		return fmt.Errorf("the hook's process %d: %w", hookPID, err)
+	self := os.Getppid()
+	if hookPID != os.Getpid() {
+		if self, err = procfs.Parent("/proc", hookPID); err != nil {
+			return fmt.Errorf("the hook's process %d: %w", hookPID, err)
+		}
 	}
-	grand, _ := parentOf(self)
+	grand, _ := procfs.Parent("/proc", self)
 	if ppid != self && (grand <= 1 || ppid != grand) {
 		return fmt.Errorf("its parent is process %d, not the runtime that runs this hook (process %d): it is not the init of the container being created", ppid, self)
 	}
@@ -101,45 +104,4 @@ func sameInode(a, b string) (bool, error) {
 		return false, fmt.Errorf("stat %s: %w", b, err)
 	}
 	return sa.Dev == sb.Dev && sa.Ino == sb.Ino, nil
-}
-
-// parentOf reads pid's parent from /proc/PID/stat (field 4).
-func parentOf(pid int) (int, error) {
-	f, err := statFields(pid)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(f[1])
-}
-
-// startTime reads pid's start time from /proc/PID/stat (field 22, in
-// clock ticks since boot): with the pid, it names one process for good.
-func startTime(pid int) (uint64, error) {
-	f, err := statFields(pid)
-	if err != nil {
-		return 0, err
-	}
-	if len(f) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-// statFields are the fields of /proc/PID/stat after the command name
-// (which may hold spaces and parentheses): the state is the first.
-func statFields(pid int) ([]string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return nil, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	return f, nil
 }

@@ -1,0 +1,52 @@
+// Package procfs reads the few per-process facts Gantry's front ends and
+// doctor take from /proc/PID/stat: a process's parent and its start time.
+// proc is the proc filesystem's root ("/proc", or a test's copy).
+package procfs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// StatFields are the fields of proc/PID/stat after the command name (field
+// 2, which may hold spaces and parentheses): the state (field 3) is the
+// first.
+func StatFields(proc string, pid int) ([]string, error) {
+	p := filepath.Join(proc, strconv.Itoa(pid), "stat")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("%s: unexpected format", p)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return nil, fmt.Errorf("%s: unexpected format", p)
+	}
+	return f, nil
+}
+
+// Parent is pid's parent (field 4).
+func Parent(proc string, pid int) (int, error) {
+	f, err := StatFields(proc, pid)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(f[1])
+}
+
+// StartTime is pid's start time (field 22, in clock ticks since boot):
+// with the pid (and the boot), it names one process for good.
+func StartTime(proc string, pid int) (uint64, error) {
+	f, err := StatFields(proc, pid)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
