@@ -35,64 +35,26 @@ type Options struct {
 
 // Write replaces path's content with data.
 func Write(path string, data []byte, o Options) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	s, err := stage(path, data, o)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	renamed := false
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-		}
-		// Renamed away on success: nothing to remove (one syscall fewer
-		// per container create). Linked, or failed: the name goes.
-		if !renamed {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	mode := o.Mode
-	if mode == 0 {
-		mode = 0o644
-	}
-	if err = f.Chmod(mode); err != nil {
-		return err
-	}
-	if o.Chown {
-		if err = f.Chown(o.UID, o.GID); err != nil {
-			return err
-		}
-	}
-	if o.Sync {
-		if err = f.Sync(); err != nil {
-			return err
-		}
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
 	if o.NoReplace {
-		if err = os.Link(tmp, path); err != nil {
+		// Linked, or failed: the temporary name goes either way.
+		defer s.Abort()
+		if err = os.Link(s.tmp, path); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return &fs.PathError{Op: "write", Path: path, Err: fs.ErrExist}
 			}
 			return err
 		}
-	} else if err = os.Rename(tmp, path); err != nil {
+	} else if err = s.Commit(); err != nil {
 		return err
-	} else {
-		renamed = true
 	}
 	if o.Sync {
 		// The rename is durable once the directory entry is on disk; a
 		// failure here leaves a complete file, so it is not reported.
+		dir := filepath.Dir(path)
 		if d, derr := os.Open(dir); derr == nil {
 			_ = d.Sync()
 			_ = d.Close()
@@ -111,6 +73,12 @@ type Staged struct {
 
 // Stage writes data beside path, with mode, for Commit; no fsync.
 func Stage(path string, data []byte, mode os.FileMode) (*Staged, error) {
+	return stage(path, data, Options{Mode: mode})
+}
+
+// stage writes data to a temporary file beside path as o says (mode,
+// owner, fsync), closed and complete; removed again on any error.
+func stage(path string, data []byte, o Options) (*Staged, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -120,8 +88,18 @@ func Stage(path string, data []byte, mode os.FileMode) (*Staged, error) {
 		return nil, err
 	}
 	s := &Staged{tmp: f.Name(), path: path}
+	mode := o.Mode
+	if mode == 0 {
+		mode = 0o644
+	}
 	if _, err = f.Write(data); err == nil {
 		err = f.Chmod(mode)
+	}
+	if err == nil && o.Chown {
+		err = f.Chown(o.UID, o.GID)
+	}
+	if err == nil && o.Sync {
+		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
