@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 
+	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/gantry-gpu/gantry/internal/config"
@@ -138,10 +139,11 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 		return 0
 	}
 	raw, err := ocibundle.ReadAtMost(stdin, ocibundle.MaxStateSize, "the container state on stdin")
+	var st ocispecs.State
 	if err == nil {
 		// A state that is none is said before the configuration is read,
 		// and leaves no log line.
-		_, err = containerhook.ParseState(raw)
+		st, err = containerhook.ParseState(raw)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gantry-hook: %s\n", oneLine(err.Error()))
@@ -153,7 +155,7 @@ func Main(args []string, stdin io.Reader, stderr io.Writer) int {
 		return 1
 	}
 	rec := inject.NewRecord(inject.FrontEndHook, "", "")
-	err = Prestart(raw, cfg, Caller{PID: os.Getpid()}, *noCgroups || cfg.Runtime.NoCgroups, rec)
+	err = Prestart(st, cfg, Caller{PID: os.Getpid()}, *noCgroups || cfg.Runtime.NoCgroups, rec)
 	// runtime.log-file gets the line the runtime writes, with the same
 	// keys: the engines swallow a hook's stderr when it succeeds.
 	rec.Log(cfg, err)
@@ -175,15 +177,12 @@ type Caller struct {
 	Alive func() error
 }
 
-// Prestart gives the container the state raw names (the OCI state on the
-// hook's stdin, all of it) what its config.json asks for, under cfg, and
-// adds what it did to rec. The container's init must be a child of the
-// hook's parent (the runtime), see verifyContainer.
-func Prestart(raw []byte, cfg config.Config, hook Caller, noCgroups bool, rec *inject.Record) error {
-	st, err := containerhook.ParseState(raw)
-	if err != nil {
-		return err
-	}
+// Prestart gives the container the state st names (the OCI state on the
+// hook's stdin, as containerhook.ParseState read and checked it) what its
+// config.json asks for, under cfg, and adds what it did to rec. The
+// container's init must be a child of the hook's parent (the runtime), see
+// verifyContainer.
+func Prestart(st ocispecs.State, cfg config.Config, hook Caller, noCgroups bool, rec *inject.Record) error {
 	rec.Container = st.ID
 	if st.Pid <= 0 {
 		return fmt.Errorf("container %s: the state on stdin has no pid (run this hook as prestart or createRuntime, when the container process exists)", st.ID)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/containerhook"
 	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/unixsock"
@@ -287,13 +288,7 @@ func (s *Server) handle(c *net.UnixConn) {
 		fmt.Fprintf(s.log, "gantry-runtime create server: %v\n", err)
 		return
 	}
-	if s.sameBuild(req) != answerDone {
-		return
-	}
-	// The identity the caller sent is what it claims; the file its
-	// process runs is what it is.
-	if id, err := exeIdentity("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || id != s.exe {
-		s.refused("caller runs another file than the identity it sent")
+	if !s.runsThis(pid, req.exe) {
 		return
 	}
 	var st unix.Stat_t
@@ -335,14 +330,10 @@ func (s *Server) hook(pid, pidfd int, b []byte) bool {
 		fmt.Fprintf(s.log, "gantry-runtime create server: %v\n", err)
 		return false
 	}
-	if s.sameBuild(serverRequest{exe: req.exe}) != answerDone {
+	if !s.runsThis(pid, req.exe) {
 		return false
 	}
 	proc := "/proc/" + strconv.Itoa(pid)
-	if id, err := exeIdentity(proc + "/exe"); err != nil || id != s.exe {
-		s.refused("caller runs another file than the identity it sent")
-		return false
-	}
 	var theirs, ours unix.Stat_t
 	if unix.Stat(proc+"/root", &theirs) != nil || unix.Stat("/", &ours) != nil || theirs.Dev != ours.Dev || theirs.Ino != ours.Ino {
 		s.refused("hook's root directory is not the server's")
@@ -361,7 +352,11 @@ func (s *Server) hook(pid, pidfd int, b []byte) bool {
 		}
 		return nil
 	}}
-	if err := hook.Prestart(req.state, cfg, caller, cfg.Runtime.NoCgroups, rec); err != nil {
+	st, err := containerhook.ParseState(req.state)
+	if err != nil {
+		return false
+	}
+	if err := hook.Prestart(st, cfg, caller, cfg.Runtime.NoCgroups, rec); err != nil {
 		return false
 	}
 	rec.Log(cfg, nil)
@@ -376,6 +371,21 @@ func sinceNS(start int64) float64 {
 		return 0
 	}
 	return float64(ts.Nano()-start) / 1e6
+}
+
+// runsThis reports whether the caller pid runs this very executable: the
+// identity it sent (exe) says so (sameBuild, which also makes way for a
+// new build), and the file its process runs is that file, whatever it
+// claims.
+func (s *Server) runsThis(pid int, exe string) bool {
+	if s.sameBuild(serverRequest{exe: exe}) != answerDone {
+		return false
+	}
+	if id, err := exeIdentity("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || id != s.exe {
+		s.refused("caller runs another file than the identity it sent")
+		return false
+	}
+	return true
 }
 
 // sameBuild answers answerDone when req's caller runs this very
