@@ -6,11 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -334,5 +336,57 @@ func TestHookServerStuck(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "/nonexistent-bundle") {
 		t.Errorf("want the in-process hook's error about the bundle, got:\n%s", out)
+	}
+}
+
+// TestImageEnvNeverSteers: an image whose environment names Gantry's
+// variables (another create server's socket, a configuration, the fast
+// path off) steers neither gantry-runtime nor the --gpus hook: each reads
+// only its own environment (the engine's, the hook entry's). The image's
+// socket gets no connection, and the real server does the work.
+func TestImageEnvNeverSteers(t *testing.T) {
+	f := need(t)
+	sock, _, _ := startServer(t, f.runtime)
+	evil := filepath.Join(t.TempDir(), "evil.sock")
+	l, err := net.Listen("unix", evil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var calls atomic.Int32
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			calls.Add(1)
+			c.Close()
+		}
+	}()
+	env := []string{"NVIDIA_VISIBLE_DEVICES=0", ServerSocketEnv + "=" + evil, "GANTRY_CONFIG=/dev/zero", "GANTRY_NO_FASTPATH=1"}
+	for _, hook := range []bool{false, true} {
+		c := newContainer(t, opts{env: env, args: []string{"probe"}})
+		var out string
+		var err error
+		if hook {
+			withHook(t, c, sock, nil)
+			out, err = c.lowRun()
+		} else {
+			c.server = sock
+			var stderr string
+			out, stderr, err = c.run()
+			out += stderr
+		}
+		if err != nil || !strings.Contains(out, "cuda=") {
+			t.Errorf("hook %v: the container did not get its GPU: %v\n%s", hook, err, out)
+		}
+		recs := logLines(t, c)
+		if len(recs) != 1 || recs[0]["server"] != true {
+			t.Errorf("hook %v: want the real server's one record, got %v", hook, recs)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("the image's socket got %d connections", n)
 	}
 }
