@@ -3,6 +3,7 @@ package engineconfig
 import (
 	"bytes"
 	"fmt"
+	"slices"
 )
 
 // runcShimType is the containerd shim that honours options.BinaryName, so
@@ -68,6 +69,10 @@ func planContainerd(current []byte, opts Options, names []string) (result, error
 	if err != nil {
 		return result{}, err
 	}
+	keep, err := keepDefaultRuntime(doc, runtimesPath, defaultName, names)
+	if err != nil {
+		return result{}, err
+	}
 
 	// The default goes before the runtimes so a new file reads top-down.
 	if opts.SetAsDefault && defaultName != opts.RuntimeName {
@@ -77,6 +82,11 @@ func planContainerd(current []byte, opts Options, names []string) (result, error
 			was = defaultName
 		}
 		changes = append(changes, fmt.Sprintf("set %s.default_runtime_name = %s (was %s)", tomlPath(base), opts.RuntimeName, was))
+	}
+	if keep != "" {
+		entryPath := append(append([]string{}, runtimesPath...), keep)
+		ops = append(ops, tomlOp{table: entryPath, newTable: builtinRuncEntry(), placeAfter: runtimesPath})
+		changes = append(changes, fmt.Sprintf("add %s (runtime_type %s, containerd's built-in options): containerd 1.x forgets its built-in %s once the file defines a runtime, and its CRI plugin does not load without the default runtime", tomlPath(entryPath), runcShimType, keep))
 	}
 	for _, name := range names {
 		entryPath := append(append([]string{}, runtimesPath...), name)
@@ -148,6 +158,65 @@ func planContainerd(current []byte, opts Options, names []string) (result, error
 		changes = append(changes, fmt.Sprintf("note: this file imports %v; a CRI plugin section in an imported file overrides these settings on containerd older than 2.1", imports))
 	}
 	return finishTOML(current, doc, ops, changes)
+}
+
+// builtinRuncDefault is the runtime containerd's CRI plugin uses when the
+// file sets no default_runtime_name, and the only one it defines itself.
+const builtinRuncDefault = "runc"
+
+// keepDefaultRuntime returns the default runtime's name when the file does
+// not define its entry, so that configure writes it: containerd 1.6 and
+// 1.7 decode the CRI plugin's section over their built-in configuration
+// with go-toml v1, which replaces a map instead of merging into it (its
+// Tree.Unmarshal makes a new map), so a file that defines any runtime
+// loses the built-in runc; the CRI plugin then refuses to load ("no
+// corresponding runtime configured in containerd.runtimes for
+// default_runtime_name") and a Kubernetes node loses its runtime. 2.x
+// decodes with go-toml v2, which merges into the built-in map, so the
+// entry is redundant there but harmless. A default that is neither
+// defined nor runc was already broken: that is refused, naming the fix,
+// unless an import may define it (ApplyContainerdDropIn and the engine's
+// own check read those).
+func keepDefaultRuntime(doc tomlDoc, runtimesPath []string, defaultName string, ours []string) (string, error) {
+	name := defaultName
+	if name == "" {
+		name = builtinRuncDefault
+	}
+	if slices.Contains(ours, name) {
+		return "", nil // registered below
+	}
+	if _, ok, err := lookup(doc, append(append([]string{}, runtimesPath...), name)); err != nil || ok {
+		return "", err
+	}
+	if name != builtinRuncDefault {
+		if imports, _ := doc["imports"].([]any); len(imports) > 0 {
+			return "", nil
+		}
+		return "", fmt.Errorf("%w: %s.default_runtime_name is %q but the file defines no %s.%s: containerd's CRI plugin cannot load it as it is; define that runtime or remove default_runtime_name, then run again",
+			ErrMalformed, tomlPath(runtimesPath[:len(runtimesPath)-1]), name, tomlPath(runtimesPath), name)
+	}
+	return name, nil
+}
+
+// builtinRuncEntry is the runc entry containerd defines itself: the runc
+// shim with all-default options. The options are the keys both 1.x's and
+// 2.x's built-in entry carry (`containerd config default`), each at its
+// zero value, which is what the shim uses when a key is absent.
+func builtinRuncEntry() map[string]any {
+	return map[string]any{
+		"runtime_type": runcShimType,
+		"options": map[string]any{
+			"BinaryName":    "",
+			"CriuImagePath": "",
+			"CriuWorkPath":  "",
+			"IoGid":         int64(0),
+			"IoUid":         int64(0),
+			"NoNewKeyring":  false,
+			"Root":          "",
+			"ShimCgroup":    "",
+			"SystemdCgroup": false,
+		},
+	}
 }
 
 // containerdTemplate picks the runtime whose settings a new entry copies

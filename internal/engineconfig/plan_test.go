@@ -66,6 +66,8 @@ func TestPlanGolden(t *testing.T) {
 		{"containerd-absent", Containerd, "", gantryOpts},
 		{"containerd-absent-default", Containerd, "", withDefault(gantryOpts)},
 		{"containerd-1.6-default", Containerd, "containerd-1.6-default.toml", withDefault(gantryOpts)},
+		{"containerd-debian12", Containerd, "containerd-debian12.toml", gantryOpts},
+		{"containerd-debian12-default", Containerd, "containerd-debian12.toml", withDefault(gantryOpts)},
 		{"containerd-1.7-kubeadm", Containerd, "containerd-1.7-kubeadm.toml", gantryOpts},
 		{"containerd-1.7-kubeadm-default", Containerd, "containerd-1.7-kubeadm.toml", withDefault(gantryOpts)},
 		{"containerd-2.0-default", Containerd, "containerd-2.0-default.toml", withDefault(gantryOpts)},
@@ -357,5 +359,58 @@ func BenchmarkPlanContainerdDefault(b *testing.B) {
 		if _, _, err := Plan(Containerd, in, withDefault(gantryOpts)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestContainerdKeepsDefaultRuntime: whatever file configure starts from,
+// the result defines the default runtime's entry, so containerd 1.x
+// (whose go-toml v1 decoding replaces its built-in runtimes map with the
+// file's) still has it and its CRI plugin loads. Debian 12's packaged
+// config.toml (containerd 1.6.20) defines no runtime at all.
+func TestContainerdKeepsDefaultRuntime(t *testing.T) {
+	v3 := "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\".containerd]\n  default_runtime_name = \"runc\"\n"
+	cases := []struct {
+		name string
+		in   []byte
+		opts Options
+	}{
+		{"debian12", readInput(t, "containerd-debian12.toml"), gantryOpts},
+		{"debian12 set-as-default", readInput(t, "containerd-debian12.toml"), withDefault(gantryOpts)},
+		{"absent", nil, gantryOpts},
+		{"1.6 default", readInput(t, "containerd-1.6-default.toml"), gantryOpts},
+		{"2.0 default", readInput(t, "containerd-2.0-default.toml"), gantryOpts},
+		{"v3 default named", []byte(v3), gantryOpts},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before, err := Parse(Containerd, tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _, err := Plan(Containerd, tc.in, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Parse(Containerd, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			def := before.DefaultRuntime
+			if def == "" {
+				def = "runc"
+			}
+			if rt, ok := got.Runtime(def); !ok || rt.Program != "runc" {
+				t.Errorf("the default runtime %q has no entry running runc after configure (runtimes %+v):\n%s", def, got.Runtimes, out)
+			}
+			if _, ok := got.Runtime("nvidia"); !ok {
+				t.Errorf("nvidia not registered:\n%s", out)
+			}
+		})
+	}
+	// A default that names a runtime the file does not define is already
+	// broken: refused, naming the fix.
+	_, _, err := Plan(Containerd, []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  default_runtime_name = \"crun\"\n"), gantryOpts)
+	if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), `"crun"`) || !strings.Contains(err.Error(), "define that runtime") {
+		t.Errorf("undefined default: err = %v", err)
 	}
 }
