@@ -194,16 +194,29 @@ func TestApplyLossyKeepsBackup(t *testing.T) {
 	if fi, _ := os.Stat(path + BackupSuffix); fi.Mode().Perm() != 0o640 {
 		t.Errorf("backup mode %v", fi.Mode().Perm())
 	}
-	// Lossless edits keep no backup.
+	// Lossless edits keep one too: every replaced file is kept, as it was
+	// before the latest change.
 	path2 := filepath.Join(dir, "other.toml")
-	if err := os.WriteFile(path2, readInput(t, "containerd-1.7-kubeadm.toml"), 0o644); err != nil {
+	in2 := readInput(t, "containerd-1.7-kubeadm.toml")
+	if err := os.WriteFile(path2, in2, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := Apply(Containerd, path2, gantryOpts, false); err != nil {
+	_, changes, err := Apply(Containerd, path2, gantryOpts, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(path2 + BackupSuffix); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("unexpected backup: %v", err)
+	if backup, err := os.ReadFile(path2 + BackupSuffix); err != nil || !bytes.Equal(backup, in2) {
+		t.Errorf("no backup of a lossless edit: %v", err)
+	}
+	if last := changes[len(changes)-1]; last != "kept the old file as "+path2+BackupSuffix {
+		t.Errorf("last change %q does not name the backup", last)
+	}
+	// A second run changes nothing and leaves the backup alone.
+	if _, ch, err := Apply(Containerd, path2, gantryOpts, false); err != nil || len(ch) != 0 {
+		t.Errorf("second Apply: %q %v", ch, err)
+	}
+	if backup, _ := os.ReadFile(path2 + BackupSuffix); !bytes.Equal(backup, in2) {
+		t.Error("a no-op run replaced the backup")
 	}
 }
 

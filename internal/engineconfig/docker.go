@@ -218,9 +218,15 @@ func planDocker(current []byte, opts Options, names []string) (result, error) {
 			// Only "path": Docker's field for arguments is "runtimeArgs";
 			// NVIDIA's tool writes an empty "args" that dockerd ignores.
 			entry := jsonObject{{key: "path", value: jsonString(opts.RuntimePath)}}
+			what := "path " + opts.RuntimePath
+			if opts.NVIDIAForm {
+				// NVIDIA's form, under NVIDIA's command name.
+				entry = append(entry, jsonMember{key: "args", value: json.RawMessage("[]")})
+				what += ", args []"
+			}
 			runtimes = runtimes.setObject(name, entry)
 			runtimesChanged = true
-			changes = append(changes, fmt.Sprintf("add runtimes.%s (path %s)", name, opts.RuntimePath))
+			changes = append(changes, fmt.Sprintf("add runtimes.%s (%s)", name, what))
 			continue
 		}
 		var entry jsonObject

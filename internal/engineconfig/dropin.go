@@ -71,12 +71,39 @@ func ApplyContainerdDropIn(mainPath, dropIn string, opts Options, dryRun bool) (
 	if err != nil {
 		return nil, err
 	}
-	mainNext, mainChanges, dropNext, dropChanges, err := planContainerdDropIn(mainPath, mainCur, dropIn, opts)
+	normOpts, names, err := opts.normalize(Containerd)
+	if err != nil {
+		return nil, err
+	}
+	criSource, sourceNote, err := readSource(Containerd, mainPath, mainCur, normOpts)
+	if err != nil {
+		return nil, err
+	}
+	mainNext, mainChanges, dropNext, dropChanges, err := planContainerdDropIn(mainPath, mainCur, criSource, dropIn, opts)
 	if err != nil {
 		return nil, err
 	}
 	if err := verifyDropIn(mainPath, mainNext, dropIn, dropNext, opts); err != nil {
 		return nil, err
+	}
+	if sourceNote != "" {
+		dropChanges = append([]string{sourceNote}, dropChanges...)
+	}
+	// containerd's own loader reads both as planned, with the main file's
+	// other imports.
+	if !bytes.Equal(dropNext, dropCur) || len(mainChanges) > 0 {
+		bin, why := "", "the engine check is off (--skip-engine-check)"
+		if !opts.SkipEngineCheck {
+			bin, why = findEngine(Containerd, opts)
+		}
+		line := fmt.Sprintf("not checked by containerd itself (%s): read back by Gantry's reader only", why)
+		if bin != "" {
+			line, err = checkContainerd(bin, mainPath, map[string][]byte{mainPath: mainNext, filepath.Clean(dropIn): dropNext}, normOpts, names)
+			if err != nil {
+				return nil, err
+			}
+		}
+		dropChanges = append(dropChanges, line)
 	}
 	var out []FileChange
 	if !dropExists || !bytes.Equal(dropNext, dropCur) {
@@ -99,29 +126,43 @@ func ApplyContainerdDropIn(mainPath, dropIn string, opts Options, dryRun bool) (
 	if dryRun || len(out) == 0 {
 		return out, nil
 	}
-	if !dropExists || !bytes.Equal(dropNext, dropCur) {
-		if err := writeConfig(dropTarget, dropIn, dropNext, dropExists); err != nil {
-			return nil, err
+	for i := range out {
+		f := &out[i]
+		if f.Path == dropIn {
+			if err := writeConfig(dropTarget, dropIn, dropNext, dropExists); err != nil {
+				return nil, err
+			}
+			if dropExists {
+				f.Changes = append(f.Changes, "kept the old file as "+dropIn+BackupSuffix)
+			}
+			continue
 		}
-	}
-	if len(mainChanges) > 0 {
 		if err := writeConfig(mainTarget, mainPath, mainNext, mainExists); err != nil {
 			return nil, fmt.Errorf("%w (the drop-in %s is written; run again once the main file is writable)", err, dropIn)
+		}
+		if mainExists {
+			f.Changes = append(f.Changes, "kept the old file as "+mainPath+BackupSuffix)
 		}
 	}
 	return out, nil
 }
 
 // planContainerdDropIn is ApplyContainerdDropIn without I/O.
-func planContainerdDropIn(mainPath string, mainCur []byte, dropIn string, opts Options) (mainNext []byte, mainChanges []string, dropNext []byte, dropChanges []string, err error) {
+// criSource is what the drop-in's CRI section is copied from: mainCur,
+// or containerd's dump of the main file (SourceCommand).
+func planContainerdDropIn(mainPath string, mainCur, criSource []byte, dropIn string, opts Options) (mainNext []byte, mainChanges []string, dropNext []byte, dropChanges []string, err error) {
 	doc, err := decodeTOML(mainCur)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("%s: %w", mainPath, err)
+	}
+	src, err := decodeTOML(criSource)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("%s: %w", mainPath, err)
 	}
 	version := int64(2)
 	empty := len(doc) == 0
-	if !empty {
-		switch v := doc["version"].(type) {
+	if len(src) > 0 {
+		switch v := src["version"].(type) {
 		case nil:
 			version = 1
 		case int64:
@@ -137,7 +178,7 @@ func planContainerdDropIn(mainPath string, mainCur []byte, dropIn string, opts O
 
 	// The drop-in: version, and the main file's CRI plugin section.
 	base := map[string]any{"version": version}
-	if sec, ok, err := lookup(doc, []string{"plugins", plugin}); err != nil {
+	if sec, ok, err := lookup(src, []string{"plugins", plugin}); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("%s: %w", mainPath, err)
 	} else if ok {
 		if _, isTable := sec.(map[string]any); !isTable {
@@ -271,6 +312,14 @@ func writeConfig(target, path string, data []byte, exists bool) error {
 		}
 		mode = fi.Mode().Perm()
 		uid, gid = ownerOf(fi)
+		// The old content, kept each time the file is replaced.
+		old, err := os.ReadFile(target)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", path, err)
+		}
+		if err := writeFileAtomic(target+BackupSuffix, old, mode, uid, gid); err != nil {
+			return fmt.Errorf("keeping a backup of %s before replacing it: %w (the file is unchanged)", path, err)
+		}
 	} else if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 		return fmt.Errorf("creating the directory for %s: %w", path, err)
 	}

@@ -103,6 +103,28 @@ type Options struct {
 	// "features": {"cdi": true}, containerd's enable_cdi in its CRI
 	// plugin. CRI-O always reads CDI specs: nothing to change there.
 	EnableCDI bool
+	// NVIDIAForm writes Docker's entry the way NVIDIA's `nvidia-ctk runtime
+	// configure` does, for the command under that name: {"path":
+	// RuntimePath, "args": []}, where RuntimePath may be a bare program
+	// name that dockerd looks up on its PATH (NVIDIA's default is
+	// "nvidia-container-runtime"). Other engines ignore it.
+	NVIDIAForm bool
+
+	// The fields below are Apply's and ApplyContainerdDropIn's; Plan,
+	// which does no I/O, ignores them.
+
+	// Source is where the configuration to edit is read; SourceFile when
+	// empty.
+	Source ConfigSource
+	// EngineBinary is the engine's program (containerd, dockerd, crio)
+	// whose own parser reads the result before it replaces the file, and
+	// that SourceCommand runs; empty: the engine's name on PATH. When it
+	// is not found, the result is checked by Gantry's reader only and the
+	// change list says so (SourceCommand then fails).
+	EngineBinary string
+	// SkipEngineCheck leaves the engine's program out of the check; Gantry's
+	// reader still reads the result back.
+	SkipEngineCheck bool
 }
 
 // runtimeNamePattern keeps names usable as TOML bare keys, Docker runtime
@@ -118,7 +140,10 @@ func (o Options) normalize(e Engine) (Options, []string, error) {
 	if o.RuntimePath == "" {
 		o.RuntimePath = DefaultRuntimePath
 	}
-	if !filepath.IsAbs(o.RuntimePath) {
+	// Under NVIDIA's form dockerd looks a bare name up on its PATH, as
+	// NVIDIA's default "nvidia-container-runtime" is meant.
+	bare := o.NVIDIAForm && e == Docker && !strings.Contains(o.RuntimePath, "/")
+	if !bare && !filepath.IsAbs(o.RuntimePath) {
 		return o, nil, fmt.Errorf("%w: runtime path %q is not absolute: pass the full path of gantry-runtime", ErrInvalidOptions, o.RuntimePath)
 	}
 	var names []string
