@@ -29,8 +29,12 @@ Default files: docker /etc/docker/daemon.json; containerd the drop-in
 as gantry runtime configure does); crio the drop-in
 /etc/crio/crio.conf.d/99-nvidia.toml (--drop-in-config names another; CRI-O's
 --config, /etc/crio/crio.conf, is edited in place only with --drop-in-config="").
-Gantry reads and writes the files itself: the engine's own "config dump" is not
-consulted (--config-source=file).`,
+docker's entry is NVIDIA's: {"path": "nvidia-container-runtime", "args": []}
+(--nvidia-runtime-path names another). Before a file is replaced the engine's own
+program reads the result (containerd config dump, dockerd --validate where it exists,
+crio config; --executable-path names it) and a result it would not load is refused;
+the old file is kept as FILE.gantry-backup. --config-source=command starts from
+containerd config dump instead of the file (file is the default, as NVIDIA's).`,
 			flags: []nvFlag{
 				{Names: []string{"runtime"}, Help: "docker, containerd or crio (default docker)"},
 				{Names: []string{"config"}, Help: "the engine's configuration file"},
@@ -39,10 +43,10 @@ consulted (--config-source=file).`,
 				{Names: []string{"nvidia-runtime-name"}, Help: "the runtime's name (default nvidia)"},
 				{Names: []string{"nvidia-runtime-path", "runtime-path"}, Help: "the runtime binary (default /usr/bin/gantry-runtime; /usr/bin/nvidia-container-runtime is the same program)"},
 				{Names: []string{"drop-in-config"}, Help: "containerd and crio: the drop-in file the runtime goes to (default /etc/containerd/conf.d/99-nvidia.toml, /etc/crio/crio.conf.d/99-nvidia.toml); containerd's --config then imports it; \"\" edits containerd's --config in place; not for docker"},
-				{Names: []string{"config-source"}, Help: "where the current configuration is read: file (command is not supported)"},
+				{Names: []string{"config-source"}, Help: "where the current configuration is read: file (the default) or command (containerd config dump, crio config; docker reads the file)"},
 				{Names: []string{"config-mode"}, Help: "config (the only mode)"},
 				{Names: []string{"cdi.enabled", "cdi.enable", "enable-cdi"}, Bool: true, Help: "also turn on the engine's CDI support (docker features.cdi, containerd enable_cdi; CRI-O has it always)"},
-				{Names: []string{"executable-path"}, Unsupported: "it serves --config-source=command, which Gantry does not have: name the file with --config"},
+				{Names: []string{"executable-path"}, Help: "the engine's program (containerd, crio) that --config-source=command runs and that checks the result (default: found on PATH)"},
 				{Names: []string{"oci-hook-path"}, Unsupported: "Gantry has no oci-hook config mode: the runtime is registered in the engine's file; Docker's --gpus uses gantry-hook (see docs/guide.md)"},
 				{Names: []string{"nvidia-runtime-hook-path"}, Unsupported: "Gantry has no oci-hook config mode: the runtime is registered in the engine's file"},
 			},
@@ -113,6 +117,10 @@ container paths (--relative-to container).
 	)
 }
 
+// nvidiaDockerRuntime is the path NVIDIA's nvidia-ctk writes into
+// daemon.json by default: a name dockerd looks up on its PATH.
+const nvidiaDockerRuntime = "nvidia-container-runtime"
+
 func runNVRuntimeConfigure(c *nvCtx, f nvValues) error {
 	engine := "docker"
 	if v, ok := f.Str("runtime"); ok {
@@ -165,11 +173,26 @@ func runNVRuntimeConfigure(c *nvCtx, f nvValues) error {
 	if v, ok := f.Str("nvidia-runtime-name"); ok {
 		args = append(args, "--name", v)
 	}
-	if v, ok := f.Str("nvidia-runtime-path"); ok {
-		args = append(args, "--runtime-path", v)
+	runtimePath, pathSet := f.Str("nvidia-runtime-path")
+	if strings.ToLower(engine) == "docker" {
+		// NVIDIA's form under NVIDIA's name: {"path":
+		// "nvidia-container-runtime", "args": []}, the path looked up on
+		// dockerd's PATH (make install links that name to gantry-runtime).
+		args = append(args, "--nvidia-form")
+		if !pathSet {
+			runtimePath, pathSet = nvidiaDockerRuntime, true
+		}
 	}
-	if v, ok := f.Str("config-source"); ok && !strings.Contains(v, "file") {
-		return usagef("--config-source=%s: Gantry reads the engine's configuration file only: use --config-source=file (and --config PATH)", v)
+	if pathSet {
+		args = append(args, "--runtime-path", runtimePath)
+	}
+	if v, ok := f.Str("config-source"); ok {
+		// NVIDIA's values: file, command, or command,file (the command
+		// where it runs); for docker the file is read, as NVIDIA's does.
+		args = append(args, "--config-source", v)
+	}
+	if v, ok := f.Str("executable-path"); ok && strings.ToLower(engine) != "docker" {
+		args = append(args, "--executable-path", v)
 	}
 	if v, ok := f.Str("config-mode"); ok && v != "config" {
 		return usagef("--config-mode=%s: Gantry registers the runtime in the engine's file only: use --config-mode=config; Docker's --gpus uses gantry-hook (see docs/guide.md)", v)

@@ -95,8 +95,16 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatalf("daemon.json: %v\n%s", err, b)
 	}
-	if d.LogDriver != "json-file" || d.DefaultRuntime != "nvidia" || d.Runtimes["nvidia"].Path != "/usr/bin/gantry-runtime" || d.Runtimes["kata"].Path == "" || len(d.Runtimes) != 2 {
+	if d.LogDriver != "json-file" || d.DefaultRuntime != "nvidia" || d.Runtimes["nvidia"].Path != "nvidia-container-runtime" || d.Runtimes["kata"].Path == "" || len(d.Runtimes) != 2 {
 		t.Errorf("daemon.json after configure: %s", b)
+	}
+	// NVIDIA's form under NVIDIA's name: a name on dockerd's PATH and an
+	// empty args list, exactly as nvidia-ctk writes it.
+	if !strings.Contains(string(b), "\"nvidia\": {\n            \"path\": \"nvidia-container-runtime\",\n            \"args\": []\n        }") {
+		t.Errorf("daemon.json: nvidia is not in NVIDIA's form:\n%s", b)
+	}
+	if _, err := os.Stat(daemon + ".gantry-backup"); err != nil {
+		t.Errorf("no backup of daemon.json: %v", err)
 	}
 
 	ctd := filepath.Join(dir, "config.toml")
@@ -122,7 +130,9 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 	// config.toml imports; config.toml keeps its own runtimes.
 	ctd2 := filepath.Join(dir, "ctd2", "config.toml")
 	ctdDropIn := filepath.Join(dir, "ctd2", "conf.d", "99-nvidia.toml")
-	writeFileT(t, ctd2, "version = 3\n")
+	// Version 2, which the containerd on PATH (1.6 on Debian 12, when
+	// installed) reads back; version 3 is the engine tests' (containerd 2.x).
+	writeFileT(t, ctd2, "version = 2\n")
 	for i := 0; i < 2; i++ {
 		out, errOut, code := runCTK(t, "runtime", "configure", "--runtime=containerd", "--config="+ctd2, "--drop-in-config="+ctdDropIn, "--cdi.enabled")
 		if code != 0 {
@@ -132,10 +142,10 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 			t.Errorf("second run changed something: %s %s", out, errOut)
 		}
 	}
-	if b, _ := os.ReadFile(ctd2); string(b) != "version = 3\nimports = [\""+filepath.Join(dir, "ctd2", "conf.d")+"/*.toml\"]\n" {
+	if b, _ := os.ReadFile(ctd2); string(b) != "version = 2\nimports = [\""+filepath.Join(dir, "ctd2", "conf.d")+"/*.toml\"]\n" {
 		t.Errorf("containerd config.toml with a drop-in:\n%s", b)
 	}
-	if b, _ := os.ReadFile(ctdDropIn); !strings.Contains(string(b), `[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]`) || !strings.Contains(string(b), "enable_cdi = true") || strings.Contains(string(b), "runtimes.gantry") {
+	if b, _ := os.ReadFile(ctdDropIn); !strings.Contains(string(b), `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]`) || !strings.Contains(string(b), `[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]`) || !strings.Contains(string(b), "enable_cdi = true") || strings.Contains(string(b), "runtimes.gantry") {
 		t.Errorf("containerd drop-in:\n%s", b)
 	}
 
@@ -156,8 +166,7 @@ func TestNVCTKRuntimeConfigure(t *testing.T) {
 	}{
 		{[]string{"--cdi.enabled=yes"}, "want true or false"},
 		{[]string{"--config-mode=oci-hook"}, "--config-mode=config"},
-		{[]string{"--config-source=command"}, "--config-source=file"},
-		{[]string{"--executable-path=/usr/bin/dockerd"}, "--executable-path is not supported"},
+		{[]string{"--config-source=dump"}, "config source \"dump\""},
 		{[]string{"--drop-in-config=/etc/docker/x.json"}, "docker has no drop-in files"},
 		{[]string{"--no-such-flag"}, "unknown flag --no-such-flag"},
 		{[]string{"stray"}, `unexpected argument "stray"`},

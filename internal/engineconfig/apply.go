@@ -87,7 +87,13 @@ func Apply(engine Engine, path string, opts Options, dryRun bool) (diff string, 
 // with SourceCommand the engine's own view of it. The note says which
 // when it is not the file.
 func readSource(engine Engine, path string, current []byte, opts Options) ([]byte, string, error) {
-	if opts.Source != SourceCommand {
+	switch opts.Source {
+	case SourceCommand:
+	case SourceCommandOrFile:
+		if bin, _ := findEngine(engine, opts); bin == "" || engine == Docker {
+			return current, "", nil
+		}
+	default:
 		return current, "", nil
 	}
 	switch engine {

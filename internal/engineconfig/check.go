@@ -39,6 +39,9 @@ const (
 	// comments are not kept (the old file is kept as FILE.gantry-backup).
 	// Docker has no such command: daemon.json is read as it is.
 	SourceCommand ConfigSource = "command"
+	// SourceCommandOrFile is SourceCommand where the engine's program is
+	// found and SourceFile otherwise (NVIDIA's "command,file").
+	SourceCommandOrFile ConfigSource = "command,file"
 )
 
 // ParseConfigSource checks a --config-source value.
@@ -48,8 +51,12 @@ func ParseConfigSource(s string) (ConfigSource, error) {
 		return SourceFile, nil
 	case SourceCommand:
 		return SourceCommand, nil
+	case SourceCommandOrFile:
+		return SourceCommandOrFile, nil
+	case "file,command":
+		return SourceFile, nil // the file is always there to read
 	}
-	return "", fmt.Errorf("%w: config source %q: use file (the file on disk, the default) or command (the engine's `config dump`)", ErrInvalidOptions, s)
+	return "", fmt.Errorf("%w: config source %q: use file (the file on disk, the default), command (the engine's `config dump`) or command,file (command where the engine's program is found)", ErrInvalidOptions, s)
 }
 
 // engineProgram is the engine's own program, the one whose parser checks
