@@ -1,0 +1,278 @@
+//go:build linux
+
+package engines
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
+)
+
+// debianContainerdConfig is Debian 12's packaged /etc/containerd/config.toml
+// (containerd 1.6.20~ds1-1+deb12u3), the file issue 26 found configure
+// breaking: it defines no runtime, so containerd 1.x loses its built-in
+// runc as soon as a runtime is added.
+const debianContainerdConfig = "../../internal/engineconfig/testdata/in/containerd-debian12.toml"
+
+// containerd2 returns a containerd 2.x binary and its ctr, or "" with the
+// reason: $GANTRY_CONTAINERD2 (a containerd binary, its ctr beside it),
+// else bin/containerd2 (scripts/build-containerd2.sh), else bin/cluster
+// (test/cluster/build.sh).
+func containerd2() (bin, ctr, why string) {
+	var cands []string
+	if v := os.Getenv("GANTRY_CONTAINERD2"); v != "" {
+		cands = append(cands, v)
+	}
+	cands = append(cands, "../../bin/containerd2/containerd", "../../bin/cluster/containerd")
+	for _, c := range cands {
+		abs, err := filepath.Abs(c)
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(abs); err != nil {
+			continue
+		}
+		out, err := exec.Command(abs, "--version").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), " v2.") && !strings.Contains(string(out), " 2.") {
+			continue
+		}
+		ctr = filepath.Join(filepath.Dir(abs), "ctr")
+		if _, err := os.Stat(ctr); err != nil {
+			ctr = "ctr"
+		}
+		return abs, ctr, ""
+	}
+	return "", "", "no containerd 2.x binary: scripts/build-containerd2.sh builds bin/containerd2 (or set GANTRY_CONTAINERD2)"
+}
+
+// privateContainerd rewrites a containerd configuration so that a daemon
+// started on it keeps everything under dir (root, state, sockets, the opt
+// and CNI directories, NRI) and opens no fixed port, changing nothing
+// else: what configure reads is the file as packaged or generated.
+func privateContainerd(cfg, dir string) string {
+	cfg = strings.NewReplacer(
+		"/var/lib/containerd", filepath.Join(dir, "root"),
+		"/run/containerd", filepath.Join(dir, "state"),
+		"/opt/containerd", filepath.Join(dir, "opt"),
+		"/etc/cni/net.d", filepath.Join(dir, "cni", "conf"),
+		"/opt/cni/bin", filepath.Join(dir, "cni", "bin"),
+		"/var/run/nri", filepath.Join(dir, "nri"),
+		"/etc/nri/conf.d", filepath.Join(dir, "nri", "conf.d"),
+		"/opt/nri/plugins", filepath.Join(dir, "nri", "plugins"),
+		`stream_server_port = "10010"`, `stream_server_port = "0"`,
+		`stream_server_port = '10010'`, `stream_server_port = '0'`,
+	).Replace(cfg)
+	var top []string
+	if !strings.Contains(cfg, "\nroot = ") {
+		top = append(top, fmt.Sprintf("root = %q", filepath.Join(dir, "root")), fmt.Sprintf("state = %q", filepath.Join(dir, "state")))
+	}
+	if len(top) > 0 {
+		lines := strings.SplitAfterN(cfg, "\n", 2)
+		cfg = lines[0] + strings.Join(top, "\n") + "\n" + lines[1]
+	}
+	if !strings.Contains(cfg, "[grpc]") {
+		cfg += fmt.Sprintf("\n[grpc]\n  address = %q\n", filepath.Join(dir, "state", "containerd.sock"))
+	}
+	if !strings.Contains(cfg, "[ttrpc]") {
+		cfg += fmt.Sprintf("\n[ttrpc]\n  address = %q\n", filepath.Join(dir, "state", "containerd.sock.ttrpc"))
+	}
+	return cfg
+}
+
+// criOK returns the status of the CRI plugins in `ctr plugins ls` output:
+// io.containerd.grpc.v1 cri, and on containerd 2.x io.containerd.cri.v1
+// runtime as well.
+func criStatus(plugins string) map[string]string {
+	got := map[string]string{}
+	for _, line := range strings.Split(plugins, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		id := f[0] + " " + f[1]
+		if id == "io.containerd.grpc.v1 cri" || id == "io.containerd.cri.v1 runtime" {
+			got[id] = f[len(f)-1]
+		}
+	}
+	return got
+}
+
+// criConfig asks a containerd's CRI service for its configuration
+// (verbose Status) and reads it with Gantry's reader.
+func criConfig(sock string) (engineconfig.Registered, error) {
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return engineconfig.Registered{}, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := runtimeapi.NewRuntimeServiceClient(conn).Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		return engineconfig.Registered{}, err
+	}
+	return engineconfig.ParseContainerdStatus([]byte(st.GetInfo()["config"]))
+}
+
+// TestConfigureContainerd: `gantry runtime configure --runtime containerd`
+// on the files containerd ships with (Debian 12's packaged config.toml,
+// `containerd config default`), in place, as a drop-in and from
+// `containerd config dump`, then a real containerd started on the result:
+// its CRI plugin loads (`ctr plugins ls` says ok), its default runtime is
+// still runc, and the CRI service reports nvidia and gantry running
+// Gantry's runtime. containerd 1.6 is Debian's (scripts/deps.sh --test);
+// containerd 2.x (version 3 files) runs where a 2.x binary was built
+// (scripts/build-containerd2.sh). The first case starts containerd 1.6 on
+// what configure wrote before the fix, and must see the CRI plugin fail:
+// the check can fail.
+func TestConfigureContainerd(t *testing.T) {
+	f := need(t)
+	if why := containerdSkip(); why != "" {
+		t.Skip(why)
+	}
+	hostDirsCleanup(t)
+	debian, err := os.ReadFile(debianContainerdConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tc struct {
+		name   string
+		bin    string // containerd
+		ctr    string
+		config []byte
+		args   []string // more configure arguments
+		broken bool     // configure is not run: the file as configure wrote it before the fix
+	}
+	defaultOf := func(bin string) []byte {
+		out, err := exec.Command(bin, "config", "default").Output()
+		if err != nil {
+			t.Fatalf("%s config default: %v", bin, err)
+		}
+		return out
+	}
+	ctd1, _ := exec.LookPath("containerd")
+	cases := []tc{
+		{name: "1.x/before-the-fix", bin: ctd1, ctr: "ctr", config: append(append([]byte{}, debian...), []byte(`
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+BinaryName = "RUNTIME"
+`)...), broken: true},
+		{name: "1.x/debian12", bin: ctd1, ctr: "ctr", config: debian},
+		{name: "1.x/debian12-drop-in", bin: ctd1, ctr: "ctr", config: debian, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
+		{name: "1.x/debian12-command", bin: ctd1, ctr: "ctr", config: debian, args: []string{"--config-source", "command"}},
+		{name: "1.x/default", bin: ctd1, ctr: "ctr", config: defaultOf(ctd1)},
+	}
+	if bin2, ctr2, why := containerd2(); why == "" {
+		v3 := defaultOf(bin2)
+		cases = append(cases,
+			tc{name: "2.x/debian12-v2", bin: bin2, ctr: ctr2, config: debian},
+			tc{name: "2.x/default-v3", bin: bin2, ctr: ctr2, config: v3},
+			tc{name: "2.x/default-v3-drop-in", bin: bin2, ctr: ctr2, config: v3, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
+		)
+	} else {
+		t.Logf("containerd 2.x cases not run: %s", why)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, d := range []string{"cni/conf", "cni/bin", "nri/conf.d", "nri/plugins"} {
+				if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			config := filepath.Join(dir, "config.toml")
+			cfg := strings.ReplaceAll(privateContainerd(string(c.config), dir), "RUNTIME", f.nvRuntime)
+			if err := os.WriteFile(config, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env := f.daemonEnv()
+			if !c.broken {
+				args := []string{f.gantry, "runtime", "configure", "--runtime", "containerd", "--config-file", config,
+					"--runtime-path", f.nvRuntime, "--executable-path", c.bin}
+				for _, a := range c.args {
+					args = append(args, strings.ReplaceAll(a, "DIR", dir))
+				}
+				out, err := command(env, args...)
+				if err != nil {
+					t.Fatalf("configure: %v\n%s", err, out)
+				}
+				if i := strings.LastIndex(out, "\n+++ "); i >= 0 {
+					out = out[strings.Index(out[i+1:], "\n")+i+1:] // the change lines, not the diff
+				}
+				t.Logf("configure: %s", tailOf(out, 1500))
+				if !strings.Contains(out, "checked by "+c.bin) {
+					t.Errorf("configure does not say containerd checked the result:\n%s", out)
+				}
+				if b, err := os.ReadFile(config + engineconfig.BackupSuffix); c.args == nil && (err != nil || string(b) != cfg) {
+					t.Errorf("the old file is not kept as %s%s: %v", config, engineconfig.BackupSuffix, err)
+				}
+			}
+			sock := filepath.Join(dir, "state", "containerd.sock")
+			d := startDaemon(t, "containerd", filepath.Join(dir, "containerd.log"), dir, env, c.bin, "--config", config)
+			d.waitReady(t, func() error {
+				_, err := command(env, c.ctr, "--address", sock, "version")
+				return err
+			})
+			plugins, err := command(env, c.ctr, "--address", sock, "plugins", "ls")
+			if err != nil {
+				t.Fatalf("%v\n%s", err, plugins)
+			}
+			status := criStatus(plugins)
+			log := tail(d.log, 200000)
+			if c.broken {
+				if status["io.containerd.grpc.v1 cri"] == "ok" || !strings.Contains(log, "no corresponding runtime configured") {
+					t.Errorf("containerd 1.x loaded its CRI plugin without a runc entry (status %v): this test's check cannot fail\n%s", status, tail(d.log, 3000))
+				}
+				return
+			}
+			for id, s := range status {
+				if s != "ok" {
+					t.Errorf("plugin %s is %s after configure:\n%s\ncontainerd log:\n%s\nconfig:\n%s", id, s, plugins, tail(d.log, 4000), tail(config, 4000))
+				}
+			}
+			if _, ok := status["io.containerd.grpc.v1 cri"]; !ok {
+				t.Fatalf("no CRI plugin in ctr plugins ls:\n%s", plugins)
+			}
+			if strings.Contains(log, "no corresponding runtime") {
+				t.Errorf("containerd log: %s", tail(d.log, 3000))
+			}
+			reg, err := criConfig(sock)
+			if err != nil {
+				t.Fatalf("CRI status: %v\n%s", err, tail(d.log, 3000))
+			}
+			if def := reg.DefaultRuntime; def != "runc" {
+				t.Errorf("default runtime after configure = %q, want runc (runtimes %+v)", def, reg.Runtimes)
+			}
+			if rt, ok := reg.Runtime("runc"); !ok || rt.Program != "runc" {
+				t.Errorf("runc = %+v, %v, want the runc binary", rt, ok)
+			}
+			for _, n := range []string{"nvidia", "gantry"} {
+				if rt, ok := reg.Runtime(n); !ok || rt.Program != f.nvRuntime {
+					t.Errorf("%s = %+v, %v, want %s (runtimes %+v)", n, rt, ok, f.nvRuntime, reg.Runtimes)
+				}
+			}
+			b, _ := json.Marshal(reg)
+			t.Logf("CRI: %s; plugins %v", b, status)
+		})
+	}
+}
+
+func tailOf(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
