@@ -276,3 +276,41 @@ func tailOf(s string, n int) string {
 	}
 	return s
 }
+
+// TestConfigureDockerNVIDIAForm: `nvidia-ctk runtime configure
+// --runtime=docker` writes NVIDIA's entry, {"path":
+// "nvidia-container-runtime", "args": []}, a real dockerd starts on it and
+// finds the runtime on its PATH, and a GPU container runs through it.
+// Under Gantry's own name the path is gantry-runtime's (TestDocker).
+func TestConfigureDockerNVIDIAForm(t *testing.T) {
+	f := need(t)
+	ctk := filepath.Join(t.TempDir(), "nvidia-ctk")
+	if err := os.Symlink(f.gantry, ctk); err != nil {
+		t.Fatal(err)
+	}
+	var configured string
+	e := startDockerWith(t, func(env []string, daemonJSON string) (string, error) {
+		out, err := command(env, ctk, "runtime", "configure", "--runtime=docker", "--config="+daemonJSON)
+		b, _ := os.ReadFile(daemonJSON)
+		configured = string(b)
+		return out, err
+	})
+	var doc struct {
+		Runtimes map[string]map[string]any `json:"runtimes"`
+	}
+	if err := json.Unmarshal([]byte(configured), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if nv := doc.Runtimes["nvidia"]; fmt.Sprint(nv) != "map[args:[] path:nvidia-container-runtime]" || len(doc.Runtimes) != 1 {
+		t.Errorf("nvidia-ctk's daemon.json runtimes = %v, want only nvidia: {path: nvidia-container-runtime, args: []}\n%s", doc.Runtimes, configured)
+	}
+	out, err := e.docker("info", "--format", "{{json .Runtimes}}")
+	if err != nil || !strings.Contains(out, `"nvidia":{"path":"nvidia-container-runtime"`) {
+		t.Errorf("docker info runtimes: %v\n%s", err, out)
+	}
+	out, err = e.run("--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES=1")
+	if err != nil {
+		t.Fatalf("%v\n%s\n%s\ndockerd log:\n%s", err, out, f.runtimeLogTail(), tail(e.d.log, 3000))
+	}
+	report(t, f, "docker run --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=1 (nvidia-ctk's daemon.json)", checkOnlyGPU1(f, out), out)
+}

@@ -36,6 +36,16 @@ type dockerEngine struct {
 // test image into it.
 func startDocker(t *testing.T) *dockerEngine {
 	f := need(t)
+	return startDockerWith(t, func(env []string, daemonJSON string) (string, error) {
+		return command(env, f.gantry, "runtime", "configure", "--runtime", "docker",
+			"--config-file", daemonJSON, "--runtime-path", f.runtime)
+	})
+}
+
+// startDockerWith is startDocker with another configure command, run on
+// the private daemon.json before dockerd starts on it.
+func startDockerWith(t *testing.T, configure func(env []string, daemonJSON string) (string, error)) *dockerEngine {
+	f := need(t)
 	dockerd, err := exec.LookPath("dockerd")
 	if err != nil {
 		t.Skip("dockerd not installed (apt-get install docker.io; scripts/deps.sh --test does)")
@@ -87,8 +97,7 @@ func startDocker(t *testing.T) *dockerEngine {
 	if err := os.WriteFile(daemonJSON, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := command(env, f.gantry, "runtime", "configure", "--runtime", "docker",
-		"--config-file", daemonJSON, "--runtime-path", f.runtime)
+	out, err := configure(env, daemonJSON)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
