@@ -154,6 +154,7 @@ func TestConfigureContainerd(t *testing.T) {
 		config []byte
 		args   []string // more configure arguments
 		broken bool     // configure is not run: the file as configure wrote it before the fix
+		pod    bool     // a GPU pod runs through the runtime nvidia afterwards
 	}
 	defaultOf := func(bin string) []byte {
 		out, err := exec.Command(bin, "config", "default").Output()
@@ -170,7 +171,7 @@ runtime_type = "io.containerd.runc.v2"
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
 BinaryName = "RUNTIME"
 `)...), broken: true},
-		{name: "1.x/debian12", bin: ctd1, ctr: "ctr", config: debian},
+		{name: "1.x/debian12", bin: ctd1, ctr: "ctr", config: debian, pod: true},
 		{name: "1.x/debian12-drop-in", bin: ctd1, ctr: "ctr", config: debian, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
 		{name: "1.x/debian12-command", bin: ctd1, ctr: "ctr", config: debian, args: []string{"--config-source", "command"}},
 		{name: "1.x/default", bin: ctd1, ctr: "ctr", config: defaultOf(ctd1)},
@@ -195,6 +196,9 @@ BinaryName = "RUNTIME"
 			}
 			config := filepath.Join(dir, "config.toml")
 			cfg := strings.ReplaceAll(privateContainerd(string(c.config), dir), "RUNTIME", f.nvRuntime)
+			if c.pod {
+				cfg = podReady(t, f, cfg)
+			}
 			if err := os.WriteFile(config, []byte(cfg), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -209,10 +213,13 @@ BinaryName = "RUNTIME"
 				if err != nil {
 					t.Fatalf("configure: %v\n%s", err, out)
 				}
-				if i := strings.LastIndex(out, "\n+++ "); i >= 0 {
-					out = out[strings.Index(out[i+1:], "\n")+i+1:] // the change lines, not the diff
+				var said []string // the change lines, not the diff
+				for _, l := range strings.Split(out, "\n") {
+					if l != "" && !strings.ContainsAny(l[:1], "+- @") {
+						said = append(said, l)
+					}
 				}
-				t.Logf("configure: %s", tailOf(out, 1500))
+				t.Logf("configure:\n%s", strings.Join(said, "\n"))
 				if !strings.Contains(out, "checked by "+c.bin) {
 					t.Errorf("configure does not say containerd checked the result:\n%s", out)
 				}
@@ -221,7 +228,10 @@ BinaryName = "RUNTIME"
 				}
 			}
 			sock := filepath.Join(dir, "state", "containerd.sock")
-			d := startDaemon(t, "containerd", filepath.Join(dir, "containerd.log"), dir, env, c.bin, "--config", config)
+			if err := os.MkdirAll(filepath.Join(dir, "containerd"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			d := startDaemon(t, "containerd", filepath.Join(dir, "containerd", "containerd.log"), dir, env, c.bin, "--config", config)
 			d.waitReady(t, func() error {
 				_, err := command(env, c.ctr, "--address", sock, "version")
 				return err
@@ -266,15 +276,11 @@ BinaryName = "RUNTIME"
 			}
 			b, _ := json.Marshal(reg)
 			t.Logf("CRI: %s; plugins %v", b, status)
+			if c.pod {
+				gpuPod(t, f, dir, sock, c.ctr, env)
+			}
 		})
 	}
-}
-
-func tailOf(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
 }
 
 // TestConfigureDockerNVIDIAForm: `nvidia-ctk runtime configure
@@ -313,4 +319,62 @@ func TestConfigureDockerNVIDIAForm(t *testing.T) {
 		t.Fatalf("%v\n%s\n%s\ndockerd log:\n%s", err, out, f.runtimeLogTail(), tail(e.d.log, 3000))
 	}
 	report(t, f, "docker run --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=1 (nvidia-ctk's daemon.json)", checkOnlyGPU1(f, out), out)
+}
+
+// podReady adds to a packaged containerd configuration's CRI section what a
+// pod needs on a test host and nothing about runtimes: the sandbox image
+// imported from a local archive, no AppArmor profile (the host may lack
+// apparmor_parser), oom_score_adj no lower than containerd's own, and the
+// native snapshotter where overlayfs does not work.
+func podReady(t *testing.T, f *fixture, cfg string) string {
+	const header = "[plugins.\"io.containerd.grpc.v1.cri\"]\n"
+	i := strings.Index(cfg, header)
+	if i < 0 {
+		t.Fatalf("no CRI section to add the pod settings to:\n%s", cfg)
+	}
+	i += len(header)
+	add := fmt.Sprintf("    sandbox_image = %q\n    disable_apparmor = true\n    restrict_oom_score_adj = true\n", pauseImage)
+	cfg = cfg[:i] + add + cfg[i:]
+	if !f.overlay {
+		cfg += "\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"native\"\n"
+	}
+	return cfg
+}
+
+// gpuPod runs a pod through the CRI with the runtime handler nvidia and
+// NVIDIA_VISIBLE_DEVICES=1, and checks that its container sees GPU 1 only.
+func gpuPod(t *testing.T, f *fixture, dir, sock, ctr string, env []string) {
+	t.Helper()
+	snapshotter := "native"
+	if f.overlay {
+		snapshotter = "overlayfs"
+	}
+	pause := filepath.Join(dir, "pause-oci.tar")
+	layer, err := os.ReadFile(f.rootfsTar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeImageArchive(pause, layer, pauseImage, []string{"busybox", "sleep", "100000"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, archive := range []string{pause, f.ociArchive} {
+		if out, err := command(env, ctr, "--address", sock, "--namespace", "k8s.io", "images", "import", "--snapshotter", snapshotter, archive); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	e := &criEngine{f: f, dir: dir, sock: sock, state: filepath.Join(dir, "state"), env: env, rt: runtimeapi.NewRuntimeServiceClient(conn)}
+	_, id := e.runPod(t, "ml", "configured", "nvidia", map[string]string{"NVIDIA_VISIBLE_DEVICES": "1"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := e.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: []string{"sh", "-c", gpuScript}, Timeout: 60})
+	if err != nil || res.GetExitCode() != 0 {
+		t.Fatalf("exec in the GPU pod: %v (exit %d)\n%s%s", err, res.GetExitCode(), res.GetStdout(), res.GetStderr())
+	}
+	out := string(res.GetStdout())
+	report(t, f, "a pod with runtimeClassName nvidia (handler nvidia) and NVIDIA_VISIBLE_DEVICES=1 on the configured Debian file", checkOnlyGPU1(f, out), out)
 }
