@@ -322,24 +322,21 @@ func checkCRIO(bin, path string, planned []byte) (string, error) {
 		return "", err
 	}
 	main := CRIOMainConfig
-	if filepath.Dir(path) == CRIODropinDir() || filepath.Base(path) != filepath.Base(CRIOMainConfig) {
-		ents, _ := os.ReadDir(filepath.Dir(path))
-		for _, e := range ents {
-			if e.IsDir() || !strings.HasSuffix(e.Name(), ".conf") && !strings.HasSuffix(e.Name(), ".toml") {
-				continue
-			}
-			b, err := os.ReadFile(filepath.Join(filepath.Dir(path), e.Name()))
-			if err != nil {
-				continue
-			}
-			_ = os.WriteFile(filepath.Join(dropDir, e.Name()), b, 0o600)
-		}
-		if err := os.WriteFile(filepath.Join(dropDir, filepath.Base(path)), planned, 0o600); err != nil {
+	if filepath.Base(path) == filepath.Base(CRIOMainConfig) {
+		// crio.conf itself, edited in place (--drop-in-config="").
+		main = filepath.Join(dir, "crio.conf")
+		if err := os.WriteFile(main, planned, 0o600); err != nil {
 			return "", err
 		}
 	} else {
-		main = filepath.Join(dir, "crio.conf")
-		if err := os.WriteFile(main, planned, 0o600); err != nil {
+		// A drop-in: its directory's other files as they are, and it.
+		ents, _ := os.ReadDir(filepath.Dir(path))
+		for _, e := range ents {
+			if b, err := os.ReadFile(filepath.Join(filepath.Dir(path), e.Name())); err == nil && e.Type().IsRegular() {
+				_ = os.WriteFile(filepath.Join(dropDir, e.Name()), b, 0o600)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dropDir, filepath.Base(path)), planned, 0o600); err != nil {
 			return "", err
 		}
 	}

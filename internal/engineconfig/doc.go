@@ -34,7 +34,9 @@
 //     SetAsDefault, "default-runtime": <name>. NVIDIA's tool also writes an
 //     empty "args" list; dockerd reads arguments from "runtimeArgs" and
 //     ignores "args", so we write only "path" and keep whatever other keys
-//     an existing entry had. Runtime name "runc" is refused, as dockerd
+//     an existing entry had. Options.NVIDIAForm (nvidia-ctk) writes
+//     NVIDIA's entry instead: {"path": "nvidia-container-runtime", "args":
+//     []}, a bare name dockerd finds on its PATH. Runtime name "runc" is refused, as dockerd
 //     reserves it.
 //   - containerd, config format version 2 (containerd 1.x) under
 //     plugins."io.containerd.grpc.v1.cri".containerd.runtimes.<name>, and
@@ -45,7 +47,17 @@
 //     runc. A new entry first copies the settings of the current default
 //     runtime, else runc, else crun (when that runtime uses the runc shim),
 //     so options such as SystemdCgroup carry over; NVIDIA does the same.
-//     SetAsDefault sets ...containerd.default_runtime_name. A file without a
+//     SetAsDefault sets ...containerd.default_runtime_name. When the file
+//     does not define the default runtime's entry (default_runtime_name,
+//     runc when unset), it is written too: runc with containerd's built-in
+//     options. containerd 1.6 and 1.7 decode the CRI section over their
+//     built-in configuration with go-toml v1, whose Tree.Unmarshal makes a
+//     new map, so a file that defines any runtime loses the built-in runc
+//     and the CRI plugin refuses to load ("no corresponding runtime
+//     configured in containerd.runtimes for default_runtime_name");
+//     containerd 2.x decodes with go-toml v2, which merges into the
+//     built-in map. Debian 12's packaged config.toml defines no runtime.
+//     A file without a
 //     `version` key is containerd 1.x's version-1 format; it is refused with
 //     ErrUnsupportedVersion and instructions to migrate. A missing or
 //     comment-only file becomes a new version-2 file, which containerd 1.3+
@@ -61,6 +73,30 @@
 // SetAsDefault = false never removes an existing default, even one naming
 // our runtime (NVIDIA's tool does remove it); configure only adds.
 //
+// # Checked by the engine before it is written
+//
+// Apply and ApplyContainerdDropIn have the engine's own program read the
+// result before anything is replaced (Options.EngineBinary, else found
+// on PATH): `containerd --config CANDIDATE config dump` (the candidate
+// in a temporary directory with its imports spelled out, the planned
+// drop-in among them), whose output must define the default runtime and
+// every runtime asked for, and must be of the file's config version (a
+// containerd 1.x reads version 3 files without error but ignores their
+// CRI section); `dockerd --validate --config-file CANDIDATE` where dockerd
+// has it (Docker 23+; 20.10, Debian 12's, does not: the runtimes and
+// default-runtime are then read as dockerd's loader judges them); and
+// `crio [--config MAIN] --config-dir DIR config` with the planned drop-in
+// among the directory's files. A refusal is ErrEngineRejects, naming the
+// file, the reason and the fix; the file is left as it was. Without the
+// program the result is read back by Gantry's reader only, and the change
+// list says so. Options.Source = SourceCommand starts from the engine's
+// own view instead of the file (`containerd config dump`: the file, its
+// imports and the built-in defaults), as NVIDIA's --config-source=command
+// does; SourceFile, the default, keeps the admin's file as written.
+//
+// Every time an existing file is replaced, its old content is kept as
+// <path>.gantry-backup (the file as it was before the latest change).
+//
 // # Preserving the user's file
 //
 // daemon.json is decoded into an ordered list of members whose values are
@@ -74,8 +110,8 @@
 // indentation. Comments, key order and formatting therefore survive. Each
 // result is decoded and compared with the intended document; if an unusual
 // layout (dotted keys or inline tables where we need a header) makes a splice
-// wrong, the whole document is re-encoded instead, the change list says that
-// comments were lost, and Apply keeps the original as <path>.gantry-backup.
+// wrong, the whole document is re-encoded instead, and the change list says
+// that comments were lost.
 //
 // # Drop-ins for containerd
 //
