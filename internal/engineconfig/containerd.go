@@ -17,14 +17,17 @@ func criPluginFor(version int64) (string, error) {
 	switch version {
 	case 2:
 		return "io.containerd.grpc.v1.cri", nil
-	case 3:
+	case 3, 4:
+		// Version 4 (containerd 2.3+, `containerd config default` of 2.4)
+		// moves the server settings (grpc, ttrpc, debug, metrics) into
+		// plugins; the CRI runtime plugin is version 3's.
 		return "io.containerd.cri.v1.runtime", nil
 	case 1:
 		return "", fmt.Errorf("%w: version 1 (containerd 1.x's original format): convert it to version 2 first, "+
 			"either with containerd 2.x's `containerd config migrate` or by adding `version = 2` and renaming "+
 			"[plugins.cri...] tables to [plugins.\"io.containerd.grpc.v1.cri\"...], then run again", ErrUnsupportedVersion)
 	}
-	return "", fmt.Errorf("%w: version %d: this gantry knows versions 2 (containerd 1.x) and 3 (containerd 2.x); upgrade gantry", ErrUnsupportedVersion, version)
+	return "", fmt.Errorf("%w: version %d: this gantry knows versions 2 (containerd 1.x), 3 and 4 (containerd 2.x); upgrade gantry", ErrUnsupportedVersion, version)
 }
 
 func planContainerd(current []byte, opts Options, names []string) (result, error) {
@@ -152,7 +155,8 @@ func planContainerd(current []byte, opts Options, names []string) (result, error
 	if len(ops) == 0 {
 		return result{}, nil
 	}
-	if imports, ok := doc["imports"].([]any); ok && len(imports) > 0 {
+	if imports, ok := doc["imports"].([]any); ok && len(imports) > 0 && version < 4 {
+		// Version 4 is read by containerd 2.3 and later only.
 		// Imported files are merged after the main file; before containerd
 		// 2.1 a plugin section there replaces ours wholesale.
 		changes = append(changes, fmt.Sprintf("note: this file imports %v; a CRI plugin section in an imported file overrides these settings on containerd older than 2.1", imports))

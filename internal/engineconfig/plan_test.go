@@ -71,6 +71,7 @@ func TestPlanGolden(t *testing.T) {
 		{"containerd-1.7-kubeadm", Containerd, "containerd-1.7-kubeadm.toml", gantryOpts},
 		{"containerd-1.7-kubeadm-default", Containerd, "containerd-1.7-kubeadm.toml", withDefault(gantryOpts)},
 		{"containerd-2.0-default", Containerd, "containerd-2.0-default.toml", withDefault(gantryOpts)},
+		{"containerd-2.4-default", Containerd, "containerd-2.4-default.toml", gantryOpts},
 		{"containerd-nvidia", Containerd, "containerd-nvidia.toml", withDefault(gantryOpts)},
 		{"containerd-dotted", Containerd, "containerd-dotted.toml", withDefault(gantryOpts)},
 		{"containerd-comments", Containerd, "containerd-comments.toml", Options{}},
@@ -196,6 +197,8 @@ func TestContainerdSemantics(t *testing.T) {
 		{"containerd-1.6-default.toml", "io.containerd.grpc.v1.cri", false},
 		{"containerd-1.7-kubeadm.toml", "io.containerd.grpc.v1.cri", true},
 		{"containerd-2.0-default.toml", "io.containerd.cri.v1.runtime", false},
+		// containerd 2.4's `config default`: version 4, the CRI plugins of 3.
+		{"containerd-2.4-default.toml", "io.containerd.cri.v1.runtime", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.input, func(t *testing.T) {
@@ -379,6 +382,8 @@ func TestContainerdKeepsDefaultRuntime(t *testing.T) {
 		{"absent", nil, gantryOpts},
 		{"1.6 default", readInput(t, "containerd-1.6-default.toml"), gantryOpts},
 		{"2.0 default", readInput(t, "containerd-2.0-default.toml"), gantryOpts},
+		{"2.4 default (version 4)", readInput(t, "containerd-2.4-default.toml"), gantryOpts},
+		{"version 4, empty", []byte("version = 4\n"), gantryOpts},
 		{"v3 default named", []byte(v3), gantryOpts},
 	}
 	for _, tc := range cases {

@@ -71,6 +71,7 @@ func privateContainerd(cfg, dir string) string {
 		"/var/run/nri", filepath.Join(dir, "nri"),
 		"/etc/nri/conf.d", filepath.Join(dir, "nri", "conf.d"),
 		"/opt/nri/plugins", filepath.Join(dir, "nri", "plugins"),
+		"/etc/containerd/conf.d", filepath.Join(dir, "conf.d"), // 2.4's default imports the host's drop-ins
 		`stream_server_port = "10010"`, `stream_server_port = "0"`,
 		`stream_server_port = '10010'`, `stream_server_port = '0'`,
 	).Replace(cfg)
@@ -82,11 +83,11 @@ func privateContainerd(cfg, dir string) string {
 		lines := strings.SplitAfterN(cfg, "\n", 2)
 		cfg = lines[0] + strings.Join(top, "\n") + "\n" + lines[1]
 	}
-	if !strings.Contains(cfg, "[grpc]") {
-		cfg += fmt.Sprintf("\n[grpc]\n  address = %q\n", filepath.Join(dir, "state", "containerd.sock"))
-	}
-	if !strings.Contains(cfg, "[ttrpc]") {
-		cfg += fmt.Sprintf("\n[ttrpc]\n  address = %q\n", filepath.Join(dir, "state", "containerd.sock.ttrpc"))
+	if !strings.Contains(cfg, "containerd.sock") {
+		// Versions 2 and 3 (version 4 names the sockets in its server
+		// plugins, replaced above).
+		cfg += fmt.Sprintf("\n[grpc]\n  address = %q\n\n[ttrpc]\n  address = %q\n",
+			filepath.Join(dir, "state", "containerd.sock"), filepath.Join(dir, "state", "containerd.sock.ttrpc"))
 	}
 	return cfg
 }
@@ -177,11 +178,18 @@ BinaryName = "RUNTIME"
 		{name: "1.x/default", bin: ctd1, ctr: "ctr", config: defaultOf(ctd1)},
 	}
 	if bin2, ctr2, why := containerd2(); why == "" {
-		v3 := defaultOf(bin2)
+		// containerd 2.4's own default is version 4 (its server settings
+		// moved into plugins; the CRI plugins are version 3's).
+		def := defaultOf(bin2)
+		v3 := []byte("version = 3\n")
 		cases = append(cases,
 			tc{name: "2.x/debian12-v2", bin: bin2, ctr: ctr2, config: debian},
-			tc{name: "2.x/default-v3", bin: bin2, ctr: ctr2, config: v3},
-			tc{name: "2.x/default-v3-drop-in", bin: bin2, ctr: ctr2, config: v3, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
+			tc{name: "2.x/debian12-v2-drop-in", bin: bin2, ctr: ctr2, config: debian, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
+			tc{name: "2.x/v3", bin: bin2, ctr: ctr2, config: v3},
+			tc{name: "2.x/v3-drop-in", bin: bin2, ctr: ctr2, config: v3, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
+			tc{name: "2.x/default", bin: bin2, ctr: ctr2, config: def},
+			tc{name: "2.x/default-drop-in", bin: bin2, ctr: ctr2, config: def, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
+			tc{name: "2.x/default-command", bin: bin2, ctr: ctr2, config: def, args: []string{"--config-source", "command"}},
 		)
 	} else {
 		t.Logf("containerd 2.x cases not run: %s", why)
