@@ -187,3 +187,37 @@ func TestApplyRefusesWhatContainerdRejects(t *testing.T) {
 		t.Errorf("skipped check: %q %v", ch, err)
 	}
 }
+
+// TestStrictDocker: where dockerd has no --validate (20.10), the result is
+// read as dockerd's loader judges runtimes; what it would refuse is
+// refused before anything is written.
+func TestStrictDocker(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+	}{
+		{`{"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}`, ""},
+		{`{"runtimes": {"kata": {"runtimeType": "io.containerd.kata.v2"}}, "default-runtime": "kata"}`, ""},
+		{`{"default-runtime": "runc"}`, ""},
+		{``, ""},
+		{`{"runtimes": {"runc": {"path": "/usr/bin/runc"}}}`, "reserves the name runc"},
+		{`{"runtimes": {"nvidia": {}}}`, "runtimes.nvidia has no path"},
+		{`{"runtimes": {"nvidia": {"path": "x", "runtimeArgs": "--debug"}}}`, "runtimes.nvidia"},
+		{`{"runtimes": {"nvidia": {"path": "x"}}, "default-runtime": "gpu"}`, `default-runtime "gpu"`},
+		{`{"runtimes": [}`, "invalid JSON"},
+	} {
+		err := strictDocker([]byte(tc.in))
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: err = %v, want %q", tc.in, err, tc.want)
+		}
+	}
+	// Apply says which check ran.
+	bin, err := exec.LookPath("dockerd")
+	if err != nil {
+		t.Log("dockerd not installed: the dockerd line is not checked")
+		return
+	}
+	_, changes, err := Apply(Docker, filepath.Join(t.TempDir(), "daemon.json"), gantryOpts, true)
+	if err != nil || !strings.Contains(strings.Join(changes, "\n"), bin) {
+		t.Errorf("Apply with %s on PATH: %q, %v", bin, changes, err)
+	}
+}
