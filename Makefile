@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install install-systemd clean
+.PHONY: containerd2 cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install install-systemd clean
 
 all: build
 
@@ -77,6 +77,12 @@ test-deps:
 
 test: test-deps fmt-check vet
 	$(GO) test -race -count=1 ./...
+
+# containerd 2.x and its ctr (the test cluster's release) in bin/containerd2, for
+# the engine tests' containerd 2.x cases (test/engines TestConfigureContainerd),
+# which run where it is built: about 10-25 minutes the first time on 2 cores.
+containerd2:
+	scripts/build-containerd2.sh
 
 # Short runs of every fuzz target (go test -fuzz takes one target at a time).
 fuzz:
