@@ -164,16 +164,14 @@ func readSource(engine Engine, path string, current []byte, opts Options) ([]byt
 // path before it is written (see Apply); the line returned goes in the
 // change list.
 func checkEngine(engine Engine, path string, planned []byte, opts Options, names []string) (string, error) {
-	bin, why := "", "the engine check is off (--skip-engine-check)"
+	if engine == Containerd {
+		return checkContainerdFiles(path, map[string][]byte{path: planned}, opts, names)
+	}
+	bin, why := "", "the engine check is off (--no-engine-check)"
 	if !opts.SkipEngineCheck {
 		bin, why = findEngine(engine, opts)
 	}
 	switch engine {
-	case Containerd:
-		if bin == "" {
-			return fmt.Sprintf("not checked by containerd itself (%s): read back by Gantry's reader only", why), nil
-		}
-		return checkContainerd(bin, path, map[string][]byte{path: planned}, opts, names)
 	case Docker:
 		line, err := checkDocker(bin, path, planned)
 		if err == nil && bin == "" {
@@ -188,6 +186,19 @@ func checkEngine(engine Engine, path string, planned []byte, opts Options, names
 		return line, err
 	}
 	return "", nil
+}
+
+// checkContainerdFiles is checkContainerd with the containerd of opts,
+// or the line saying why none checked the files.
+func checkContainerdFiles(mainPath string, planned map[string][]byte, opts Options, names []string) (string, error) {
+	bin, why := "", "the engine check is off (--no-engine-check)"
+	if !opts.SkipEngineCheck {
+		bin, why = findEngine(Containerd, opts)
+	}
+	if bin == "" {
+		return fmt.Sprintf("not checked by containerd itself (%s): read back by Gantry's reader only", why), nil
+	}
+	return checkContainerd(bin, mainPath, planned, opts, names)
 }
 
 // writeFileAtomic replaces path with data so that readers see either the

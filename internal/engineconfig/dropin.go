@@ -90,20 +90,18 @@ func ApplyContainerdDropIn(mainPath, dropIn string, opts Options, dryRun bool) (
 		dropChanges = append([]string{sourceNote}, dropChanges...)
 	}
 	// containerd's own loader reads both as planned, with the main file's
-	// other imports.
-	if !bytes.Equal(dropNext, dropCur) || len(mainChanges) > 0 {
-		bin, why := "", "the engine check is off (--skip-engine-check)"
-		if !opts.SkipEngineCheck {
-			bin, why = findEngine(Containerd, opts)
+	// other imports; the line goes with the file that changes.
+	dropChanged := !dropExists || !bytes.Equal(dropNext, dropCur)
+	if dropChanged || len(mainChanges) > 0 {
+		line, err := checkContainerdFiles(mainPath, map[string][]byte{mainPath: mainNext, filepath.Clean(dropIn): dropNext}, normOpts, names)
+		if err != nil {
+			return nil, err
 		}
-		line := fmt.Sprintf("not checked by containerd itself (%s): read back by Gantry's reader only", why)
-		if bin != "" {
-			line, err = checkContainerd(bin, mainPath, map[string][]byte{mainPath: mainNext, filepath.Clean(dropIn): dropNext}, normOpts, names)
-			if err != nil {
-				return nil, err
-			}
+		if dropChanged {
+			dropChanges = append(dropChanges, line)
+		} else {
+			mainChanges = append(mainChanges, line)
 		}
-		dropChanges = append(dropChanges, line)
 	}
 	var out []FileChange
 	if !dropExists || !bytes.Equal(dropNext, dropCur) {
