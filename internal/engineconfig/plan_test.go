@@ -384,6 +384,18 @@ func TestContainerdKeepsDefaultRuntime(t *testing.T) {
 		{"2.0 default", readInput(t, "containerd-2.0-default.toml"), gantryOpts},
 		{"2.4 default (version 4)", readInput(t, "containerd-2.4-default.toml"), gantryOpts},
 		{"version 4, empty", []byte("version = 4\n"), gantryOpts},
+		// What configure (and NVIDIA's 1.17) wrote before: run again, it
+		// repairs the node.
+		{"written before the fix", append(readInput(t, "containerd-debian12.toml"), []byte(`
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+BinaryName = "/usr/bin/gantry-runtime"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gantry]
+runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gantry.options]
+BinaryName = "/usr/bin/gantry-runtime"
+`)...), gantryOpts},
 		{"v3 default named", []byte(v3), gantryOpts},
 	}
 	for _, tc := range cases {
