@@ -199,6 +199,12 @@ func checkContainerd(bin, mainPath string, planned map[string][]byte, opts Optio
 	if err != nil {
 		return "", fmt.Errorf("%w: %s (%s) config dump of what configure planned for %s does not read back: %v; %s is unchanged", ErrEngineRejects, bin, version, mainPath, err, mainPath)
 	}
+	if got.CRIDisabled != "" {
+		// Docker CE's config.toml: containerd loads the file, and a
+		// disabled plugin's settings are not in its dump (1.x) or not
+		// used; the runtimes wait for the CRI plugin to be enabled.
+		return fmt.Sprintf("checked by %s (%s): `config dump` loads the result; its CRI plugin is disabled (disabled_plugins %s), so the runtimes are used once it is enabled", bin, version, got.CRIDisabled), nil
+	}
 	def := got.DefaultRuntime
 	if def == "" {
 		def = builtinRuncDefault

@@ -221,3 +221,23 @@ func TestStrictDocker(t *testing.T) {
 		t.Errorf("Apply with %s on PATH: %q, %v", bin, changes, err)
 	}
 }
+
+// TestApplyCRIDisabled: a file that turns the CRI plugin off (as Docker
+// CE's does, in version 1, which configure asks to migrate first);
+// containerd 1.x then leaves the plugin's settings out of its dump. The
+// file is configured (for a later enable) and said to be loaded, not
+// refused for runtimes the dump cannot show.
+func TestApplyCRIDisabled(t *testing.T) {
+	bin := needContainerd(t)
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte("version = 2\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, changes, err := Apply(Containerd, path, gantryOpts, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(changes, "\n"), "checked by "+bin) || !strings.Contains(strings.Join(changes, "\n"), "CRI plugin is disabled") {
+		t.Errorf("changes: %q", changes)
+	}
+}
