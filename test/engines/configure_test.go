@@ -156,7 +156,14 @@ func TestConfigureContainerd(t *testing.T) {
 		args   []string // more configure arguments
 		broken bool     // configure is not run: the file as configure wrote it before the fix
 		pod    bool     // a GPU pod runs through the runtime nvidia afterwards
+		merges bool     // broken, on containerd 2.x: its go-toml v2 keeps the built-in runc
 	}
+	beforeTheFix := append(append([]byte{}, debian...), []byte(`
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+BinaryName = "RUNTIME"
+`)...)
 	defaultOf := func(bin string) []byte {
 		out, err := exec.Command(bin, "config", "default").Output()
 		if err != nil {
@@ -166,12 +173,7 @@ func TestConfigureContainerd(t *testing.T) {
 	}
 	ctd1, _ := exec.LookPath("containerd")
 	cases := []tc{
-		{name: "1.x/before-the-fix", bin: ctd1, ctr: "ctr", config: append(append([]byte{}, debian...), []byte(`
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
-runtime_type = "io.containerd.runc.v2"
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
-BinaryName = "RUNTIME"
-`)...), broken: true},
+		{name: "1.x/before-the-fix", bin: ctd1, ctr: "ctr", config: beforeTheFix, broken: true},
 		{name: "1.x/debian12", bin: ctd1, ctr: "ctr", config: debian, pod: true},
 		{name: "1.x/debian12-drop-in", bin: ctd1, ctr: "ctr", config: debian, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
 		{name: "1.x/debian12-command", bin: ctd1, ctr: "ctr", config: debian, args: []string{"--config-source", "command"}},
@@ -183,6 +185,7 @@ BinaryName = "RUNTIME"
 		def := defaultOf(bin2)
 		v3 := []byte("version = 3\n")
 		cases = append(cases,
+			tc{name: "2.x/before-the-fix", bin: bin2, ctr: ctr2, config: beforeTheFix, broken: true, merges: true},
 			tc{name: "2.x/debian12-v2", bin: bin2, ctr: ctr2, config: debian},
 			tc{name: "2.x/debian12-v2-drop-in", bin: bin2, ctr: ctr2, config: debian, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
 			tc{name: "2.x/v3", bin: bin2, ctr: ctr2, config: v3},
@@ -250,6 +253,15 @@ BinaryName = "RUNTIME"
 			}
 			status := criStatus(plugins)
 			log := tail(d.log, 200000)
+			if c.broken && c.merges {
+				// The fact behind the fix: 2.x merges the file's runtimes
+				// into its built-in ones, so runc survives there.
+				reg, err := criConfig(sock)
+				if _, ok := reg.Runtime("runc"); err != nil || !ok || status["io.containerd.grpc.v1 cri"] != "ok" {
+					t.Errorf("containerd 2.x on a file without runc: CRI %v, runtimes %+v, %v", status, reg.Runtimes, err)
+				}
+				return
+			}
 			if c.broken {
 				if status["io.containerd.grpc.v1 cri"] == "ok" || !strings.Contains(log, "no corresponding runtime configured") {
 					t.Errorf("containerd 1.x loaded its CRI plugin without a runc entry (status %v): this test's check cannot fail\n%s", status, tail(d.log, 3000))
