@@ -14,7 +14,7 @@ func init() {
 		summary: "Register Gantry's runtime with Docker, containerd or CRI-O (under the name nvidia)",
 		help: `Edits the engine's configuration so that containers can run with the GPU runtime:
   docker      /etc/docker/daemon.json: "runtimes": {"nvidia": {"path": ...}}
-  containerd  /etc/containerd/config.toml (version 2 and 3 layouts): a runc-v2 runtime
+  containerd  /etc/containerd/config.toml (version 2, 3 and 4 layouts): a runc-v2 runtime
               "nvidia" whose options.BinaryName is the runtime, copying runc's options,
               and the default runtime's own entry (runc) when the file has none:
               containerd 1.x forgets its built-in runc once the file defines a runtime
