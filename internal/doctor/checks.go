@@ -90,11 +90,22 @@ func (e *env) run(defs []CheckDef) []Check {
 // omit when d is not asked for at all.
 func (e *env) unmet(d CheckDef) (skipped []Check, omit bool) {
 	o := e.opts
+	// A container or pod not named is not reported at all, whatever else
+	// does not hold.
+	for _, n := range d.Needs {
+		if n == NeedContainer && o.Container == "" || n == NeedPod && o.Pod == "" {
+			return nil, true
+		}
+	}
 	for _, n := range d.Needs {
 		var c *Check
 		switch n {
 		case NeedDriver:
-			c = after(d.Name, e.result(CheckKernel))
+			// (A subset of the checks run without it, as checkKubernetes
+			// runs them, does not ask.)
+			if k, ok := e.results[CheckKernel]; ok {
+				c = after(d.Name, k)
+			}
 		case NeedDocker:
 			if !dockerInstalled(o) {
 				s := skip(d.Name, "Docker is not installed (no dockerd on PATH, no %s)", o.DockerConfig)
@@ -117,14 +128,8 @@ func (e *env) unmet(d CheckDef) (skipped []Check, omit bool) {
 				s := skip(d.Name, "not a Kubernetes node: no kubelet directory %s", o.KubeletDir)
 				c = &s
 			}
-		case NeedContainer:
-			if o.Container == "" {
-				return nil, true
-			}
-		case NeedPod:
-			if o.Pod == "" {
-				return nil, true
-			}
+		case NeedContainer, NeedPod:
+			// named (above)
 		default:
 			panic(fmt.Sprintf("doctor: check %q needs %q, which Run does not know", d.Name, n))
 		}
@@ -214,7 +219,7 @@ func newKubeState(opts Options) *kubeState {
 func one(c Check) []Check { return []Check{c} }
 
 func (e *env) kernel() []Check {
-	c, version := checkKernel(e.opts.Config)
+	c, version := checkKernel(e.opts)
 	e.version = version
 	return one(c)
 }
@@ -238,21 +243,44 @@ func (e *env) persistence() []Check {
 }
 
 func (e *env) versions() []Check {
-	if nvml := e.result(CheckNVML); !isSim(e.opts.Config) && nvml.Status != Pass {
-		return one(*after(CheckVersions, nvml))
-	}
-	return one(checkVersions(e.opts.Config, e.version, e.sys))
+	return one(checkVersions(e.opts, e.version, e.sys, e.result(CheckNVML)))
 }
 
-func (e *env) driverFiles() []Check { return one(checkDriverFiles(e.opts.Config)) }
+// afterVersions skips a check that looks for the kernel module's version
+// of the driver's files while the libraries are another version: its
+// fix would be to install the module's version, a downgrade where the
+// libraries were upgraded (the versions check has the fix).
+func (e *env) afterVersions(name string) *Check {
+	if v := e.result(CheckVersions); v.Status == Fail {
+		return after(name, v)
+	}
+	return nil
+}
 
-func (e *env) loaderCache() []Check { return one(checkLoaderCache(e.opts.Config)) }
+func (e *env) driverFiles() []Check {
+	if c := e.afterVersions(CheckDriverFiles); c != nil {
+		return one(*c)
+	}
+	return one(checkDriverFiles(e.opts.Config))
+}
+
+func (e *env) loaderCache() []Check {
+	if c := e.afterVersions(CheckLoaderCache); c != nil {
+		return one(*c)
+	}
+	return one(checkLoaderCache(e.opts.Config))
+}
 
 func (e *env) inventoryCache() []Check {
 	return one(checkInventoryCache(e.opts.Config, e.version))
 }
 
-func (e *env) cdiSpecs() []Check { return one(checkCDISpecs(e.opts.Config, e.version)) }
+func (e *env) cdiSpecs() []Check {
+	if c := e.afterVersions(CheckCDISpecs); c != nil {
+		return one(*c)
+	}
+	return one(checkCDISpecs(e.opts.Config, e.version))
+}
 
 // docker: Docker has two GPU paths, --runtime nvidia (daemon.json) and
 // --gpus (the hook): each is a failure only when the other does not work.

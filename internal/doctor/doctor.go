@@ -85,7 +85,10 @@ var (
 type Options struct {
 	Config config.Config
 	// Proc is the host's procfs ("/proc").
-	Proc         string
+	Proc string
+	// Sys is the host's sysfs ("/sys"), where the loaded module's
+	// module/nvidia/version is.
+	Sys          string
 	DockerConfig string
 	// DockerSocket is the running dockerd's API socket
 	// (DefaultDockerSocket), asked what it registered.
@@ -144,6 +147,7 @@ func (o *Options) defaults() {
 		}
 	}
 	def(&o.Proc, "/proc")
+	def(&o.Sys, "/sys")
 	def(&o.DockerConfig, DefaultDockerConfig)
 	def(&o.DockerSocket, DefaultDockerSocket)
 	def(&o.ContainerdConfig, DefaultContainerdConfig)
@@ -216,16 +220,17 @@ func after(name string, prereqs ...Check) *Check {
 
 func isSim(cfg config.Config) bool { return strings.HasPrefix(cfg.GPUs, "sim:") }
 
-func checkKernel(cfg config.Config) (Check, string) {
-	version, file, err := driver.CurrentVersion(cfg.DriverRoot)
+func checkKernel(opts Options) (Check, string) {
+	cfg := opts.Config
+	version, file, err := kernelVersion(opts)
 	if err != nil {
 		return fail(CheckKernel, fix(fixVersionFile),
 			"reading the driver version: %v", err), ""
 	}
 	if version == "" {
 		return fail(CheckKernel, fix(fixKernelModule),
-			"no proc/driver/nvidia/version under %s nor /proc/driver/nvidia/version or /sys/module/nvidia/version on the host: the nvidia kernel module is not loaded",
-			cfg.DriverRoot), ""
+			"no proc/driver/nvidia/version under %s nor %s or %s on the host: the nvidia kernel module is not loaded",
+			cfg.DriverRoot, filepath.Join(opts.Proc, "driver/nvidia/version"), filepath.Join(opts.Sys, "module/nvidia/version")), ""
 	}
 	return pass(CheckKernel, "NVIDIA kernel module %s (%s)", version, file), version
 }
@@ -355,21 +360,6 @@ func checkNVML(cfg config.Config) (Check, *gpu.System) {
 			"%v", err), nil
 	}
 	return pass(CheckNVML, "initialised: %d GPUs", len(sys.Devices)), sys
-}
-
-func checkVersions(cfg config.Config, kernel string, sys *gpu.System) Check {
-	if sys == nil {
-		return pass(CheckVersions, "driver %s (kernel module); CUDA version unknown without NVML", kernel)
-	}
-	if isSim(cfg) {
-		return pass(CheckVersions, "driver %s (kernel module); simulated GPUs report driver %s, CUDA %s",
-			kernel, sys.DriverVersion, sys.CUDADriverVersion)
-	}
-	if sys.DriverVersion != kernel {
-		return fail(CheckVersions, fix(fixVersions),
-			"NVML reports driver %s but the kernel module is %s (Driver/library version mismatch)", sys.DriverVersion, kernel)
-	}
-	return pass(CheckVersions, "driver %s, CUDA %s", sys.DriverVersion, sys.CUDADriverVersion)
 }
 
 // checkDriverFiles discovers the files a container would get and checks

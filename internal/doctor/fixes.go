@@ -14,6 +14,8 @@ const (
 	fixSimGPUs      = "fix the `--gpus` value or the simulator file"
 	fixGPUNode      = "create the node: `nvidia-modprobe -c=MINOR` (or `mknod -m 666 /dev/nvidiaMINOR c 195 MINOR`; or restart the driver container that makes them)"
 	fixVersions     = "the user-space driver was upgraded but the old kernel module is still loaded: reboot, or unload and reload the nvidia modules"
+	fixModuleOlder  = "load the kernel module of the installed libraries; keep the libraries (do not downgrade them): reboot, or stop what uses the GPU (`nvidia-smi` lists it; the device plugin, `nvidia-persistenced`, DCGM, a display server) and reload the modules: `rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia` (those `lsmod` lists), then `modprobe nvidia && modprobe nvidia_uvm`; with a driver container, restart it"
+	fixModuleNewer  = "install the user-space libraries of driver VERSION, the loaded module's (the distribution's packages of that version, or its installer with `--no-kernel-module`), then `ldconfig`"
 	fixDriverRoot   = "point `--driver-root` at the driver install"
 	fixReinstall    = "reinstall the driver's user-space libraries for version VERSION"
 	fixSONAME       = "recreate the SONAME links: `ldconfig -r ROOT` (ROOT is the driver root)"
