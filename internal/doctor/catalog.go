@@ -1,5 +1,7 @@
 package doctor
 
+import "github.com/gantry-gpu/gantry/internal/shim"
+
 // CheckDef is one check of gantry doctor, the one place it is described:
 // its name, what it needs to run, how it runs, and its documentation with
 // each way it fails and the fix. Run runs Checks in order; --help lists
@@ -219,18 +221,31 @@ var Checks = []CheckDef{
 		},
 	},
 	{
+		Name:     CheckCreateServer,
+		Summary:  "the create server's socket answers, or nothing listens there",
+		Needs:    []Need{NeedDriver},
+		run:      (*env).createServer,
+		Verifies: "Every GPU create of `gantry-runtime` first asks the create server's socket (`--create-server-socket`, default `$GANTRY_RUNTIME_SOCKET`, else `/run/gantry/runtime.sock`): doctor pings it once. A server that answers (any build; the engine checks say which runtimes it serves) is PASS; no socket, or a stale one nobody listens on, is INFO (creates run in-process, about 2 ms more); a listener that is not root's, or not a create server but answers or closes, is INFO (gantry-runtime leaves it at once).",
+		Failures: []FailureDoc{
+			{"a root process holds the socket listening and never answers (hung, stopped, or not a create server that never reads): every GPU create waits the C start's bound (" + shim.ServerAnswerTimeout.String() + " for an answer; " + shim.ServerConnectTimeout.String() + " to connect when its backlog is full) before running in-process; the evidence names the cost and the holder's pid and command (from `/proc/net/unix` and `/proc/PID/fd`)",
+				fixServerHeld},
+			{"the same, the socket held by systemd (pid 1) for `gantry-runtime-server.socket`", fixServerUnitHeld},
+			{"the same, the holder not found (another PID namespace)", fixServerHeldUnknown},
+		},
+	},
+	{
 		Name:     CheckContainer,
 		Summary:  "what the container asked for and what it got",
 		Needs:    []Need{NeedDriver, NeedContainer},
 		run:      (*env).container,
-		Verifies: "With `--container ID`: what the container asked for and what it got. A Docker container (when the docker CLI knows the ID or name): its runtime, `NVIDIA_VISIBLE_DEVICES`, `--gpus` device requests, CDI or `/dev/nvidia*` devices. Else a containerd task (every namespace, or `--namespace`), read from its bundle under `--containerd-state` (`io.containerd.runtime.v2.task/NAMESPACE/ID/config.json`, the OCI spec as the runtime ran it): `NVIDIA_VISIBLE_DEVICES`, `NVIDIA_DRIVER_CAPABILITIES`, `cdi.k8s.io/` annotations, the runc binary, and what was injected (`/dev/nvidia*` devices, driver mounts). With `--pod`, the same for each of the pod's containers, with the devices the kubelet assigned. A container that asked for no GPU is INFO (\"no GPU requested\"), and its device access is not probed: it is not broken.",
+		Verifies: "With `--container ID`: what the container asked for and what it got. A Docker container (when the docker CLI knows the ID or name): its runtime, `NVIDIA_VISIBLE_DEVICES`, `--gpus` device requests, CDI or `/dev/nvidia*` devices. Else a containerd task (every namespace, or `--namespace`), read from its bundle under `--containerd-state` (`io.containerd.runtime.v2.task/NAMESPACE/ID/config.json`, the OCI spec as the runtime ran it): `NVIDIA_VISIBLE_DEVICES`, `NVIDIA_DRIVER_CAPABILITIES`, `cdi.k8s.io/` annotations, the runc binary, and what was injected (`/dev/nvidia*` devices, driver mounts). With `--pod`, the same for each of the pod's containers, with the devices the kubelet assigned. A container that asked for no GPU is INFO (\"no GPU requested\"), and its device access is not probed: it is not broken. `NVIDIA_VISIBLE_DEVICES` `void`, `none` or empty (in any case, with any runtime) asks for no GPU device, as the environment contract says (`none` still gets the driver files): no device rule to lose, so never the device cgroup failure.",
 		Failures: []FailureDoc{
 			{"neither Docker nor containerd knows the container (no such container, no daemon reachable, or containerd's state elsewhere)",
 				fixNoContainer},
 			{"a containerd container asks for GPUs (`NVIDIA_VISIBLE_DEVICES`, CDI annotations) but its spec has no `/dev/nvidia*` device: the runtime is not registered, or runc was used directly",
 				fixNoRuntime},
-			{"`NVIDIA_VISIBLE_DEVICES` is set but the container runs under plain runc, which ignores it",
-				fixPlainRunc},
+			{"`NVIDIA_VISIBLE_DEVICES` asks for GPUs (not `void`, `none` or empty) but the container runs under plain runc, which ignores it",
+				docFill(fixPlainRunc, "ORCDI", fixOrCDI+fixOrCDIOnly)},
 			{"a pod's container has no OCI spec to read: no task bundle under `--containerd-state`, and the CRI runtime reports none",
 				fixNoSpec},
 			{"the CRI runtime does not answer about one of the pod's containers", fixCRISocket},
@@ -244,7 +259,7 @@ var Checks = []CheckDef{
 		Verifies: "With `--container ID` (or `--pod`), for a running container: its device cgroup still allows `/dev/nvidiactl` (195:255), and the container has the node. Nothing from the image runs: a short-lived host process (doctor's own binary) is placed in the container's cgroup (cgroup v2: created there with `clone3` `CLONE_INTO_CGROUP`; v1: moved into its devices cgroup) and opens a 195:255 node on the host; the kernel checks the open against the container's rules (the v1 `devices.list`, shown as evidence, or the eBPF program on v2). `No such device or address` there means allowed, with no driver behind the node (a host without a GPU).",
 		Failures: []FailureDoc{
 			{"`operation not permitted`: the device cgroup no longer allows the GPU, which NVML inside reports as `Failed to initialize NVML: Unknown Error`; usually `systemctl daemon-reload` rewrote the cgroup (the evidence says when the container's spec has no rule for 195:255 either) (a Docker container)",
-				docFill(fixDeviceRefused, "RESTART", fixRestartDocker, "RECUR", fixRecurDocker)},
+				docFill(fixDeviceRefused, "RESTART", fixRestartDocker, "RECUR", docFill(fixRecurDocker, "ORCDI", fixOrCDI+fixOrCDIOnly))},
 			{"`operation not permitted`: the device cgroup no longer allows the GPU, which NVML inside reports as `Failed to initialize NVML: Unknown Error`; usually `systemctl daemon-reload` rewrote the cgroup (the evidence says when the container's spec has no rule for 195:255 either) (a containerd task)",
 				docFill(fixDeviceRefused, "RESTART", fixRestartTask, "RECUR", fixRecurSpec)},
 			{"`operation not permitted`: the device cgroup no longer allows the GPU, which NVML inside reports as `Failed to initialize NVML: Unknown Error`; usually `systemctl daemon-reload` rewrote the cgroup (the evidence says when the container's spec has no rule for 195:255 either) (a Kubernetes pod's container)",

@@ -297,6 +297,8 @@ func (e *env) hook() []Check {
 	return one(checkHook(e.opts, dockerInstalled(e.opts), e.result(CheckDocker).Status == Pass))
 }
 
+func (e *env) createServer() []Check { return one(checkCreateServer(e.opts)) }
+
 // container examines --container; its device access, found with it, is
 // the next check's.
 func (e *env) container() []Check {

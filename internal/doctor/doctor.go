@@ -58,6 +58,7 @@ const (
 	CheckContainerd      = "containerd config"
 	CheckCRIO            = "cri-o config"
 	CheckHook            = "hook on path"
+	CheckCreateServer    = "create server"
 	CheckContainer       = "container request"
 	CheckContainerDevice = "container device access"
 	CheckDevicePlugin    = "device plugin registration"
@@ -138,6 +139,10 @@ type Options struct {
 	// that the engine checks ask once: a ping of a new build, after an
 	// upgrade, stops the server.
 	serverPings map[string]serverPing
+	// dockerCDIs holds, by socket, whether the running dockerd has CDI.
+	dockerCDIs map[string]bool
+	// serverProbes holds what was found at the create server's socket.
+	serverProbes map[string]*serverProbe
 }
 
 func (o *Options) defaults() {
@@ -161,6 +166,12 @@ func (o *Options) defaults() {
 	def(&o.RuntimeSocket, shim.DefaultServerSocket)
 	if o.serverPings == nil {
 		o.serverPings = map[string]serverPing{}
+	}
+	if o.dockerCDIs == nil {
+		o.dockerCDIs = map[string]bool{}
+	}
+	if o.serverProbes == nil {
+		o.serverProbes = map[string]*serverProbe{}
 	}
 	if o.Config.DriverRoot == "" {
 		o.Config.DriverRoot = "/"

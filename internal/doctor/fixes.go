@@ -38,22 +38,30 @@ const (
 	fixNVMLHelper          = "install `gantry` beside `gantry-runtime` (`make install` does), or set `runtime.gantry-path` in the Gantry configuration to the gantry binary: `gantry-runtime` links no NVML and asks it for MIG devices"
 	fixHookPath            = "add DIR, where the hook is, to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), or `ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), then `systemctl restart docker`"
 
+	fixServerHeld        = "stop the process that holds the socket without answering (`kill PID`, COMM) and remove the socket (`rm SOCKET`); then start the create server again if you use it (`systemctl restart gantry-runtime-server.service`): until then each GPU create waits"
+	fixServerUnitHeld    = "systemd holds SOCKET for the socket unit but its service does not answer: `systemctl status gantry-runtime-server.service`, then `systemctl restart gantry-runtime-server.service`, or `systemctl stop gantry-runtime-server.socket` to create in-process"
+	fixServerHeldUnknown = "find what holds the socket (`ss -xlp | grep SOCKET`), stop it and remove the socket (`rm SOCKET`)"
+
 	fixNoContainer = "name a running container (`docker ps`; `ctr -n NAMESPACE tasks ls`; `crictl ps`) and run doctor as root on its host, where the docker CLI reaches the daemon; for containerd give `--namespace`, and `--containerd-state` if its state directory is not `" + DefaultContainerdState + "`"
 	fixNoRuntime   = "register Gantry's runtime: " + fixContainerdConfigure + ", and recreate the container under it (Kubernetes: `runtimeClassName: nvidia`, or make nvidia containerd's default runtime; ctr: `ctr run --runc-binary /usr/bin/gantry-runtime`)"
-	fixPlainRunc   = "run it with `--runtime nvidia`, or `--gpus all`, or `--device nvidia.com/gpu=all` (CDI)"
+	fixPlainRunc   = "run it with `--runtime nvidia`, or `--gpus all`ORCDI"
 	fixNoSpec      = "run doctor on the pod's node with `--containerd-state` at containerd's state directory (or a CRI runtime that reports the container's spec)"
 
 	// A device cgroup that lost the GPU: restart the container (each
 	// engine's way), keep the rule in its own configuration, and create
 	// the /dev/char links (NVIDIA's lasting fix: systemd resolves a rule
 	// through /dev/char/MAJOR:MINOR, which the NVIDIA nodes lack).
-	fixDeviceRefused  = "RESTART; RECUR; " + fixDevChar
-	fixDevChar        = "on systemd hosts also create the /dev/char links systemd resolves device rules through: nvidia-ctk system create-dev-char-symlinks --create-all (Gantry answers to nvidia-ctk; make install links it)"
-	fixRestartDocker  = "restart the container (`docker restart ID`)"
-	fixRestartTask    = "restart the task so runc rebuilds its cgroup from the spec (`ctr -n NS task kill -s SIGKILL ID`; `ctr -n NS task delete ID`; `ctr -n NS task start ID`), or the service that owns it"
-	fixRestartPod     = "delete the pod so it is recreated with a fresh cgroup (`kubectl delete pod -n NAMESPACE NAME`)"
-	fixRestartRunc    = "recreate the container so runc rebuilds its cgroup from the spec (`runc --root DIR delete --force ID`, then create it again through gantry-runtime)"
-	fixRecurDocker    = "to stop it recurring give the GPUs through CDI (`--device nvidia.com/gpu=all`) or list the nodes with `--device` so the rule is in the container's own config"
+	fixDeviceRefused = "RESTART; RECUR; " + fixDevChar
+	fixDevChar       = "on systemd hosts also create the /dev/char links systemd resolves device rules through: nvidia-ctk system create-dev-char-symlinks --create-all (Gantry answers to nvidia-ctk; make install links it)"
+	fixRestartDocker = "restart the container (`docker restart ID`)"
+	fixRestartTask   = "restart the task so runc rebuilds its cgroup from the spec (`ctr -n NS task kill -s SIGKILL ID`; `ctr -n NS task delete ID`; `ctr -n NS task start ID`), or the service that owns it"
+	fixRestartPod    = "delete the pod so it is recreated with a fresh cgroup (`kubectl delete pod -n NAMESPACE NAME`)"
+	fixRestartRunc   = "recreate the container so runc rebuilds its cgroup from the spec (`runc --root DIR delete --force ID`, then create it again through gantry-runtime)"
+	fixRecurDocker   = "to stop it recurring list the nodes with `--device` (`--device /dev/nvidiactl --device /dev/nvidia0`, ...) so the rule is in the container's own configORCDI"
+	// ORCDI in a Docker fix: the CDI way, said only where the running
+	// dockerd has CDI (dockerCDI).
+	fixOrCDI          = ", or give the GPUs through CDI (`--device nvidia.com/gpu=all`)"
+	fixOrCDIOnly      = " (said only where the running dockerd has CDI: Docker 25 and later with the `cdi` feature, whose `docker info` lists CDI spec dirs; Debian's dockerd 20.10 has none)"
 	fixRecurSpec      = "to stop it recurring give the GPUs through gantry-runtime or CDI, so the device rules are in the container's spec (`linux.resources.devices`) rather than added to its cgroup by a hook"
 	fixProbe          = "run doctor as root on the container's host; see the error: an open that fails otherwise than with `operation not permitted` or `no such device or address` says nothing about the cgroup"
 	fixNoCtl          = "the container got no GPU: see `" + CheckContainer + "` above"

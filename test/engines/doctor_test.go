@@ -91,6 +91,10 @@ func TestDoctorContainer(t *testing.T) {
 		if strings.Contains(c.Evidence, "c 195:255 rwm") {
 			t.Errorf("devices.list still shows the removed rule: %s", c.Evidence)
 		}
+		// Debian's dockerd 20.10 has no CDI: no --device nvidia.com/gpu advice.
+		if strings.Contains(c.Fix, "nvidia.com/gpu") {
+			t.Errorf("advises CDI to a dockerd without it: %s", c.Fix)
+		}
 		t.Logf("%s\nfix: %s", c.Evidence, c.Fix)
 		// The fix works: a restart rebuilds the cgroup from the container's config.
 		if out, err := e.docker("restart", "-t", "0", id); err != nil {
@@ -98,6 +102,39 @@ func TestDoctorContainer(t *testing.T) {
 		}
 		if c := diagnose(id)[doctor.CheckContainerDevice]; strings.Contains(c.Evidence, cgroupBroken) {
 			t.Fatalf("still broken after docker restart: %+v", c)
+		}
+	})
+
+	// NVIDIA_VISIBLE_DEVICES void, none or empty under --runtime nvidia
+	// asks for no GPU device: INFO, never the daemon-reload cgroup FAIL
+	// with its docker restart fix (the container has no rule to lose).
+	t.Run("NothingRequested", func(t *testing.T) {
+		for _, v := range []string{"void", "none", "", " VOID"} {
+			id := start("--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES="+v)
+			got := diagnose(id)
+			for _, name := range []string{doctor.CheckContainer, doctor.CheckContainerDevice} {
+				if c := got[name]; c.Status != doctor.Info || !strings.Contains(c.Evidence, "no GPU requested") {
+					t.Errorf("NVIDIA_VISIBLE_DEVICES=%q: %s: %+v", v, name, c)
+				}
+			}
+			for _, c := range got {
+				if c.Status == doctor.Fail && (strings.Contains(c.Evidence, cgroupBroken) || strings.Contains(c.Fix, "docker restart")) {
+					t.Errorf("NVIDIA_VISIBLE_DEVICES=%q: %+v", v, c)
+				}
+			}
+		}
+	})
+
+	// Asked under plain runc: the fix names Docker's GPU paths, and not
+	// CDI, which Debian's dockerd 20.10 does not have.
+	t.Run("AskedUnderRunc", func(t *testing.T) {
+		id := start("-e", "NVIDIA_VISIBLE_DEVICES=all")
+		c := diagnose(id)[doctor.CheckContainer]
+		if c.Status != doctor.Fail || !strings.Contains(c.Fix, "--runtime nvidia") || strings.Contains(c.Fix, "nvidia.com/gpu") {
+			t.Fatalf("runc container asking for GPUs: %+v", c)
+		}
+		if out, err := e.docker("info", "--format", "{{json .}}"); err == nil && strings.Contains(out, `"CDISpecDirs":["`) {
+			t.Errorf("this dockerd lists CDI spec dirs; the test assumes one without CDI:\n%s", out)
 		}
 	})
 
