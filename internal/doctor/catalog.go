@@ -58,6 +58,7 @@ var Checks = []CheckDef{
 		Failures: []FailureDoc{
 			{"`/dev/nvidiactl` missing or not 195:255; `nvidia-uvm` not in `/proc/devices` (the module is not loaded; CUDA needs it); `/dev/nvidia-uvm` missing or with a stale major from an earlier boot; no `/dev/nvidiaN`",
 				fixDeviceNodes},
+			{"the same, with a dev root other than `/` (`--dev-root`, else `--driver-root`), where the fix makes the nodes", fixDeviceNodesIn},
 		},
 	},
 	{
@@ -82,6 +83,7 @@ var Checks = []CheckDef{
 		Failures: []FailureDoc{
 			{"GPU N's node is missing or has the wrong numbers (the evidence names the GPU, its UUID and the node)",
 				fixGPUNode},
+			{"the same, with a dev root other than `/`", fixGPUNodeIn},
 		},
 	},
 	{

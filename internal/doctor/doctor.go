@@ -288,8 +288,11 @@ func checkDeviceNodes(opts Options) Check {
 		found = append(found, fmt.Sprintf("%d GPU nodes /dev/nvidiaN", gpus))
 	}
 	if len(problems) > 0 {
-		return fail(CheckDeviceNodes, fix(fixDeviceNodes),
-			"%s", strings.Join(problems, "; "))
+		f := fix(fixDeviceNodes)
+		if filepath.Clean(devRoot) != "/" {
+			f = fix(fixDeviceNodesIn, "DEVROOT", devRoot, "ROOT", opts.Config.DriverRoot)
+		}
+		return fail(CheckDeviceNodes, f, "%s", strings.Join(problems, "; "))
 	}
 	return pass(CheckDeviceNodes, "%s under %s", strings.Join(found, ", "), devRoot)
 }
@@ -332,7 +335,7 @@ func checkGPUNodes(opts Options, sys *gpu.System) Check {
 		return skip(CheckGPUNodes, "not checked: the driver reported no GPUs (see %s)", CheckNVML)
 	}
 	devRoot := opts.Config.EffectiveDevRoot()
-	var problems, fixes, minors []string
+	var problems, fixes, mknods, minors []string
 	for _, d := range sys.Devices {
 		path := d.DevicePath()
 		f, err := driver.StatDevice(devRoot, path)
@@ -345,6 +348,7 @@ func checkGPUNodes(opts Options, sys *gpu.System) Check {
 			continue
 		}
 		fixes = append(fixes, fmt.Sprintf("nvidia-modprobe -c=%d", d.Minor))
+		mknods = append(mknods, fmt.Sprintf("mknod -m 666 %s c 195 %d", filepath.Join(devRoot, "dev", fmt.Sprintf("nvidia%d", d.Minor)), d.Minor))
 		minors = append(minors, strconv.Itoa(d.Minor))
 	}
 	if len(problems) > 0 {
@@ -352,8 +356,11 @@ func checkGPUNodes(opts Options, sys *gpu.System) Check {
 		if len(minors) == 1 {
 			minor = minors[0]
 		}
-		return fail(CheckGPUNodes, fix(fixGPUNode, "nvidia-modprobe -c=MINOR", strings.Join(fixes, "; "), "MINOR", minor),
-			"%s", strings.Join(problems, "; "))
+		f := fix(fixGPUNode, "nvidia-modprobe -c=MINOR", strings.Join(fixes, "; "), "MINOR", minor)
+		if filepath.Clean(devRoot) != "/" {
+			f = fix(fixGPUNodeIn, "mknod -m 666 DEVROOT/dev/nvidiaMINOR c 195 MINOR", strings.Join(mknods, "; "))
+		}
+		return fail(CheckGPUNodes, f, "%s", strings.Join(problems, "; "))
 	}
 	return pass(CheckGPUNodes, "each of the %d GPUs has its node /dev/nvidia<minor> 195:<minor> under %s", len(sys.Devices), devRoot)
 }

@@ -165,7 +165,7 @@ func TestHealthyHost(t *testing.T) {
 	expect(t, checks, CheckCRIO, Skip, nil, "")
 	// Every check is present, in chain order.
 	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles, CheckLoaderCache,
-		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook,
+		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook, CheckCreateServer,
 		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode}
 	if len(checks) != len(want) {
 		t.Fatalf("%d checks, want %d:\n%s", len(checks), len(want), dump(checks))
@@ -378,7 +378,7 @@ func TestDeviceNodeMajors(t *testing.T) {
 	// node (made by hand, or in a driver container's /dev) carries.
 	h.write(t, filepath.Join(h.res.Root, "proc/devices"), "Character devices:\n195 nvidia-frontend\n500 nvidia-uvm\n")
 	checks := Run(h.opts)
-	expect(t, checks, CheckDeviceNodes, Fail, []string{"/dev/nvidia-uvm has major 511", "nvidia-uvm major 500"}, "nvidia-modprobe")
+	expect(t, checks, CheckDeviceNodes, Fail, []string{"/dev/nvidia-uvm has major 511", "nvidia-uvm major 500"}, "nvidia-ctk system create-device-nodes --control-devices --driver-root "+h.res.Root+" --dev-root "+h.res.Root)
 	// NVML (here: simulated) and the driver files do not depend on it.
 	expect(t, checks, CheckDriverFiles, Pass, nil, "")
 
@@ -453,7 +453,7 @@ func TestMissingGPUNodeNamesTheGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	checks := Run(h.opts)
-	expect(t, checks, CheckGPUNodes, Fail, []string{"GPU 1 ", "/dev/nvidia1"}, "nvidia-modprobe -c=1")
+	expect(t, checks, CheckGPUNodes, Fail, []string{"GPU 1 ", "/dev/nvidia1"}, "mknod -m 666 "+filepath.Join(h.res.Root, "dev/nvidia1")+" c 195 1")
 	if c := find(t, checks, CheckGPUNodes); strings.Contains(c.Evidence, "GPU 0 ") || strings.Contains(c.Evidence, "GPU 2 ") {
 		t.Errorf("evidence names GPUs whose nodes are there: %s", c.Evidence)
 	}
@@ -577,7 +577,7 @@ func TestMissingControlNode(t *testing.T) {
 	if err := os.Remove(filepath.Join(h.res.Root, "dev/nvidiactl")); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, Run(h.opts), CheckDeviceNodes, Fail, []string{"/dev/nvidiactl"}, "nvidia-modprobe")
+	expect(t, Run(h.opts), CheckDeviceNodes, Fail, []string{"/dev/nvidiactl"}, "--dev-root "+h.res.Root)
 }
 
 // The user-space driver upgraded under a loaded kernel module: NVML's
