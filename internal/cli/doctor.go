@@ -36,7 +36,7 @@ failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes,
 			container := fs.String("container", "", "also examine this container: Docker (ID or name), else containerd (ID or unique prefix)")
 			namespace := fs.String("namespace", "", "look --container up in this containerd namespace only (default: every namespace, after Docker)")
 			runcRoot := fs.String("runc-root", doctor.DefaultRuncRoot, "runc's state directory (runc --root), for containers runc runs without an engine")
-			containerdState := fs.String("containerd-state", doctor.DefaultContainerdState, "containerd's state directory (its config's state), where its tasks' bundles are")
+			containerdState := fs.String("containerd-state", "", "containerd's state directory (its config's state), where its tasks' bundles are (default: that of the containerd at --cri-socket when given, else "+doctor.DefaultContainerdState+")")
 			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket, for every check that reads containerd (its live configuration, --pod) (default: the first of "+strings.Join(doctor.DefaultCRISockets, ", ")+" that exists)")
 			serverSocket := fs.String("create-server-socket", "", "the create server's socket, which every GPU create of gantry-runtime asks first (default: $"+shim.ServerSocketEnv+", else "+shim.DefaultServerSocket+")")
 			dockerConfig := fs.String("docker-config", doctor.DefaultDockerConfig, "Docker's daemon.json")

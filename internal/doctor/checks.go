@@ -54,6 +54,7 @@ type env struct {
 	liveDone   bool
 	live       []registered // the running containerd's runtimes
 	liveSocket string
+	liveState  string // its state directory
 	liveErr    error
 }
 
@@ -61,8 +62,17 @@ func newEnv(opts Options) *env { return &env{opts: opts, results: map[string]Che
 
 // Run walks the chain and returns every check, in order.
 func Run(opts Options) []Check {
+	givenState := opts.ContainerdState != ""
 	opts.defaults()
-	return newEnv(opts).run(Checks)
+	e := newEnv(opts)
+	// --cri-socket names the containerd to read: its tasks too, where
+	// its state directory is, unless --containerd-state says otherwise.
+	if !givenState && opts.CRISocket != "" && (opts.Container != "" || opts.Pod != "") {
+		if _, _, err := e.containerdLive(); err == nil && e.liveState != "" {
+			e.opts.ContainerdState = e.liveState
+		}
+	}
+	return e.run(Checks)
 }
 
 // run runs defs in order.
@@ -112,7 +122,9 @@ func (e *env) unmet(d CheckDef) (skipped []Check, omit bool) {
 				c = &s
 			}
 		case NeedContainerd:
-			if _, _, err := e.containerdLive(); err != nil {
+			// A socket named, or one at a default path, is containerd
+			// running (CRI answering or not).
+			if _, socket, err := e.containerdLive(); err != nil && o.CRISocket == "" && !isSocket(socket) {
 				if _, err := os.Stat(o.ContainerdConfig); errors.Is(err, fs.ErrNotExist) {
 					s := skip(d.Name, "%s does not exist (containerd not installed, or running on defaults without GPU support)", o.ContainerdConfig)
 					c = &s
@@ -148,6 +160,11 @@ func (e *env) result(name string) Check {
 	return skip(name, "not run")
 }
 
+func isSocket(p string) bool {
+	st, err := os.Stat(p)
+	return p != "" && err == nil && st.Mode()&os.ModeSocket != 0
+}
+
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
@@ -156,7 +173,7 @@ func isDir(p string) bool {
 // containerdLive asks the running containerd once.
 func (e *env) containerdLive() ([]registered, string, error) {
 	if !e.liveDone {
-		e.live, e.liveSocket, e.liveErr = liveContainerdRuntimes(e.opts.CRISocket)
+		e.live, e.liveSocket, e.liveErr = liveContainerdRuntimes(e.opts.CRISocket, &e.liveState)
 		e.liveDone = true
 	}
 	return e.live, e.liveSocket, e.liveErr
@@ -288,6 +305,9 @@ func (e *env) docker() []Check { return one(checkDocker(e.opts, true, hookUsable
 
 func (e *env) containerd() []Check {
 	live, socket, err := e.containerdLive()
+	if c := criSocketProblem(e.opts, socket, err); c != nil {
+		return one(*c)
+	}
 	return one(checkContainerd(e.opts, live, socket, err))
 }
 

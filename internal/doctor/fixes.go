@@ -91,6 +91,8 @@ const (
 	fixNoAllocatable    = "the kubelet predates `GetAllocatableResources`: upgrade it to 1.28 or later, or enable the `KubeletPodResourcesGetAllocatable` feature gate"
 	fixWrongNode        = "run doctor on the node the pod runs on (`kubectl get pod -n NAMESPACE NAME -o wide`), or point `--kubelet-dir` at the kubelet's root directory"
 	fixCRISocket        = "is the container engine running with its CRI service (containerd: the cri plugin is not in `disabled_plugins`; CRI-O: `systemctl status crio`), and is `--cri-socket` its socket (containerd: `/run/containerd/containerd.sock`, CRI-O: `/run/crio/crio.sock`)?"
+	fixCRIPluginFailed  = "correct containerd's configuration so that its CRI plugin loads (the error names what it could not use: `containerd config dump` shows what containerd read, `journalctl -u containerd` the error; `default_runtime_name` must name a runtime of `containerd.runtimes`, such as `runc`, which `gantry runtime configure --runtime containerd` keeps), then `systemctl restart containerd`; `ctr plugins ls` then shows the cri plugin `ok`"
+	fixCRIDisabled      = "enable containerd's CRI plugin (remove `cri` from `disabled_plugins` in CONFIG, or in the file containerd was started with), then `systemctl restart containerd`; or point `--cri-socket` at the engine the kubelet uses"
 	fixNoSandbox        = "run doctor on the node the pod runs on (`kubectl get pod -n NAMESPACE NAME -o wide`), or point `--cri-socket` at the engine that runs it"
 	fixNoContainers     = "wait until the pod's containers are created (`kubectl describe pod -n NAMESPACE NAME`)"
 )
