@@ -75,7 +75,9 @@ func checkVersions(opts Options, kernel string, sys *gpu.System, nvml Check) Che
 	var found, older, newer []string
 	libVersion := ""
 	for _, l := range libs {
-		if l.Version == "" {
+		// A CUDA forward-compatibility libcuda (cuda-compat, a newer
+		// branch's on purpose) is not the driver's.
+		if l.Version == "" || strings.Contains(l.Path, "/compat/") {
 			continue
 		}
 		desc := fmt.Sprintf("%s -> %s", l.SONAME, filepath.Join(cfg.DriverRoot, l.Path))
