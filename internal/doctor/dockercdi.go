@@ -5,8 +5,8 @@ package doctor
 // opts.DockerSocket has CDI, else "". Docker reads CDI specs from 25.0
 // with the cdi feature on (default from 28); its GET /info then lists
 // the spec directories (CDISpecDirs), empty or absent otherwise: Debian's
-// dockerd 20.10 answers --device nvidia.com/gpu=all with "error gathering
-// device information". No daemon answering: not said either.
+// dockerd 20.10 takes --device nvidia.com/gpu=all for a host path and
+// fails. No daemon answering: not said either.
 func dockerCDIAdvice(opts Options, advice string) string {
 	if dockerCDI(opts) {
 		return advice
