@@ -61,10 +61,6 @@ func probeCreateServer(opts Options) *serverProbe {
 	if opts.serverProbes != nil {
 		opts.serverProbes[key] = p
 	}
-	if c, err := net.DialTimeout("unix", sock, shim.ServerConnectTimeout); err == nil {
-		p.peerUID = peerUID(c)
-		c.Close()
-	}
 	self, err := os.Executable()
 	if err != nil {
 		p.err = err
@@ -74,6 +70,12 @@ func probeCreateServer(opts Options) *serverProbe {
 	p.noAnswer = errors.Is(p.err, shim.ErrNoAnswer)
 	p.backlogFull = errors.Is(p.err, syscall.EAGAIN)
 	if p.noAnswer || p.backlogFull {
+		// Whose listener it is (a connection that queues, as the
+		// ping's did; a server that answers is not asked twice).
+		if c, err := net.DialTimeout("unix", sock, shim.ServerConnectTimeout); err == nil {
+			p.peerUID = peerUID(c)
+			c.Close()
+		}
 		p.holders = socketHolders(opts.Proc, sock)
 		if p.peerUID < 0 {
 			for _, h := range p.holders {
