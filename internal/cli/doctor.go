@@ -6,13 +6,14 @@ import (
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/doctor"
+	"github.com/gantry-gpu/gantry/internal/shim"
 )
 
 func init() {
 	register(&command{
 		name:    "doctor",
 		summary: "Walk the chain from kernel driver to container and name the first broken link, with the fix",
-		usage:   "[--json] [--container ID [--namespace NS] [--runc-root DIR]] [--pod NAMESPACE/NAME] [--kubelet-dir DIR] [--node NAME] [--cri-socket PATH]",
+		usage:   "[--json] [--container ID [--namespace NS] [--runc-root DIR]] [--pod NAMESPACE/NAME] [--kubelet-dir DIR] [--node NAME] [--cri-socket PATH] [--create-server-socket PATH]",
 		help: doctor.Help() + `
 
 A check whose prerequisite failed is skipped and names it. With --container, the
@@ -35,8 +36,9 @@ failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes,
 			container := fs.String("container", "", "also examine this container: Docker (ID or name), else containerd (ID or unique prefix)")
 			namespace := fs.String("namespace", "", "look --container up in this containerd namespace only (default: every namespace, after Docker)")
 			runcRoot := fs.String("runc-root", doctor.DefaultRuncRoot, "runc's state directory (runc --root), for containers runc runs without an engine")
-			containerdState := fs.String("containerd-state", doctor.DefaultContainerdState, "containerd's state directory (its config's state), where its tasks' bundles are")
-			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket for --pod (default: the first of "+strings.Join(doctor.DefaultCRISockets, ", ")+" that exists)")
+			containerdState := fs.String("containerd-state", "", "containerd's state directory (its config's state), where its tasks' bundles are (default: that of the containerd at --cri-socket when given, else "+doctor.DefaultContainerdState+")")
+			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket, for every check that reads containerd (its live configuration, --pod) (default: the first of "+strings.Join(doctor.DefaultCRISockets, ", ")+" that exists)")
+			serverSocket := fs.String("create-server-socket", "", "the create server's socket, which every GPU create of gantry-runtime asks first (default: $"+shim.ServerSocketEnv+", else "+shim.DefaultServerSocket+")")
 			dockerConfig := fs.String("docker-config", doctor.DefaultDockerConfig, "Docker's daemon.json")
 			dockerSocket := fs.String("docker-socket", dockerSocketDefault(), "the running dockerd's API socket, asked what runtimes it registered (default: $DOCKER_HOST when unix://, else "+doctor.DefaultDockerSocket+")")
 			containerdConfig := fs.String("containerd-config", doctor.DefaultContainerdConfig, "containerd's config.toml")
@@ -63,6 +65,7 @@ failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes,
 					RuncRoot:         *runcRoot,
 					ContainerdState:  *containerdState,
 					CRISocket:        *criSocket,
+					RuntimeSocket:    *serverSocket,
 					DockerConfig:     *dockerConfig,
 					DockerSocket:     *dockerSocket,
 					ContainerdConfig: *containerdConfig,

@@ -61,7 +61,9 @@ capability nodes of each GPU and compute instance that exists now (those
 /proc/driver/nvidia/capabilities lists), which containers given MIG devices
 need and which Gantry, unlike nvidia-container-cli, does not make on demand;
 run it after creating instances (nvidia-smi mig -cgi ... -C). Modes are the
-driver's (DeviceFileMode). A node already right is left alone; anything else
+driver's (DeviceFileMode). The majors are read from --driver-root's
+proc/devices when it has one (a driver container's or a simulated root),
+else from the host's /proc/devices. A node already right is left alone; anything else
 at its path is replaced atomically. With --load-kernel-modules, modprobe loads
 nvidia, nvidia-uvm and nvidia-modeset first (in --driver-root through chroot
 when it is not /).
@@ -111,11 +113,20 @@ loads the modules first. NVIDIA's udev rule runs it so:
 	)
 }
 
-// charMajors reads the character device majors of /proc/devices by name.
-func charMajors() (map[string]uint32, error) {
-	f, err := os.Open(procDevices)
+// charMajors reads the character device majors of /proc/devices by name:
+// the driver root's proc/devices when it has one (a driver container's
+// root, or a fake root made by gantry sim driver-root), as doctor reads
+// them, else the host's.
+func charMajors(root string) (map[string]uint32, string, error) {
+	file := procDevices
+	if root != "" && filepath.Clean(root) != "/" {
+		if _, err := os.Stat(filepath.Join(root, "proc/devices")); err == nil {
+			file = filepath.Join(root, "proc/devices")
+		}
+	}
+	f, err := os.Open(file)
 	if err != nil {
-		return nil, fmt.Errorf("reading the device majors: %w", err)
+		return nil, file, fmt.Errorf("reading the device majors: %w", err)
 	}
 	defer f.Close()
 	out := map[string]uint32{}
@@ -139,7 +150,7 @@ func charMajors() (map[string]uint32, error) {
 			out[strings.TrimSpace(name)] = uint32(n)
 		}
 	}
-	return out, sc.Err()
+	return out, file, sc.Err()
 }
 
 // controlNode is a node to make, by its path under the dev root.
@@ -149,8 +160,8 @@ type controlNode struct {
 	mode         uint32 // permission bits
 }
 
-func controlNodes() ([]controlNode, error) {
-	majors, err := charMajors()
+func controlNodes(root string) ([]controlNode, error) {
+	majors, procDevices, err := charMajors(root)
 	if err != nil {
 		return nil, err
 	}
@@ -193,11 +204,11 @@ func loadModules(c *nvCtx, root string, dryRun bool) error {
 }
 
 func makeControlNodes(c *nvCtx, devRoot string, dryRun bool) error {
-	nodes, err := controlNodes()
+	nodes, err := controlNodes(devRoot)
 	if err != nil {
 		return err
 	}
-	caps, err := migCapNodes(true, false, -1)
+	caps, err := migCapNodes(devRoot, true, false, -1)
 	if err != nil {
 		return err
 	}
@@ -301,12 +312,12 @@ func migCapGPU(name string) int {
 // The mode is the access file's DeviceFileMode, as nvidia-modprobe sets it
 // (default 0400 for config and monitor, 0444 for instances). None without
 // mig-minors.
-func migCapNodes(control, instances bool, gpus int) ([]controlNode, error) {
+func migCapNodes(root string, control, instances bool, gpus int) ([]controlNode, error) {
 	minors, err := readMIGMinors()
 	if err != nil || minors == nil {
 		return nil, err
 	}
-	majors, err := charMajors()
+	majors, procDevices, err := charMajors(root)
 	if err != nil {
 		return nil, err
 	}
@@ -370,13 +381,13 @@ func runNVCreateDeviceNodes(c *nvCtx, f nvValues) error {
 	}
 	var nodes []controlNode
 	if f.On("control-devices") {
-		ctl, err := controlNodes()
+		ctl, err := controlNodes(root)
 		if err != nil {
 			return err
 		}
 		nodes = append(nodes, ctl...)
 	}
-	caps, err := migCapNodes(f.On("control-devices"), f.On("mig-devices"), -1)
+	caps, err := migCapNodes(root, f.On("control-devices"), f.On("mig-devices"), -1)
 	if err != nil {
 		return err
 	}
@@ -474,7 +485,7 @@ func existingDevCharLinks(root string) ([]devCharLink, error) {
 // allDevCharLinks lists the control nodes and a node per NVIDIA GPU on the
 // PCI bus, existing or not.
 func allDevCharLinks(root string) ([]devCharLink, error) {
-	nodes, err := controlNodes()
+	nodes, err := controlNodes(root)
 	if err != nil {
 		return nil, err
 	}
@@ -490,7 +501,7 @@ func allDevCharLinks(root string) ([]devCharLink, error) {
 	for i := 0; i < gpus; i++ {
 		out = append(out, devCharLink{fmt.Sprintf("%d:%d", nv, i), filepath.Join(root, "dev", fmt.Sprintf("nvidia%d", i))})
 	}
-	caps, err := migCapNodes(true, true, gpus)
+	caps, err := migCapNodes(root, true, true, gpus)
 	if err != nil {
 		return nil, err
 	}

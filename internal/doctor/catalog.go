@@ -1,5 +1,7 @@
 package doctor
 
+import "github.com/gantry-gpu/gantry/internal/shim"
+
 // CheckDef is one check of gantry doctor, the one place it is described:
 // its name, what it needs to run, how it runs, and its documentation with
 // each way it fails and the fix. Run runs Checks in order; --help lists
@@ -50,16 +52,19 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckDeviceNodes,
 		Summary:  "/dev/nvidiactl, /dev/nvidia-uvm and /dev/nvidiaN with the kernel's major numbers",
+		Needs:    []Need{NeedDriver},
 		run:      (*env).deviceNodes,
 		Verifies: "Under the dev root: `/dev/nvidiactl` is the character device 195:255, `/dev/nvidia-uvm` has the major the kernel gave `nvidia-uvm` in `/proc/devices`, and at least one `/dev/nvidiaN` with major 195 exists.",
 		Failures: []FailureDoc{
 			{"`/dev/nvidiactl` missing or not 195:255; `nvidia-uvm` not in `/proc/devices` (the module is not loaded; CUDA needs it); `/dev/nvidia-uvm` missing or with a stale major from an earlier boot; no `/dev/nvidiaN`",
 				fixDeviceNodes},
+			{"the same, with a dev root other than `/` (`--dev-root`, else `--driver-root`), where the fix makes the nodes", fixDeviceNodesIn},
 		},
 	},
 	{
 		Name:     CheckNVML,
 		Summary:  "NVML loads and lists the GPUs (not with simulated GPUs)",
+		Needs:    []Need{NeedDriver},
 		run:      (*env).nvml,
 		Verifies: "NVML (`libnvidia-ml.so.1`) loads and initialises and lists the GPUs; skipped when the GPUs are simulated (`--gpus sim:…`), and when the kernel driver or the device nodes failed.",
 		Failures: []FailureDoc{
@@ -72,26 +77,33 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckGPUNodes,
 		Summary:  "each GPU the driver reports has its node /dev/nvidia<minor>",
+		Needs:    []Need{NeedDriver},
 		run:      (*env).gpuNodes,
 		Verifies: "Each GPU the driver reports (NVML, or the simulated host) has its own node `/dev/nvidia<minor>`, the character device 195:<minor>; skipped when no GPUs were reported.",
 		Failures: []FailureDoc{
 			{"GPU N's node is missing or has the wrong numbers (the evidence names the GPU, its UUID and the node)",
 				fixGPUNode},
+			{"the same, with a dev root other than `/`", fixGPUNodeIn},
 		},
 	},
 	{
 		Name:     CheckPersistence,
 		Summary:  "advice only: persistence mode is on for every GPU",
+		Needs:    []Need{NeedDriver},
 		run:      (*env).persistence,
 		Verifies: "Every GPU has persistence mode on (NVML). Advice, never a failure: without it the driver tears a GPU down when its last client exits, so each container start initialises it again; the evidence names the GPUs with it off, and says to run `nvidia-smi -pm 1` or `nvidia-persistenced`. Skipped when the GPUs are simulated or NVML did not pass.",
 	},
 	{
 		Name:     CheckVersions,
-		Summary:  "NVML's driver version is the kernel module's; the CUDA version",
+		Summary:  "the kernel module's driver version is the libraries' and NVML's; the CUDA version",
 		Needs:    []Need{NeedDriver},
 		run:      (*env).versions,
-		Verifies: "The driver version NVML reports is the kernel module's, and the CUDA version the driver supports.",
+		Verifies: "The loaded kernel module's driver version is that of the user-space libraries the loader finds under the driver root (`libnvidia-ml.so.1` and `libcuda.so.1`, through its `ld.so.cache` or the library directories, by the version in the file each leads to), and that NVML reports; the CUDA version the driver supports. The libraries are read from the files, so a mismatch is named even where NVML cannot start because of it. While the versions differ, `" + CheckDriverFiles + "`, `" + CheckLoaderCache + "` and `" + CheckCDISpecs + "` are skipped: they look for the module's version of the files, and their fix would downgrade the libraries.",
 		Failures: []FailureDoc{
+			{"the kernel module is older than the user-space libraries: the libraries were upgraded and the old module is still loaded (`Driver/library version mismatch`); the evidence names both versions and the libraries",
+				fixModuleOlder},
+			{"the kernel module is newer than the user-space libraries",
+				fixModuleNewer},
 			{"NVML reports another driver version than the kernel module (`Driver/library version mismatch`)",
 				fixVersions},
 		},
@@ -146,7 +158,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckDocker,
 		Summary:  "daemon.json registers a GPU runtime the running dockerd has (docker --runtime nvidia)",
-		Needs:    []Need{NeedDocker},
+		Needs:    []Need{NeedDriver, NeedDocker},
 		run:      (*env).docker,
 		Verifies: "Docker's `daemon.json` (`--docker-config`) registers a runtime that runs `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when Docker is not installed. Only the Docker paths in use can fail: when the file registers no GPU runtime but the hook is on dockerd's `PATH`, `docker run --gpus` works and only `--runtime nvidia` is unavailable (INFO); when neither is set up (no `daemon.json` or no GPU runtime in it, and no hook), Docker is not used for GPU containers on this host, e.g. a Kubernetes node (INFO, with the command that sets it up)." + createServerVerifies,
 		Failures: []FailureDoc{
@@ -164,7 +176,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckContainerd,
 		Summary:  "the running containerd (else its config.toml) registers a GPU runtime",
-		Needs:    []Need{NeedContainerd},
+		Needs:    []Need{NeedDriver, NeedContainerd},
 		run:      (*env).containerd,
 		Verifies: "The running containerd's configuration, asked over its CRI socket (`--cri-socket`, default the first of `/run/containerd/containerd.sock`, `/run/crio/crio.sock` that is containerd's: CRI `Status` with verbose info), else its `config.toml` (`--containerd-config`; config versions 1, 2 and 3) with the files its `imports` name (such as the drop-in `/etc/containerd/conf.d/99-nvidia.toml` that `nvidia-ctk runtime configure` writes), registers a runtime whose `options.BinaryName` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither answers nor exists. A config that registers no GPU runtime is INFO, not a failure, where containerd runs no GPU containers through CRI: its CRI plugin is disabled (`disabled_plugins = [\"cri\"]`, Docker CE's config) or this is no Kubernetes node (no `--kubelet-dir`; Debian's containerd under Docker)." + createServerVerifies,
 		Failures: []FailureDoc{
@@ -172,6 +184,12 @@ var Checks = []CheckDef{
 				fixContainerdConfigure},
 			{"the running containerd, asked over its CRI socket, registers no GPU runtime on a Kubernetes node (or its runtime's program is missing)",
 				fixContainerdLive},
+			{"the CRI socket answers containerd's own services but not CRI: its CRI plugin failed to load (the evidence quotes the plugin's error, as `ctr plugins ls` shows it; e.g. containerd 1.6 with no runtime named by `default_runtime_name`)",
+				fixCRIPluginFailed},
+			{"the CRI socket's containerd has no CRI plugin (disabled) on a Kubernetes node, or where `--cri-socket` names it",
+				fixCRIDisabled},
+			{"`--cri-socket` names no socket, or one that does not answer",
+				fixCRISocket},
 			{"a file `imports` names does not parse or cannot be read",
 				fixContainerdImport},
 			{"a registered runtime's program does not exist or is not on `PATH`",
@@ -185,7 +203,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckCRIO,
 		Summary:  "CRI-O's crio.conf and drop-ins register a GPU runtime",
-		Needs:    []Need{NeedCRIO},
+		Needs:    []Need{NeedDriver, NeedCRIO},
 		run:      (*env).crio,
 		Verifies: "CRI-O's `/etc/crio/crio.conf` and its drop-ins (`--crio-dropins`, read in name order) register a runtime whose `runtime_path` is `gantry-runtime` or `nvidia-container-runtime`, and that program exists; skipped when neither exists. No GPU runtime is INFO when this is no Kubernetes node: CRI-O serves only a kubelet." + createServerVerifies,
 		Failures: []FailureDoc{
@@ -202,6 +220,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckHook,
 		Summary:  "nvidia-container-runtime-hook is on dockerd's PATH (docker --gpus)",
+		Needs:    []Need{NeedDriver},
 		run:      (*env).hook,
 		Verifies: "`nvidia-container-runtime-hook` is on dockerd's `PATH`, read from `/proc/PID/environ` of the running `dockerd` (systemd's default service `PATH` when none runs), not doctor's: `docker run --gpus` makes dockerd look it up there; skipped when Docker is not installed. When the hook is missing but Docker's `--runtime nvidia` path works (docker config passes), only `--gpus` is unavailable: INFO, not a failure. When the hook is Gantry's, the PASS line says what the create server is for it, as the engine checks do for a runtime: the server does the hook's work for callers of its build.",
 		Failures: []FailureDoc{
@@ -210,18 +229,31 @@ var Checks = []CheckDef{
 		},
 	},
 	{
+		Name:     CheckCreateServer,
+		Summary:  "the create server's socket answers, or nothing listens there",
+		Needs:    []Need{NeedDriver},
+		run:      (*env).createServer,
+		Verifies: "Every GPU create of `gantry-runtime` first asks the create server's socket (`--create-server-socket`, default `$GANTRY_RUNTIME_SOCKET`, else `/run/gantry/runtime.sock`): doctor pings it once. A server that answers (any build; the engine checks say which runtimes it serves) is PASS; no socket, or a stale one nobody listens on, is INFO (creates run in-process, about 2 ms more); a listener that is not root's, or not a create server but answers or closes, is INFO (gantry-runtime leaves it at once).",
+		Failures: []FailureDoc{
+			{"a root process holds the socket listening and never answers (hung, stopped, or not a create server that never reads): every GPU create waits the C start's bound (" + shim.ServerAnswerTimeout.String() + " for an answer; " + shim.ServerConnectTimeout.String() + " to connect when its backlog is full) before running in-process; the evidence names the cost and the holder's pid and command (from `/proc/net/unix` and `/proc/PID/fd`)",
+				fixServerHeld},
+			{"the same, the socket held by systemd (pid 1) for `gantry-runtime-server.socket`", fixServerUnitHeld},
+			{"the same, the holder not found (another PID namespace)", fixServerHeldUnknown},
+		},
+	},
+	{
 		Name:     CheckContainer,
 		Summary:  "what the container asked for and what it got",
-		Needs:    []Need{NeedContainer},
+		Needs:    []Need{NeedDriver, NeedContainer},
 		run:      (*env).container,
-		Verifies: "With `--container ID`: what the container asked for and what it got. A Docker container (when the docker CLI knows the ID or name): its runtime, `NVIDIA_VISIBLE_DEVICES`, `--gpus` device requests, CDI or `/dev/nvidia*` devices. Else a containerd task (every namespace, or `--namespace`), read from its bundle under `--containerd-state` (`io.containerd.runtime.v2.task/NAMESPACE/ID/config.json`, the OCI spec as the runtime ran it): `NVIDIA_VISIBLE_DEVICES`, `NVIDIA_DRIVER_CAPABILITIES`, `cdi.k8s.io/` annotations, the runc binary, and what was injected (`/dev/nvidia*` devices, driver mounts). With `--pod`, the same for each of the pod's containers, with the devices the kubelet assigned. A container that asked for no GPU is INFO (\"no GPU requested\"), and its device access is not probed: it is not broken.",
+		Verifies: "With `--container ID`: what the container asked for and what it got. A Docker container (when the docker CLI knows the ID or name): its runtime, `NVIDIA_VISIBLE_DEVICES`, `--gpus` device requests, CDI or `/dev/nvidia*` devices. Else a containerd task (every namespace, or `--namespace`), read from its bundle under `--containerd-state` (`io.containerd.runtime.v2.task/NAMESPACE/ID/config.json`, the OCI spec as the runtime ran it): `NVIDIA_VISIBLE_DEVICES`, `NVIDIA_DRIVER_CAPABILITIES`, `cdi.k8s.io/` annotations, the runc binary, and what was injected (`/dev/nvidia*` devices, driver mounts). With `--pod`, the same for each of the pod's containers, with the devices the kubelet assigned. A container that asked for no GPU is INFO (\"no GPU requested\"), and its device access is not probed: it is not broken. `NVIDIA_VISIBLE_DEVICES` `void`, `none` or empty (in any case, with any runtime) asks for no GPU device, as the environment contract says (`none` still gets the driver files): no device rule to lose, so never the device cgroup failure.",
 		Failures: []FailureDoc{
 			{"neither Docker nor containerd knows the container (no such container, no daemon reachable, or containerd's state elsewhere)",
 				fixNoContainer},
 			{"a containerd container asks for GPUs (`NVIDIA_VISIBLE_DEVICES`, CDI annotations) but its spec has no `/dev/nvidia*` device: the runtime is not registered, or runc was used directly",
 				fixNoRuntime},
-			{"`NVIDIA_VISIBLE_DEVICES` is set but the container runs under plain runc, which ignores it",
-				fixPlainRunc},
+			{"`NVIDIA_VISIBLE_DEVICES` asks for GPUs (not `void`, `none` or empty) but the container runs under plain runc, which ignores it",
+				docFill(fixPlainRunc, "ORCDI", fixOrCDI+fixOrCDIOnly)},
 			{"a pod's container has no OCI spec to read: no task bundle under `--containerd-state`, and the CRI runtime reports none",
 				fixNoSpec},
 			{"the CRI runtime does not answer about one of the pod's containers", fixCRISocket},
@@ -230,12 +262,12 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckContainerDevice,
 		Summary:  "its device cgroup still allows the GPU, probed from the host",
-		Needs:    []Need{NeedContainer},
+		Needs:    []Need{NeedDriver, NeedContainer},
 		run:      (*env).containerDevice,
 		Verifies: "With `--container ID` (or `--pod`), for a running container: its device cgroup still allows `/dev/nvidiactl` (195:255), and the container has the node. Nothing from the image runs: a short-lived host process (doctor's own binary) is placed in the container's cgroup (cgroup v2: created there with `clone3` `CLONE_INTO_CGROUP`; v1: moved into its devices cgroup) and opens a 195:255 node on the host; the kernel checks the open against the container's rules (the v1 `devices.list`, shown as evidence, or the eBPF program on v2). `No such device or address` there means allowed, with no driver behind the node (a host without a GPU).",
 		Failures: []FailureDoc{
 			{"`operation not permitted`: the device cgroup no longer allows the GPU, which NVML inside reports as `Failed to initialize NVML: Unknown Error`; usually `systemctl daemon-reload` rewrote the cgroup (the evidence says when the container's spec has no rule for 195:255 either) (a Docker container)",
-				docFill(fixDeviceRefused, "RESTART", fixRestartDocker, "RECUR", fixRecurDocker)},
+				docFill(fixDeviceRefused, "RESTART", fixRestartDocker, "RECUR", docFill(fixRecurDocker, "ORCDI", fixOrCDI+fixOrCDIOnly))},
 			{"`operation not permitted`: the device cgroup no longer allows the GPU, which NVML inside reports as `Failed to initialize NVML: Unknown Error`; usually `systemctl daemon-reload` rewrote the cgroup (the evidence says when the container's spec has no rule for 195:255 either) (a containerd task)",
 				docFill(fixDeviceRefused, "RESTART", fixRestartTask, "RECUR", fixRecurSpec)},
 			{"`operation not permitted`: the device cgroup no longer allows the GPU, which NVML inside reports as `Failed to initialize NVML: Unknown Error`; usually `systemctl daemon-reload` rewrote the cgroup (the evidence says when the container's spec has no rule for 195:255 either) (a Kubernetes pod's container)",
@@ -249,7 +281,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckDevicePlugin,
 		Summary:  "a device plugin serves a socket next to kubelet.sock and answers",
-		Needs:    []Need{NeedKubernetes},
+		Needs:    []Need{NeedDriver, NeedKubernetes},
 		run:      (*env).devicePlugin,
 		Verifies: "On a Kubernetes node (the kubelet directory, `--kubelet-dir`, exists; skipped otherwise): a device plugin serves a socket in `device-plugins/` next to the kubelet's registration socket `kubelet.sock`, and each socket named as NVIDIA's (`nvidia-gpu.sock`, `nvidia-mig-….sock`; Gantry's plugin uses the same names) answers `GetDevicePluginOptions` within 3 s, as the kubelet asks it. Gantry's plugin names its resource in a response header; another vendor's plugin sockets are listed, not checked.",
 		Failures: []FailureDoc{
@@ -266,7 +298,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckPluginHealth,
 		Summary:  "each resource's devices and their health, from Gantry's plugin",
-		Needs:    []Need{NeedKubernetes},
+		Needs:    []Need{NeedDriver, NeedKubernetes},
 		run:      (*env).pluginHealth,
 		Verifies: "Per resource, the devices Gantry's plugin advertises and their health, from its first `ListAndWatch` answer (the list the kubelet acts on): N devices, M healthy, the unhealthy IDs and the pods holding them. Doctor's stream ends as soon as it has the answer and does not disturb the kubelet's. The `ListAndWatch` of NVIDIA's k8s-device-plugin is not opened: it hands each health change to one stream only, and a stream opened beside the kubelet's would take the next one from it; its health is then seen in `" + CheckNode + "`.",
 		Failures: []FailureDoc{
@@ -277,7 +309,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckAllocatable,
 		Summary:  "the kubelet's allocatable nvidia.com/ devices against the plugin's",
-		Needs:    []Need{NeedKubernetes},
+		Needs:    []Need{NeedDriver, NeedKubernetes},
 		run:      (*env).allocatable,
 		Verifies: "On a Kubernetes node: the kubelet's pod-resources API (`pod-resources/kubelet.sock`) lists allocatable `nvidia.com/` devices (`nvidia.com/gpu`, `nvidia.com/mig-…`); reports how many of each are allocatable and how many the node's pods hold, and compares them with what Gantry's plugin advertises: the kubelet offers exactly a registered plugin's healthy devices.",
 		Failures: []FailureDoc{
@@ -296,7 +328,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckCheckpoint,
 		Summary:  "the kubelet's device checkpoint: devices held by pods",
-		Needs:    []Need{NeedKubernetes},
+		Needs:    []Need{NeedDriver, NeedKubernetes},
 		run:      (*env).checkpoint,
 		Verifies: "The kubelet's device checkpoint, `device-plugins/kubelet_internal_checkpoint` (JSON: `Data.RegisteredDevices`, the healthy devices when it was written, and `Data.PodDeviceEntries`, which container holds which device; both formats, before and since Kubernetes 1.20; its checksum is not verified): how many `nvidia.com/` devices are registered and held by pods. Skipped when the kubelet has not written one.",
 		Failures: []FailureDoc{
@@ -307,7 +339,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckNode,
 		Summary:  "the Node's capacity and allocatable from the API server (in a pod)",
-		Needs:    []Need{NeedKubernetes},
+		Needs:    []Need{NeedDriver, NeedKubernetes},
 		run:      (*env).node,
 		Verifies: "What the scheduler sees: the Node's `status.capacity` (every device) and `status.allocatable` (the healthy ones) for `nvidia.com/` resources, read from the API server with plain HTTPS when doctor runs in a pod with a service account (`KUBERNETES_SERVICE_HOST`, `/var/run/secrets/kubernetes.io/serviceaccount`) that may get nodes, for the Node `NODE_NAME` (`--node`); compared with what Gantry's plugin advertises. Skipped, never failed, without credentials or when the API server cannot be reached.",
 		Failures: []FailureDoc{
@@ -321,7 +353,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckPod,
 		Summary:  "the devices each of the pod's containers holds",
-		Needs:    []Need{NeedPod},
+		Needs:    []Need{NeedDriver, NeedPod},
 		run:      (*env).pod,
 		Verifies: "With `--pod NAMESPACE/NAME`: the `nvidia.com/` devices (resource and device IDs) each of the pod's containers holds, from the kubelet's pod-resources API.",
 		Failures: []FailureDoc{
@@ -334,7 +366,7 @@ var Checks = []CheckDef{
 	{
 		Name:     CheckPodContainers,
 		Summary:  "each container of the pod, examined as with --container",
-		Needs:    []Need{NeedPod},
+		Needs:    []Need{NeedDriver, NeedPod},
 		run:      (*env).podContainers,
 		Verifies: "With `--pod NAMESPACE/NAME`: the pod's sandbox and containers, asked of the CRI runtime service (`--cri-socket`; default the first of `/run/containerd/containerd.sock`, `/run/crio/crio.sock`) by the kubelet's labels `io.kubernetes.pod.namespace` and `io.kubernetes.pod.name`. Each container is then examined as `" + CheckContainer + "` and `" + CheckContainerDevice + "` (its spec from containerd's task bundle, else the one the runtime reports; its pid from the verbose container status).",
 		Failures: []FailureDoc{

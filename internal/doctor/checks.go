@@ -54,6 +54,7 @@ type env struct {
 	liveDone   bool
 	live       []registered // the running containerd's runtimes
 	liveSocket string
+	liveState  string // its state directory
 	liveErr    error
 }
 
@@ -61,8 +62,17 @@ func newEnv(opts Options) *env { return &env{opts: opts, results: map[string]Che
 
 // Run walks the chain and returns every check, in order.
 func Run(opts Options) []Check {
+	givenState := opts.ContainerdState != ""
 	opts.defaults()
-	return newEnv(opts).run(Checks)
+	e := newEnv(opts)
+	// --cri-socket names the containerd to read: its tasks too, where
+	// its state directory is, unless --containerd-state says otherwise.
+	if !givenState && opts.CRISocket != "" && (opts.Container != "" || opts.Pod != "") {
+		if _, _, err := e.containerdLive(); err == nil && e.liveState != "" {
+			e.opts.ContainerdState = e.liveState
+		}
+	}
+	return e.run(Checks)
 }
 
 // run runs defs in order.
@@ -90,18 +100,31 @@ func (e *env) run(defs []CheckDef) []Check {
 // omit when d is not asked for at all.
 func (e *env) unmet(d CheckDef) (skipped []Check, omit bool) {
 	o := e.opts
+	// A container or pod not named is not reported at all, whatever else
+	// does not hold.
+	for _, n := range d.Needs {
+		if n == NeedContainer && o.Container == "" || n == NeedPod && o.Pod == "" {
+			return nil, true
+		}
+	}
 	for _, n := range d.Needs {
 		var c *Check
 		switch n {
 		case NeedDriver:
-			c = after(d.Name, e.result(CheckKernel))
+			// (A subset of the checks run without it, as checkKubernetes
+			// runs them, does not ask.)
+			if k, ok := e.results[CheckKernel]; ok {
+				c = after(d.Name, k)
+			}
 		case NeedDocker:
 			if !dockerInstalled(o) {
 				s := skip(d.Name, "Docker is not installed (no dockerd on PATH, no %s)", o.DockerConfig)
 				c = &s
 			}
 		case NeedContainerd:
-			if _, _, err := e.containerdLive(); err != nil {
+			// A socket named, or one at a default path, is containerd
+			// running (CRI answering or not).
+			if _, socket, err := e.containerdLive(); err != nil && o.CRISocket == "" && !isSocket(socket) {
 				if _, err := os.Stat(o.ContainerdConfig); errors.Is(err, fs.ErrNotExist) {
 					s := skip(d.Name, "%s does not exist (containerd not installed, or running on defaults without GPU support)", o.ContainerdConfig)
 					c = &s
@@ -117,14 +140,8 @@ func (e *env) unmet(d CheckDef) (skipped []Check, omit bool) {
 				s := skip(d.Name, "not a Kubernetes node: no kubelet directory %s", o.KubeletDir)
 				c = &s
 			}
-		case NeedContainer:
-			if o.Container == "" {
-				return nil, true
-			}
-		case NeedPod:
-			if o.Pod == "" {
-				return nil, true
-			}
+		case NeedContainer, NeedPod:
+			// named (above)
 		default:
 			panic(fmt.Sprintf("doctor: check %q needs %q, which Run does not know", d.Name, n))
 		}
@@ -143,6 +160,11 @@ func (e *env) result(name string) Check {
 	return skip(name, "not run")
 }
 
+func isSocket(p string) bool {
+	st, err := os.Stat(p)
+	return p != "" && err == nil && st.Mode()&os.ModeSocket != 0
+}
+
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
@@ -151,7 +173,7 @@ func isDir(p string) bool {
 // containerdLive asks the running containerd once.
 func (e *env) containerdLive() ([]registered, string, error) {
 	if !e.liveDone {
-		e.live, e.liveSocket, e.liveErr = liveContainerdRuntimes(e.opts.CRISocket)
+		e.live, e.liveSocket, e.liveErr = liveContainerdRuntimes(e.opts.CRISocket, &e.liveState)
 		e.liveDone = true
 	}
 	return e.live, e.liveSocket, e.liveErr
@@ -214,7 +236,7 @@ func newKubeState(opts Options) *kubeState {
 func one(c Check) []Check { return []Check{c} }
 
 func (e *env) kernel() []Check {
-	c, version := checkKernel(e.opts.Config)
+	c, version := checkKernel(e.opts)
 	e.version = version
 	return one(c)
 }
@@ -238,21 +260,44 @@ func (e *env) persistence() []Check {
 }
 
 func (e *env) versions() []Check {
-	if nvml := e.result(CheckNVML); !isSim(e.opts.Config) && nvml.Status != Pass {
-		return one(*after(CheckVersions, nvml))
-	}
-	return one(checkVersions(e.opts.Config, e.version, e.sys))
+	return one(checkVersions(e.opts, e.version, e.sys, e.result(CheckNVML)))
 }
 
-func (e *env) driverFiles() []Check { return one(checkDriverFiles(e.opts.Config)) }
+// afterVersions skips a check that looks for the kernel module's version
+// of the driver's files while the libraries are another version: its
+// fix would be to install the module's version, a downgrade where the
+// libraries were upgraded (the versions check has the fix).
+func (e *env) afterVersions(name string) *Check {
+	if v := e.result(CheckVersions); v.Status == Fail {
+		return after(name, v)
+	}
+	return nil
+}
 
-func (e *env) loaderCache() []Check { return one(checkLoaderCache(e.opts.Config)) }
+func (e *env) driverFiles() []Check {
+	if c := e.afterVersions(CheckDriverFiles); c != nil {
+		return one(*c)
+	}
+	return one(checkDriverFiles(e.opts.Config))
+}
+
+func (e *env) loaderCache() []Check {
+	if c := e.afterVersions(CheckLoaderCache); c != nil {
+		return one(*c)
+	}
+	return one(checkLoaderCache(e.opts.Config))
+}
 
 func (e *env) inventoryCache() []Check {
 	return one(checkInventoryCache(e.opts.Config, e.version))
 }
 
-func (e *env) cdiSpecs() []Check { return one(checkCDISpecs(e.opts.Config, e.version)) }
+func (e *env) cdiSpecs() []Check {
+	if c := e.afterVersions(CheckCDISpecs); c != nil {
+		return one(*c)
+	}
+	return one(checkCDISpecs(e.opts.Config, e.version))
+}
 
 // docker: Docker has two GPU paths, --runtime nvidia (daemon.json) and
 // --gpus (the hook): each is a failure only when the other does not work.
@@ -260,6 +305,9 @@ func (e *env) docker() []Check { return one(checkDocker(e.opts, true, hookUsable
 
 func (e *env) containerd() []Check {
 	live, socket, err := e.containerdLive()
+	if c := criSocketProblem(e.opts, socket, err); c != nil {
+		return one(*c)
+	}
 	return one(checkContainerd(e.opts, live, socket, err))
 }
 
@@ -268,6 +316,8 @@ func (e *env) crio() []Check { return one(checkCRIO(e.opts)) }
 func (e *env) hook() []Check {
 	return one(checkHook(e.opts, dockerInstalled(e.opts), e.result(CheckDocker).Status == Pass))
 }
+
+func (e *env) createServer() []Check { return one(checkCreateServer(e.opts)) }
 
 // container examines --container; its device access, found with it, is
 // the next check's.

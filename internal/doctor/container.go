@@ -122,21 +122,21 @@ func checkDockerContainer(opts Options, c inspect) []Check {
 		}
 	}
 	gpuRuntime := runtime != "runc" && runtime != "crun"
-	if visible != "" && visible != "void" && visible != "none" && gpuRuntime {
+	if visibleAsks(visible) && gpuRuntime {
 		asked = true
 	}
 	var checks []Check
 	switch {
 	case asked:
 		checks = append(checks, pass(CheckContainer, "%s: %s", id, strings.Join(what, ", ")))
-	case visible != "":
-		checks = append(checks, fail(CheckContainer, fix(fixPlainRunc),
+	case visibleAsks(visible):
+		checks = append(checks, fail(CheckContainer, fix(fixPlainRunc, "ORCDI", dockerCDIAdvice(opts, fix(fixOrCDI))),
 			"%s: %s, but runtime %s ignores NVIDIA_VISIBLE_DEVICES: nothing was injected", id, strings.Join(what, ", "), runtime))
 	default:
 		// A container that asked for no GPU is not broken: nothing to
 		// inject, no device rule to lose, nothing to restart.
 		return []Check{
-			info(CheckContainer, "%s: %s and no GPU requested (to give it GPUs: --gpus all, or --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all, or --device nvidia.com/gpu=all)", id, strings.Join(what, ", ")),
+			info(CheckContainer, "%s: %s and no GPU requested%s (to give it GPUs: --gpus all, or --runtime nvidia -e NVIDIA_VISIBLE_DEVICES=all%s)", id, strings.Join(what, ", "), nothingAsked(visible), dockerCDIAdvice(opts, ", or --device nvidia.com/gpu=all")),
 			info(CheckContainerDevice, "%s: not probed: no GPU requested", id),
 		}
 	}
@@ -145,7 +145,7 @@ func checkDockerContainer(opts Options, c inspect) []Check {
 	}
 	return append(checks, checkDeviceAccess(opts, id, c.State.Pid, containerFixes{
 		restart: fix(fixRestartDocker, "ID", id),
-		recur:   fix(fixRecurDocker),
+		recur:   fix(fixRecurDocker, "ORCDI", dockerCDIAdvice(opts, fix(fixOrCDI))),
 	}, ""))
 }
 

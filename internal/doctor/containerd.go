@@ -171,8 +171,7 @@ func (s specSummary) withRequest(r specSummary) specSummary {
 
 // asks reports whether the spec asks for GPUs.
 func (s specSummary) asks() bool {
-	v := strings.TrimSpace(s.Visible)
-	return (s.HasVisible && v != "" && v != "void" && v != "none") || len(s.CDI) > 0
+	return (s.HasVisible && visibleAsks(s.Visible)) || len(s.CDI) > 0
 }
 
 func summarizeSpec(spec *specs.Spec, cfg config.Config) specSummary {

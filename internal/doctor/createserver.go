@@ -40,8 +40,12 @@ func gantryProgram(p string) bool {
 // notes for anything else.
 func createServerNotes(opts Options, runtimes []string) (good, notes []string) {
 	sock := opts.RuntimeSocket
-	if sock == "" {
+	if sock == "" || len(runtimes) == 0 {
 		return nil, nil
+	}
+	if p := probeCreateServer(opts); p.hung() {
+		// Each ping would wait as long again.
+		return nil, []string{fmt.Sprintf("the create server's socket %s does not answer: each GPU create waits for it (see %s)", sock, CheckCreateServer)}
 	}
 	seen := map[string]bool{}
 	for _, rt := range runtimes {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -277,11 +278,18 @@ func stateFromShim(proc string, pid int) string {
 	return filepath.Dir(filepath.Dir(ns))
 }
 
+// errNotContainerd: the CRI service answered, but not as containerd's
+// (CRI-O's).
+var errNotContainerd = errors.New("another CRI runtime")
+
 // liveContainerdRuntimes asks a containerd's CRI service (socket, or the
 // first of DefaultCRISockets that is a socket) for its running
 // configuration (Status, verbose: the "config" info, containerd only) and
 // lists the runtimes it registers, with their BinaryName (runc when unset).
-func liveContainerdRuntimes(socket string) ([]registered, string, error) {
+//
+// state, when not nil, gets containerd's state directory from the same
+// answer ("" when it names none).
+func liveContainerdRuntimes(socket string, state *string) ([]registered, string, error) {
 	if socket == "" {
 		for _, s := range DefaultCRISockets {
 			if st, err := os.Stat(s); err == nil && st.Mode()&os.ModeSocket != 0 {
@@ -305,8 +313,11 @@ func liveContainerdRuntimes(socket string) ([]registered, string, error) {
 		return nil, socket, err
 	}
 	reg, err := engineconfig.ParseContainerdStatus([]byte(st.GetInfo()["config"]))
+	if err == nil && state != nil {
+		*state = containerdStateDir(st.GetInfo()["config"])
+	}
 	if err != nil {
-		return nil, socket, fmt.Errorf("%s is not containerd's CRI service (%v)", socket, err)
+		return nil, socket, fmt.Errorf("%s is not containerd's CRI service (%v): %w", socket, err, errNotContainerd)
 	}
 	return reg.Runtimes, socket, nil
 }

@@ -58,6 +58,7 @@ const (
 	CheckContainerd      = "containerd config"
 	CheckCRIO            = "cri-o config"
 	CheckHook            = "hook on path"
+	CheckCreateServer    = "create server"
 	CheckContainer       = "container request"
 	CheckContainerDevice = "container device access"
 	CheckDevicePlugin    = "device plugin registration"
@@ -85,7 +86,10 @@ var (
 type Options struct {
 	Config config.Config
 	// Proc is the host's procfs ("/proc").
-	Proc         string
+	Proc string
+	// Sys is the host's sysfs ("/sys"), where the loaded module's
+	// module/nvidia/version is.
+	Sys          string
 	DockerConfig string
 	// DockerSocket is the running dockerd's API socket
 	// (DefaultDockerSocket), asked what it registered.
@@ -135,6 +139,10 @@ type Options struct {
 	// that the engine checks ask once: a ping of a new build, after an
 	// upgrade, stops the server.
 	serverPings map[string]serverPing
+	// dockerCDIs holds, by socket, whether the running dockerd has CDI.
+	dockerCDIs map[string]bool
+	// serverProbes holds what was found at the create server's socket.
+	serverProbes map[string]*serverProbe
 }
 
 func (o *Options) defaults() {
@@ -144,6 +152,7 @@ func (o *Options) defaults() {
 		}
 	}
 	def(&o.Proc, "/proc")
+	def(&o.Sys, "/sys")
 	def(&o.DockerConfig, DefaultDockerConfig)
 	def(&o.DockerSocket, DefaultDockerSocket)
 	def(&o.ContainerdConfig, DefaultContainerdConfig)
@@ -157,6 +166,12 @@ func (o *Options) defaults() {
 	def(&o.RuntimeSocket, shim.DefaultServerSocket)
 	if o.serverPings == nil {
 		o.serverPings = map[string]serverPing{}
+	}
+	if o.dockerCDIs == nil {
+		o.dockerCDIs = map[string]bool{}
+	}
+	if o.serverProbes == nil {
+		o.serverProbes = map[string]*serverProbe{}
 	}
 	if o.Config.DriverRoot == "" {
 		o.Config.DriverRoot = "/"
@@ -216,16 +231,17 @@ func after(name string, prereqs ...Check) *Check {
 
 func isSim(cfg config.Config) bool { return strings.HasPrefix(cfg.GPUs, "sim:") }
 
-func checkKernel(cfg config.Config) (Check, string) {
-	version, file, err := driver.CurrentVersion(cfg.DriverRoot)
+func checkKernel(opts Options) (Check, string) {
+	cfg := opts.Config
+	version, file, err := kernelVersion(opts)
 	if err != nil {
 		return fail(CheckKernel, fix(fixVersionFile),
 			"reading the driver version: %v", err), ""
 	}
 	if version == "" {
 		return fail(CheckKernel, fix(fixKernelModule),
-			"no proc/driver/nvidia/version under %s nor /proc/driver/nvidia/version or /sys/module/nvidia/version on the host: the nvidia kernel module is not loaded",
-			cfg.DriverRoot), ""
+			"no proc/driver/nvidia/version under %s nor %s or %s on the host: the nvidia kernel module is not loaded",
+			cfg.DriverRoot, filepath.Join(opts.Proc, "driver/nvidia/version"), filepath.Join(opts.Sys, "module/nvidia/version")), ""
 	}
 	return pass(CheckKernel, "NVIDIA kernel module %s (%s)", version, file), version
 }
@@ -272,8 +288,11 @@ func checkDeviceNodes(opts Options) Check {
 		found = append(found, fmt.Sprintf("%d GPU nodes /dev/nvidiaN", gpus))
 	}
 	if len(problems) > 0 {
-		return fail(CheckDeviceNodes, fix(fixDeviceNodes),
-			"%s", strings.Join(problems, "; "))
+		f := fix(fixDeviceNodes)
+		if filepath.Clean(devRoot) != "/" {
+			f = fix(fixDeviceNodesIn, "DEVROOT", devRoot, "ROOT", opts.Config.DriverRoot)
+		}
+		return fail(CheckDeviceNodes, f, "%s", strings.Join(problems, "; "))
 	}
 	return pass(CheckDeviceNodes, "%s under %s", strings.Join(found, ", "), devRoot)
 }
@@ -316,7 +335,7 @@ func checkGPUNodes(opts Options, sys *gpu.System) Check {
 		return skip(CheckGPUNodes, "not checked: the driver reported no GPUs (see %s)", CheckNVML)
 	}
 	devRoot := opts.Config.EffectiveDevRoot()
-	var problems, fixes, minors []string
+	var problems, fixes, mknods, minors []string
 	for _, d := range sys.Devices {
 		path := d.DevicePath()
 		f, err := driver.StatDevice(devRoot, path)
@@ -329,6 +348,7 @@ func checkGPUNodes(opts Options, sys *gpu.System) Check {
 			continue
 		}
 		fixes = append(fixes, fmt.Sprintf("nvidia-modprobe -c=%d", d.Minor))
+		mknods = append(mknods, fmt.Sprintf("mknod -m 666 %s c 195 %d", filepath.Join(devRoot, "dev", fmt.Sprintf("nvidia%d", d.Minor)), d.Minor))
 		minors = append(minors, strconv.Itoa(d.Minor))
 	}
 	if len(problems) > 0 {
@@ -336,8 +356,11 @@ func checkGPUNodes(opts Options, sys *gpu.System) Check {
 		if len(minors) == 1 {
 			minor = minors[0]
 		}
-		return fail(CheckGPUNodes, fix(fixGPUNode, "nvidia-modprobe -c=MINOR", strings.Join(fixes, "; "), "MINOR", minor),
-			"%s", strings.Join(problems, "; "))
+		f := fix(fixGPUNode, "nvidia-modprobe -c=MINOR", strings.Join(fixes, "; "), "MINOR", minor)
+		if filepath.Clean(devRoot) != "/" {
+			f = fix(fixGPUNodeIn, "mknod -m 666 DEVROOT/dev/nvidiaMINOR c 195 MINOR", strings.Join(mknods, "; "))
+		}
+		return fail(CheckGPUNodes, f, "%s", strings.Join(problems, "; "))
 	}
 	return pass(CheckGPUNodes, "each of the %d GPUs has its node /dev/nvidia<minor> 195:<minor> under %s", len(sys.Devices), devRoot)
 }
@@ -355,21 +378,6 @@ func checkNVML(cfg config.Config) (Check, *gpu.System) {
 			"%v", err), nil
 	}
 	return pass(CheckNVML, "initialised: %d GPUs", len(sys.Devices)), sys
-}
-
-func checkVersions(cfg config.Config, kernel string, sys *gpu.System) Check {
-	if sys == nil {
-		return pass(CheckVersions, "driver %s (kernel module); CUDA version unknown without NVML", kernel)
-	}
-	if isSim(cfg) {
-		return pass(CheckVersions, "driver %s (kernel module); simulated GPUs report driver %s, CUDA %s",
-			kernel, sys.DriverVersion, sys.CUDADriverVersion)
-	}
-	if sys.DriverVersion != kernel {
-		return fail(CheckVersions, fix(fixVersions),
-			"NVML reports driver %s but the kernel module is %s (Driver/library version mismatch)", sys.DriverVersion, kernel)
-	}
-	return pass(CheckVersions, "driver %s, CUDA %s", sys.DriverVersion, sys.CUDADriverVersion)
 }
 
 // checkDriverFiles discovers the files a container would get and checks

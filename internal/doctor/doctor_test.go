@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -60,6 +61,7 @@ func newHost(t *testing.T) *host {
 	h.opts = Options{
 		Config:           cfg,
 		Proc:             filepath.Join(dir, "proc"), // the host's /proc must not matter
+		Sys:              filepath.Join(dir, "sys"),  // nor its /sys (a loaded nvidia module)
 		DockerConfig:     filepath.Join(dir, "docker/daemon.json"),
 		DockerSocket:     filepath.Join(dir, "docker/docker.sock"), // no dockerd: the file only
 		ContainerdConfig: filepath.Join(dir, "containerd/config.toml"),
@@ -163,7 +165,7 @@ func TestHealthyHost(t *testing.T) {
 	expect(t, checks, CheckCRIO, Skip, nil, "")
 	// Every check is present, in chain order.
 	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles, CheckLoaderCache,
-		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook,
+		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook, CheckCreateServer,
 		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode}
 	if len(checks) != len(want) {
 		t.Fatalf("%d checks, want %d:\n%s", len(checks), len(want), dump(checks))
@@ -207,10 +209,18 @@ func TestBrokenSONAMELink(t *testing.T) {
 }
 
 func TestStaleCDISpec(t *testing.T) {
-	h := newHost(t)
+	// The driver upgraded, module and libraries, after the spec was
+	// generated for the old one.
 	const upgraded = "560.35.03"
-	h.write(t, filepath.Join(h.res.Root, "proc/driver/nvidia/version"),
-		"NVRM version: NVIDIA UNIX x86_64 Kernel Module  "+upgraded+"  Tue Aug 13 00:00:00 UTC 2024\n")
+	var res *fakedriver.Result
+	if _, err := exec.LookPath("gcc"); err == nil {
+		if res, err = fakedriver.Build(filepath.Join(t.TempDir(), "driver-"+upgraded), fakedriver.Options{Version: upgraded, GPUs: 8, DeviceNodes: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newHost(t)
+	h.write(t, filepath.Join(res.Root, "proc/devices"), "Character devices:\n195 nvidia-frontend\n511 nvidia-uvm\n")
+	h.opts.Config.DriverRoot = res.Root
 	checks := Run(h.opts)
 	c := expect(t, checks, CheckCDISpecs, Fail,
 		[]string{"nvidia.yaml", "generated for driver " + fakedriver.DefaultVersion, "running driver is " + upgraded},
@@ -368,7 +378,7 @@ func TestDeviceNodeMajors(t *testing.T) {
 	// node (made by hand, or in a driver container's /dev) carries.
 	h.write(t, filepath.Join(h.res.Root, "proc/devices"), "Character devices:\n195 nvidia-frontend\n500 nvidia-uvm\n")
 	checks := Run(h.opts)
-	expect(t, checks, CheckDeviceNodes, Fail, []string{"/dev/nvidia-uvm has major 511", "nvidia-uvm major 500"}, "nvidia-modprobe")
+	expect(t, checks, CheckDeviceNodes, Fail, []string{"/dev/nvidia-uvm has major 511", "nvidia-uvm major 500"}, "nvidia-ctk system create-device-nodes --control-devices --driver-root "+h.res.Root+" --dev-root "+h.res.Root)
 	// NVML (here: simulated) and the driver files do not depend on it.
 	expect(t, checks, CheckDriverFiles, Pass, nil, "")
 
@@ -376,35 +386,58 @@ func TestDeviceNodeMajors(t *testing.T) {
 	expect(t, Run(h.opts), CheckDeviceNodes, Fail, []string{"nvidia-uvm module is not loaded"}, "modprobe nvidia-uvm")
 }
 
+// No driver at all (no version file in the driver root, the host's /proc
+// or /sys): the kernel driver FAILs and every check after it is SKIP
+// naming it, device nodes and the engines included, so the one failure is
+// the one to fix. Hermetic: the host's own driver, if any, is not read.
 func TestNoKernelDriverSkipsDependents(t *testing.T) {
-	if _, err := os.Stat("/proc/driver/nvidia/version"); err == nil {
-		t.Skip("this host has a loaded NVIDIA driver, which every driver root falls back to")
-	}
-	if _, err := os.Stat("/sys/module/nvidia/version"); err == nil {
-		t.Skip("this host has a loaded NVIDIA driver, which every driver root falls back to")
-	}
 	h := newHost(t)
 	if err := os.Remove(filepath.Join(h.res.Root, "proc/driver/nvidia/version")); err != nil {
 		t.Fatal(err)
 	}
+	h.opts.Container = "some-container" // named: its checks are SKIP too, not left out
 	checks := Run(h.opts)
 	expect(t, checks, CheckKernel, Fail, []string{"not loaded"}, "modprobe nvidia")
-	for _, name := range []string{CheckDriverFiles, CheckCDISpecs, CheckVersions} {
-		expect(t, checks, name, Skip, []string{"kernel driver did not pass"}, "")
+	if len(checks) < len(Checks)-2 { // all but the pod's
+		t.Errorf("only %d checks reported:\n%s", len(checks), dump(checks))
 	}
-	expect(t, checks, CheckDocker, Pass, nil, "")
+	for _, c := range checks[1:] {
+		if c.Status != Skip || !strings.Contains(c.Evidence, "kernel driver did not pass") {
+			t.Errorf("%s: %s %s, want SKIP naming the kernel driver", c.Name, c.Status, c.Evidence)
+		}
+	}
+	for _, name := range []string{CheckDeviceNodes, CheckGPUNodes, CheckDocker, CheckHook, CheckContainer, CheckContainerDevice} {
+		find(t, checks, name)
+	}
 	if !strings.HasPrefix(dump(checks), "FAIL kernel driver: ") {
 		t.Errorf("output does not start with the kernel failure:\n%s", dump(checks))
 	}
 	if !strings.Contains(dump(checks), "\n     fix: load the kernel module") {
 		t.Errorf("no fix line:\n%s", dump(checks))
 	}
+	// The fix works: with the module loaded (its version file back),
+	// the kernel driver passes and the checks after it run.
+	h.write(t, filepath.Join(h.opts.Sys, "module/nvidia/version"), h.res.Version+"\n")
+	h.opts.Container = ""
+	checks = Run(h.opts)
+	expect(t, checks, CheckKernel, Pass, []string{h.res.Version}, "")
+	expect(t, checks, CheckDeviceNodes, Pass, nil, "")
+}
+
+// Every check after the kernel driver needs it: a check added without
+// NeedDriver would report on a host with no driver at all.
+func TestEveryCheckNeedsTheDriver(t *testing.T) {
+	for _, c := range Checks[1:] {
+		if !slices.Contains(c.Needs, NeedDriver) {
+			t.Errorf("check %q does not need the driver", c.Name)
+		}
+	}
+	if Checks[0].Name != CheckKernel {
+		t.Errorf("the first check is %q", Checks[0].Name)
+	}
 }
 
 func TestNVMLBackendNeedsKernel(t *testing.T) {
-	if _, err := os.Stat("/proc/driver/nvidia/version"); err == nil {
-		t.Skip("this host has a loaded NVIDIA driver")
-	}
 	h := newHost(t)
 	h.opts.Config.GPUs = "nvml"
 	os.Remove(filepath.Join(h.res.Root, "proc/driver/nvidia/version"))
@@ -420,7 +453,7 @@ func TestMissingGPUNodeNamesTheGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	checks := Run(h.opts)
-	expect(t, checks, CheckGPUNodes, Fail, []string{"GPU 1 ", "/dev/nvidia1"}, "nvidia-modprobe -c=1")
+	expect(t, checks, CheckGPUNodes, Fail, []string{"GPU 1 ", "/dev/nvidia1"}, "mknod -m 666 "+filepath.Join(h.res.Root, "dev/nvidia1")+" c 195 1")
 	if c := find(t, checks, CheckGPUNodes); strings.Contains(c.Evidence, "GPU 0 ") || strings.Contains(c.Evidence, "GPU 2 ") {
 		t.Errorf("evidence names GPUs whose nodes are there: %s", c.Evidence)
 	}
@@ -544,13 +577,13 @@ func TestMissingControlNode(t *testing.T) {
 	if err := os.Remove(filepath.Join(h.res.Root, "dev/nvidiactl")); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, Run(h.opts), CheckDeviceNodes, Fail, []string{"/dev/nvidiactl"}, "nvidia-modprobe")
+	expect(t, Run(h.opts), CheckDeviceNodes, Fail, []string{"/dev/nvidiactl"}, "--dev-root "+h.res.Root)
 }
 
 // The user-space driver upgraded under a loaded kernel module: NVML's
 // "Driver/library version mismatch".
 func TestDriverLibraryVersionMismatch(t *testing.T) {
-	c := checkVersions(config.Config{GPUs: "nvml"}, "550.54.15", &gpu.System{DriverVersion: "560.35.03", CUDADriverVersion: "12.6"})
+	c := checkVersions(Options{Config: config.Config{GPUs: "nvml", DriverRoot: t.TempDir()}}, "550.54.15", &gpu.System{DriverVersion: "560.35.03", CUDADriverVersion: "12.6"}, Check{Status: Pass})
 	if c.Status != Fail || !strings.Contains(c.Evidence, "NVML reports driver 560.35.03 but the kernel module is 550.54.15") ||
 		!strings.Contains(c.Fix, "reboot") {
 		t.Fatalf("%+v", c)

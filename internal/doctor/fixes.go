@@ -13,12 +13,18 @@ const (
 	fixNVML         = "make sure `libnvidia-ml.so.1` of the running driver is in the driver root's `ld.so.cache`; after a driver upgrade, reboot or reload the kernel modules"
 	fixSimGPUs      = "fix the `--gpus` value or the simulator file"
 	fixGPUNode      = "create the node: `nvidia-modprobe -c=MINOR` (or `mknod -m 666 /dev/nvidiaMINOR c 195 MINOR`; or restart the driver container that makes them)"
-	fixVersions     = "the user-space driver was upgraded but the old kernel module is still loaded: reboot, or unload and reload the nvidia modules"
-	fixDriverRoot   = "point `--driver-root` at the driver install"
-	fixReinstall    = "reinstall the driver's user-space libraries for version VERSION"
-	fixSONAME       = "recreate the SONAME links: `ldconfig -r ROOT` (ROOT is the driver root)"
-	fixLoaderCache  = "rebuild the cache: `ldconfig -r ROOT` (ROOT is the driver root)"
-	fixCDISpec      = "regenerate it: `gantry cdi generate --output FILE` (`gantry cdi generate` belongs in the driver upgrade procedure)"
+	// The same under a dev root other than /, where nvidia-modprobe,
+	// which makes host /dev nodes, would not help.
+	fixDeviceNodesIn = "create the control nodes under the dev root: `nvidia-ctk system create-device-nodes --control-devices --driver-root ROOT --dev-root DEVROOT` (Gantry answers to nvidia-ctk; it takes the majors from ROOT's proc/devices when it has one, else the host's; after `modprobe nvidia-uvm` when /proc/devices lacks it), and each GPU's node with `mknod` (see `" + CheckGPUNodes + "`); or set `--dev-root` to where the driver container made them"
+	fixGPUNodeIn     = "create the node under the dev root: `mknod -m 666 DEVROOT/dev/nvidiaMINOR c 195 MINOR` (or restart the driver container that makes them)"
+	fixVersions      = "the user-space driver was upgraded but the old kernel module is still loaded: reboot, or unload and reload the nvidia modules"
+	fixModuleOlder   = "load the kernel module of the installed libraries; keep the libraries (do not downgrade them): reboot, or stop what uses the GPU (`nvidia-smi` lists it; the device plugin, `nvidia-persistenced`, DCGM, a display server) and reload the modules: `rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia` (those `lsmod` lists), then `modprobe nvidia && modprobe nvidia_uvm`; with a driver container, restart it"
+	fixModuleNewer   = "install the user-space libraries of driver VERSION, the loaded module's (the distribution's packages of that version, or its installer with `--no-kernel-module`), then `ldconfig`"
+	fixDriverRoot    = "point `--driver-root` at the driver install"
+	fixReinstall     = "reinstall the driver's user-space libraries for version VERSION"
+	fixSONAME        = "recreate the SONAME links: `ldconfig -r ROOT` (ROOT is the driver root)"
+	fixLoaderCache   = "rebuild the cache: `ldconfig -r ROOT` (ROOT is the driver root)"
+	fixCDISpec       = "regenerate it: `gantry cdi generate --output FILE` (`gantry cdi generate` belongs in the driver upgrade procedure)"
 
 	fixReadable            = "make the file readable"
 	fixDockerConfigure     = "`gantry runtime configure --runtime docker`, then `systemctl restart docker`"
@@ -36,22 +42,30 @@ const (
 	fixNVMLHelper          = "install `gantry` beside `gantry-runtime` (`make install` does), or set `runtime.gantry-path` in the Gantry configuration to the gantry binary: `gantry-runtime` links no NVML and asks it for MIG devices"
 	fixHookPath            = "add DIR, where the hook is, to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), or `ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), then `systemctl restart docker`"
 
+	fixServerHeld        = "stop the process that holds the socket without answering (`kill PID`, COMM) and remove the socket (`rm SOCKET`); then start the create server again if you use it (`systemctl restart gantry-runtime-server.service`): until then each GPU create waits"
+	fixServerUnitHeld    = "systemd holds SOCKET for the socket unit but its service does not answer: `systemctl status gantry-runtime-server.service`, then `systemctl restart gantry-runtime-server.service`, or `systemctl stop gantry-runtime-server.socket` to create in-process"
+	fixServerHeldUnknown = "find what holds the socket (`ss -xlp | grep SOCKET`), stop it and remove the socket (`rm SOCKET`)"
+
 	fixNoContainer = "name a running container (`docker ps`; `ctr -n NAMESPACE tasks ls`; `crictl ps`) and run doctor as root on its host, where the docker CLI reaches the daemon; for containerd give `--namespace`, and `--containerd-state` if its state directory is not `" + DefaultContainerdState + "`"
 	fixNoRuntime   = "register Gantry's runtime: " + fixContainerdConfigure + ", and recreate the container under it (Kubernetes: `runtimeClassName: nvidia`, or make nvidia containerd's default runtime; ctr: `ctr run --runc-binary /usr/bin/gantry-runtime`)"
-	fixPlainRunc   = "run it with `--runtime nvidia`, or `--gpus all`, or `--device nvidia.com/gpu=all` (CDI)"
+	fixPlainRunc   = "run it with `--runtime nvidia`, or `--gpus all`ORCDI"
 	fixNoSpec      = "run doctor on the pod's node with `--containerd-state` at containerd's state directory (or a CRI runtime that reports the container's spec)"
 
 	// A device cgroup that lost the GPU: restart the container (each
 	// engine's way), keep the rule in its own configuration, and create
 	// the /dev/char links (NVIDIA's lasting fix: systemd resolves a rule
 	// through /dev/char/MAJOR:MINOR, which the NVIDIA nodes lack).
-	fixDeviceRefused  = "RESTART; RECUR; " + fixDevChar
-	fixDevChar        = "on systemd hosts also create the /dev/char links systemd resolves device rules through: nvidia-ctk system create-dev-char-symlinks --create-all (Gantry answers to nvidia-ctk; make install links it)"
-	fixRestartDocker  = "restart the container (`docker restart ID`)"
-	fixRestartTask    = "restart the task so runc rebuilds its cgroup from the spec (`ctr -n NS task kill -s SIGKILL ID`; `ctr -n NS task delete ID`; `ctr -n NS task start ID`), or the service that owns it"
-	fixRestartPod     = "delete the pod so it is recreated with a fresh cgroup (`kubectl delete pod -n NAMESPACE NAME`)"
-	fixRestartRunc    = "recreate the container so runc rebuilds its cgroup from the spec (`runc --root DIR delete --force ID`, then create it again through gantry-runtime)"
-	fixRecurDocker    = "to stop it recurring give the GPUs through CDI (`--device nvidia.com/gpu=all`) or list the nodes with `--device` so the rule is in the container's own config"
+	fixDeviceRefused = "RESTART; RECUR; " + fixDevChar
+	fixDevChar       = "on systemd hosts also create the /dev/char links systemd resolves device rules through: nvidia-ctk system create-dev-char-symlinks --create-all (Gantry answers to nvidia-ctk; make install links it)"
+	fixRestartDocker = "restart the container (`docker restart ID`)"
+	fixRestartTask   = "restart the task so runc rebuilds its cgroup from the spec (`ctr -n NS task kill -s SIGKILL ID`; `ctr -n NS task delete ID`; `ctr -n NS task start ID`), or the service that owns it"
+	fixRestartPod    = "delete the pod so it is recreated with a fresh cgroup (`kubectl delete pod -n NAMESPACE NAME`)"
+	fixRestartRunc   = "recreate the container so runc rebuilds its cgroup from the spec (`runc --root DIR delete --force ID`, then create it again through gantry-runtime)"
+	fixRecurDocker   = "to stop it recurring list the nodes with `--device` (`--device /dev/nvidiactl --device /dev/nvidia0`, ...) so the rule is in the container's own configORCDI"
+	// ORCDI in a Docker fix: the CDI way, said only where the running
+	// dockerd has CDI (dockerCDI).
+	fixOrCDI          = ", or give the GPUs through CDI (`--device nvidia.com/gpu=all`)"
+	fixOrCDIOnly      = " (said only where the running dockerd has CDI: Docker 25 and later with the `cdi` feature, whose `docker info` lists CDI spec dirs; Debian's dockerd 20.10 has none)"
 	fixRecurSpec      = "to stop it recurring give the GPUs through gantry-runtime or CDI, so the device rules are in the container's spec (`linux.resources.devices`) rather than added to its cgroup by a hook"
 	fixProbe          = "run doctor as root on the container's host; see the error: an open that fails otherwise than with `operation not permitted` or `no such device or address` says nothing about the cgroup"
 	fixNoCtl          = "the container got no GPU: see `" + CheckContainer + "` above"
@@ -77,6 +91,8 @@ const (
 	fixNoAllocatable    = "the kubelet predates `GetAllocatableResources`: upgrade it to 1.28 or later, or enable the `KubeletPodResourcesGetAllocatable` feature gate"
 	fixWrongNode        = "run doctor on the node the pod runs on (`kubectl get pod -n NAMESPACE NAME -o wide`), or point `--kubelet-dir` at the kubelet's root directory"
 	fixCRISocket        = "is the container engine running with its CRI service (containerd: the cri plugin is not in `disabled_plugins`; CRI-O: `systemctl status crio`), and is `--cri-socket` its socket (containerd: `/run/containerd/containerd.sock`, CRI-O: `/run/crio/crio.sock`)?"
+	fixCRIPluginFailed  = "correct containerd's configuration so that its CRI plugin loads (the error names what it could not use: `containerd config dump` shows what containerd read, `journalctl -u containerd` the error; `default_runtime_name` must name a runtime of `containerd.runtimes`, such as `runc`, which `gantry runtime configure --runtime containerd` keeps), then `systemctl restart containerd`; `ctr plugins ls` then shows the cri plugin `ok`"
+	fixCRIDisabled      = "enable containerd's CRI plugin (remove `cri` from `disabled_plugins` in CONFIG, or in the file containerd was started with), then `systemctl restart containerd`; or point `--cri-socket` at the engine the kubelet uses"
 	fixNoSandbox        = "run doctor on the node the pod runs on (`kubectl get pod -n NAMESPACE NAME -o wide`), or point `--cri-socket` at the engine that runs it"
 	fixNoContainers     = "wait until the pod's containers are created (`kubectl describe pod -n NAMESPACE NAME`)"
 )

@@ -38,6 +38,8 @@ const char gantry_server_socket_env[] = "GANTRY_RUNTIME_SOCKET";  // shim.Server
 const char gantry_server_flag[] = "--create-server";               // shim.ServerFlag
 const char gantry_hook_magic[] = "gantry-hook/1";                  // shim.HookProtocol
 const long long gantry_max_hook_state = 32 << 10;                 // shim.MaxHookState
+const long long gantry_server_connect_timeout_s = 5;              // shim.ServerConnectTimeout
+const long long gantry_server_answer_timeout_s = 15;              // shim.ServerAnswerTimeout
 const long long gantry_max_state_size = 1 << 20;                  // ocibundle.MaxStateSize
 
 // Text in config.json without which no container asks for a GPU under a
@@ -349,7 +351,7 @@ static int server_connect(void) {
 	if (s < 0) return -1;
 	// A server that accepts no more (stopped, frozen, its backlog full)
 	// costs 5 s: on a unix socket the send timeout bounds connect too.
-	struct timeval tv = {.tv_sec = 5};
+	struct timeval tv = {.tv_sec = gantry_server_connect_timeout_s};
 	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 	struct ucred cred;
 	socklen_t len = sizeof cred;
@@ -362,7 +364,7 @@ static int server_connect(void) {
 	// A server that stops answering costs 15 s, then Go does the work
 	// (the first create of a new driver version may build its tree, a
 	// copy of a few hundred MB across filesystems: well under that).
-	tv.tv_sec = 15;
+	tv.tv_sec = gantry_server_answer_timeout_s;
 	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	return s;
 }

@@ -46,6 +46,20 @@ func (s ServerStatus) String() string {
 	return "unknown"
 }
 
+// The C start's bounds on the create server (fastpath.c's
+// gantry_server_connect_timeout_s and gantry_server_answer_timeout_s,
+// pinned by its TestConstants): a server that accepts no more (its backlog
+// full) costs each GPU create ServerConnectTimeout, one that accepts and
+// never answers ServerAnswerTimeout, before the create runs in-process.
+const (
+	ServerConnectTimeout = 5 * time.Second
+	ServerAnswerTimeout  = 15 * time.Second
+)
+
+// ErrNoAnswer is wrapped by PingServer's error when something accepted
+// the connection (or let it queue) and did not answer in PingTimeout.
+var ErrNoAnswer = errors.New("no answer")
+
 // PingTimeout bounds PingServer's wait for the answer.
 var PingTimeout = 5 * time.Second
 
@@ -95,7 +109,7 @@ func PingServer(sock, runtimePath string) (ServerStatus, error) {
 	if err != nil && !(len(b) > 0 && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			return ServerNotOurs, fmt.Errorf("%s did not answer a create server's ping in %v: not a create server", sock, PingTimeout)
+			return ServerNotOurs, fmt.Errorf("%s did not answer a create server's ping in %v: not a create server: %w", sock, PingTimeout, ErrNoAnswer)
 		}
 		if werr != nil {
 			err = werr

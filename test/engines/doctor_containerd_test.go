@@ -488,6 +488,13 @@ func TestDoctorPod(t *testing.T) {
 	}
 	t.Logf("healthy pod:\n%s\n%s\n%s", pc.Evidence, req.Evidence, dev.Evidence)
 
+	// --cri-socket names the containerd for --container too: its task is
+	// found in that containerd's state directory, without --containerd-state.
+	if c := one(t, runDoctor(t, f, e.env, "--container", gpuID[:13], "--namespace", "k8s.io", "--cri-socket", e.sock, "--kubelet-dir", kubelet),
+		doctor.CheckContainer); c.Status != doctor.Pass || !strings.Contains(c.Evidence, "containerd task k8s.io/"+gpuID) {
+		t.Errorf("--container with --cri-socket only: %+v", c)
+	}
+
 	t.Run("RuleRemoved", func(t *testing.T) {
 		pid, err := os.ReadFile(filepath.Join(e.state, "io.containerd.runtime.v2.task", "k8s.io", gpuID, "init.pid"))
 		if err != nil {

@@ -91,6 +91,11 @@ func TestDoctorContainer(t *testing.T) {
 		if strings.Contains(c.Evidence, "c 195:255 rwm") {
 			t.Errorf("devices.list still shows the removed rule: %s", c.Evidence)
 		}
+		// CDI (--device nvidia.com/gpu) is advised only to a dockerd that
+		// has it; Debian's 20.10 has not.
+		if strings.Contains(c.Fix, "nvidia.com/gpu") != dockerHasCDI(t, e) {
+			t.Errorf("CDI advice does not follow the dockerd (CDI %v): %s", dockerHasCDI(t, e), c.Fix)
+		}
 		t.Logf("%s\nfix: %s", c.Evidence, c.Fix)
 		// The fix works: a restart rebuilds the cgroup from the container's config.
 		if out, err := e.docker("restart", "-t", "0", id); err != nil {
@@ -99,6 +104,37 @@ func TestDoctorContainer(t *testing.T) {
 		if c := diagnose(id)[doctor.CheckContainerDevice]; strings.Contains(c.Evidence, cgroupBroken) {
 			t.Fatalf("still broken after docker restart: %+v", c)
 		}
+	})
+
+	// NVIDIA_VISIBLE_DEVICES void, none or empty under --runtime nvidia
+	// asks for no GPU device: INFO, never the daemon-reload cgroup FAIL
+	// with its docker restart fix (the container has no rule to lose).
+	t.Run("NothingRequested", func(t *testing.T) {
+		for _, v := range []string{"void", "none", "", " VOID"} {
+			id := start("--runtime=nvidia", "-e", "NVIDIA_VISIBLE_DEVICES="+v)
+			got := diagnose(id)
+			for _, name := range []string{doctor.CheckContainer, doctor.CheckContainerDevice} {
+				if c := got[name]; c.Status != doctor.Info || !strings.Contains(c.Evidence, "no GPU requested") {
+					t.Errorf("NVIDIA_VISIBLE_DEVICES=%q: %s: %+v", v, name, c)
+				}
+			}
+			for _, c := range got {
+				if c.Status == doctor.Fail && (strings.Contains(c.Evidence, cgroupBroken) || strings.Contains(c.Fix, "docker restart")) {
+					t.Errorf("NVIDIA_VISIBLE_DEVICES=%q: %+v", v, c)
+				}
+			}
+		}
+	})
+
+	// Asked under plain runc: the fix names Docker's GPU paths, and CDI
+	// only where the dockerd has it (Debian's 20.10 has not).
+	t.Run("AskedUnderRunc", func(t *testing.T) {
+		id := start("-e", "NVIDIA_VISIBLE_DEVICES=all")
+		c := diagnose(id)[doctor.CheckContainer]
+		if c.Status != doctor.Fail || !strings.Contains(c.Fix, "--runtime nvidia") || strings.Contains(c.Fix, "nvidia.com/gpu") != dockerHasCDI(t, e) {
+			t.Fatalf("runc container asking for GPUs (dockerd has CDI: %v): %+v", dockerHasCDI(t, e), c)
+		}
+		t.Logf("dockerd has CDI: %v; fix: %s", dockerHasCDI(t, e), c.Fix)
 	})
 
 	t.Run("NodeWithoutRule", func(t *testing.T) {
@@ -112,6 +148,25 @@ func TestDoctorContainer(t *testing.T) {
 			t.Errorf("container device access: %+v", c)
 		}
 	})
+}
+
+// dockerHasCDI reports whether the private dockerd reads CDI specs: its
+// /info lists CDI spec dirs (Docker 25+ with the cdi feature).
+func dockerHasCDI(t *testing.T, e *dockerEngine) bool {
+	t.Helper()
+	out, err := e.docker("info", "--format", "{{json .}}")
+	if err != nil {
+		t.Fatalf("docker info: %v\n%s", err, out)
+	}
+	var info struct{ CDISpecDirs []string }
+	i := strings.IndexByte(out, '{') // after any warning line
+	if i < 0 {
+		t.Fatalf("docker info: no JSON:\n%s", out)
+	}
+	if err := json.NewDecoder(strings.NewReader(out[i:])).Decode(&info); err != nil {
+		t.Fatalf("docker info: %v\n%s", err, out)
+	}
+	return len(info.CDISpecDirs) > 0
 }
 
 // devicesDenyFile is the cgroup v1 devices.deny of the container; it skips
