@@ -204,3 +204,109 @@ func devEdits(s *cdispecs.Spec) []*cdispecs.ContainerEdits {
 	}
 	return out
 }
+
+// make install rewrites the old specs in /etc/cdi and /var/run/cdi (under
+// DESTDIR here) to run the gantry-cdi-hook it installs under PREFIX, with
+// the fixed env, keeping each original as FILE.bak; a spec with no old hook
+// (another vendor's, whose hook has an env) is left byte for byte.
+func TestMakeInstallRewritesOldSpecs(t *testing.T) {
+	f := need(t)
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	dest := t.TempDir()
+	bin := filepath.Join(dest, "usr/bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(f.gantry, filepath.Join(bin, "gantry")); err != nil {
+		t.Fatal(err)
+	}
+	oldSpec := `cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+containerEdits:
+  hooks:
+  - hookName: createContainer
+    path: /usr/bin/gantry
+    args: [gantry, hook, create-symlinks, --link, "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"]
+  - hookName: createContainer
+    path: /usr/bin/gantry
+    args: [gantry, hook, update-ldcache, --folder, /usr/lib/x86_64-linux-gnu]
+  - hookName: createContainer
+    path: /usr/bin/nvidia-ctk
+    args: [nvidia-ctk, hook, chmod, --mode, "755", --path, /dev/dri]
+`
+	other := `cdiVersion: 0.5.0
+kind: example.com/fpga
+devices:
+- name: f0
+  containerEdits:
+    hooks:
+    - hookName: createContainer
+      path: /usr/bin/fpga-hook
+      args: [fpga-hook]
+      env: [A=1]
+`
+	files := map[string]string{"etc/cdi/nvidia.yaml": oldSpec, "var/run/cdi/nvidia.json": "", "etc/cdi/fpga.yaml": other}
+	for name, body := range files {
+		p := filepath.Join(dest, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if body == "" {
+			s, err := cdi.ParseSpec([]byte(oldSpec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := json.Marshal(s)
+			body = string(b)
+			files[name] = body
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dry, err := exec.Command("make", "-C", "../..", "-n", "install").CombinedOutput()
+	if err != nil || !strings.Contains(string(dry), "install-cdi-fix") {
+		t.Errorf("make -n install does not rewrite old specs: %v\n%s", err, dry)
+	}
+	out, err := exec.Command("make", "-C", "../..", "install-cdi-fix", "DESTDIR="+dest, "PREFIX=/usr").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make install-cdi-fix: %v\n%s", err, out)
+	}
+	for _, name := range []string{"etc/cdi/nvidia.yaml", "var/run/cdi/nvidia.json"} {
+		p := filepath.Join(dest, name)
+		if b, err := os.ReadFile(p + ".bak"); err != nil || string(b) != files[name] {
+			t.Errorf("%s.bak: %v, not the original", name, err)
+		}
+		s, err := cdi.ReadSpec(p, 0)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		hooks := s.Spec.ContainerEdits.Hooks
+		if len(hooks) != 3 {
+			t.Fatalf("%s: %d hooks", name, len(hooks))
+		}
+		want := [][]string{
+			{"/usr/bin/gantry-cdi-hook", "gantry-cdi-hook create-symlinks --link libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so"},
+			{"/usr/bin/gantry-cdi-hook", "gantry-cdi-hook update-ldcache --folder /usr/lib/x86_64-linux-gnu"},
+			{"/usr/bin/nvidia-ctk", "nvidia-ctk hook chmod --mode 755 --path /dev/dri"},
+		}
+		for i, h := range hooks {
+			if h.Path != want[i][0] || strings.Join(h.Args, " ") != want[i][1] || strings.Join(h.Env, " ") != edits.HookPATH {
+				t.Errorf("%s hook %d: %s %q env %q, want %s %q env %s", name, i, h.Path, h.Args, h.Env, want[i][0], want[i][1], edits.HookPATH)
+			}
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(dest, "etc/cdi/fpga.yaml")); string(b) != other {
+		t.Errorf("another vendor's spec changed:\n%s", b)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "etc/cdi/fpga.yaml.bak")); err == nil {
+		t.Errorf("a backup of a spec that needed no change")
+	}
+}
