@@ -119,7 +119,9 @@ func (p Plugin) client(timeout time.Duration) *http.Client {
 // where the socket is missing or the caller may not connect (it is root's,
 // mode 0600: only root uses the plugin).
 func (p Plugin) running() (bool, error) {
-	if _, err := os.Lstat(p.Socket); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(p.Socket); err != nil {
+		// No plugin, or one the caller may not see (a directory of root's
+		// mode 0700): not ours to use.
 		return false, nil
 	}
 	if err := trusted(p.Socket); err != nil {
