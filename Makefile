@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: containerd2 cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install install-systemd clean
+.PHONY: containerd2 cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install install-cdi-fix install-systemd clean
 
 all: build
 
@@ -137,7 +137,8 @@ bundlesplit:
 # provisioning command lines: cdi generate and cdi list served lean, the others by the gantry beside it), gantry-cdi-hook (the static hook binary the CDI
 # specs of gantry cdi generate run; also nvidia-cdi-hook, for the specs nvidia-ctk
 # wrote) and gantry-device-plugin (Kubernetes).
-# It also installs the create server's systemd units (install-systemd).
+# It also rewrites CDI specs whose hooks run the gantry CLI without an env
+# (install-cdi-fix) and installs the create server's systemd units (install-systemd).
 #   sudo make install [PREFIX=/usr] [NVIDIA_NAMES=0 to skip NVIDIA's names]
 PREFIX ?= /usr
 NVIDIA_NAMES ?= 1
@@ -154,7 +155,18 @@ install: build build-device-plugin
 	  ln -sfn gantry $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry"; done; \
 	for n in $${nv:+nvidia-cdi-hook}; do \
 	  ln -sfn gantry-cdi-hook $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-cdi-hook"; done
+	@$(MAKE) --no-print-directory install-cdi-fix
 	@$(MAKE) --no-print-directory install-systemd
+
+# CDI specs written before gantry-cdi-hook existed run the dynamically linked
+# gantry as a root hook with no env: an engine that injects one (containerd,
+# CRI-O, Podman) hands it the image's environment on runc before 1.2, and the
+# image's LD_PRELOAD runs as host root. make install rewrites them (gantry cdi
+# fix-hooks) to run the gantry-cdi-hook it installs with an explicit env,
+# atomically, each original kept as FILE.bak.
+CDI_SPEC_DIRS ?= /etc/cdi /var/run/cdi
+install-cdi-fix:
+	$(DESTDIR)$(PREFIX)/bin/gantry cdi fix-hooks --hook-path $(PREFIX)/bin/gantry-cdi-hook $(addprefix $(DESTDIR),$(CDI_SPEC_DIRS))
 
 # The create server's units (deployments/systemd), in systemd's unit
 # directory under PREFIX (/usr/lib/systemd/system, /usr/local/lib/...),

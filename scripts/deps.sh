@@ -32,6 +32,10 @@ if $tests; then
   # engineconfig checks its diffs with GNU patch; nsmount/hook run runc under unshare
   command -v patch >/dev/null || optional+=(patch)
   command -v unshare >/dev/null || optional+=(util-linux)
+  # nvdocker's impostor tests: the attacker as nobody (setpriv), the wrapper in
+  # a network namespace of its own with its loopback up (ip)
+  command -v setpriv >/dev/null || optional+=(util-linux)
+  command -v ip >/dev/null || [ -x /usr/sbin/ip ] || optional+=(iproute2)
   # containerhook's compat32 tests build i386 programs and libraries (gcc -m32:
   # libc6-dev-i386, lib32gcc; about 20 MB of small packages)
   [ "$(uname -m)" != x86_64 ] || dpkg -s gcc-multilib >/dev/null 2>&1 || optional+=(gcc-multilib)

@@ -193,4 +193,42 @@ func TestStaticBinary(t *testing.T) {
 	if b, err := os.ReadFile(argv); err != nil || !strings.Contains(string(b), `"nvidia-ctk","cdi","generate"`) || !strings.Contains(string(b), "my hooks") {
 		t.Errorf("gantry's argv: %s (%v), want nvidia-ctk cdi generate with the same flags", b, err)
 	}
+
+	// nvidia-ctk hook, which nvidia-ctk's older specs run as root hooks
+	// without env (on runc 1.1.5 with the image's environment): served here,
+	// static, never by the dynamically linked gantry beside it, whose loader
+	// would run the image's LD_PRELOAD (issue 27.2).
+	os.Remove(argv)
+	bundle := filepath.Join(dir, "bundle")
+	if err := os.MkdirAll(filepath.Join(bundle, "rootfs/usr/lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"ociVersion":"1.0.2","root":{"path":"rootfs"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(dir, "evil-was-loaded")
+	evilC := filepath.Join(dir, "evil.c")
+	if err := os.WriteFile(evilC, []byte("#include <stdio.h>\n__attribute__((constructor)) static void m(void) { FILE *f = fopen(\""+mark+"\", \"w\"); if (f) fclose(f); }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	evil := filepath.Join(dir, "evil.so")
+	if out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", evil, evilC).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	c := exec.Command(ctk, "hook", "create-symlinks", "--link", "libcuda.so.580.159.04::/usr/lib/libcuda.so.1")
+	c.Env = []string{"LD_PRELOAD=" + evil, "PATH=/usr/bin:/bin", argvEnv + "=" + argv}
+	c.Stdin = strings.NewReader(`{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":1,"bundle":"` + bundle + `"}`)
+	hookOut, err := c.CombinedOutput()
+	if _, serr := os.Stat(argv); serr == nil {
+		t.Errorf("nvidia-ctk hook ran the gantry beside gantry-runtime (with the caller's LD_PRELOAD)")
+	}
+	if _, serr := os.Stat(mark); serr == nil {
+		t.Errorf("the caller's LD_PRELOAD ran for nvidia-ctk hook")
+	}
+	if err != nil {
+		t.Fatalf("nvidia-ctk hook create-symlinks: %v\n%s", err, hookOut)
+	}
+	if l, err := os.Readlink(filepath.Join(bundle, "rootfs/usr/lib/libcuda.so.1")); err != nil || l != "libcuda.so.580.159.04" {
+		t.Errorf("nvidia-ctk hook create-symlinks made %q, %v", l, err)
+	}
 }

@@ -16,6 +16,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,11 +39,26 @@ func main() {
 	case "nvidia-container-cli":
 		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	case "nvidia-ctk":
+		if len(os.Args) > 2 && os.Args[1] == "hook" {
+			guardHook("nvidia-ctk hook", os.Args[2:])
+		}
 		os.Exit(cli.NVIDIACTKMain(os.Args[1:], os.Stdout, os.Stderr))
 	case "nvidia-docker":
 		os.Exit(nvdocker.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	case "nvidia-docker-plugin":
 		os.Exit(cli.NVIDIADockerPluginMain(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 2 && os.Args[1] == "hook" {
+		guardHook("gantry hook", os.Args[2:])
+	}
 	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// guardHook refuses a hook run with the dynamic loader's variables, or
+// hands it to the static gantry-cdi-hook beside this binary (cli.HookGuard).
+func guardHook(prog string, args []string) {
+	if err := cli.HookGuard(args[0], args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "%s %s: %v\n", prog, args[0], err)
+		os.Exit(1)
+	}
 }

@@ -150,3 +150,36 @@ func vmRSS(pid int) int {
 	}
 	return 0
 }
+
+// gantry hook is dynamically linked: with the loader's variables in its
+// environment (an old spec's hook without env, on runc 1.1.5), the loader
+// has already acted on them, so it refuses, naming the command that
+// rewrites the spec (TestOldCDISpecRewritten runs this through real runc).
+// A clean environment, or a command it does not serve, goes on.
+func TestHookRefusesLoaderEnv(t *testing.T) {
+	for _, v := range []string{"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "LD_DEBUG", "GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH"} {
+		t.Run(v, func(t *testing.T) {
+			t.Setenv(v, "/proc/self/cwd/evil")
+			err := HookGuard("update-ldcache", []string{"--folder", "/usr/lib"})
+			if err == nil || !strings.Contains(err.Error(), v) || !strings.Contains(err.Error(), "gantry cdi fix-hooks") {
+				t.Errorf("HookGuard with %s set: %v", v, err)
+			}
+		})
+	}
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "LD_") || name == "GCONV_PATH" || name == "GLIBC_TUNABLES" || name == "LOCPATH" {
+			t.Setenv(name, "") // restored after the test
+			os.Unsetenv(name)
+		}
+	}
+	t.Setenv("NVIDIA_VISIBLE_DEVICES", "all")
+	// This test binary has no gantry-cdi-hook beside it: the hook runs here.
+	if err := HookGuard("update-ldcache", []string{"--folder", "/usr/lib"}); err != nil {
+		t.Errorf("clean environment: %v", err)
+	}
+	t.Setenv("LD_PRELOAD", "x")
+	if err := HookGuard("--help", nil); err != nil {
+		t.Errorf("--help: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,8 +21,9 @@ import (
 	"github.com/gantry-gpu/gantry/internal/legacyapi"
 )
 
-// DefaultServeAddr is where nvidia-docker-plugin listened (localhost:3476).
-const DefaultServeAddr = "127.0.0.1:3476"
+// DefaultServeAddr is where nvidia-docker-plugin listened (localhost:3476):
+// both loopbacks, 127.0.0.1 and [::1] (listenAPI).
+const DefaultServeAddr = "localhost:3476"
 
 func init() {
 	register(&command{
@@ -33,9 +35,13 @@ container the GPUs without any runtime: the device nodes and read-only binds
 of the driver at /usr/local/nvidia; ?dev=0+1 picks GPUs by index or UUID),
 /gpu/info(/json) and /gpu/status(/json). Every path also answers under /v1.0.
 
-The server is read-only (GET only) and listens on the loopback address unless
+The server is read-only (GET only) and listens on the loopback addresses unless
 --allow-remote is given: the API tells anyone who asks what the host's GPUs
-and driver are. It stops on SIGINT or SIGTERM.
+and driver are. The default, localhost:3476, is both loopbacks, 127.0.0.1
+and [::1]: clients of localhost try [::1] first, so a port left free there
+would let any local user answer them in Gantry's place; if another program
+holds either, serve refuses to start and names it. It stops on SIGINT or
+SIGTERM.
 
 Clients are bounded: a request header must arrive within 5 s and fit in
 16 KiB (else 431), an idle connection is closed after 30 s, and at most 256
@@ -59,7 +65,7 @@ and the --device flags. Run as root (the socket directory is Docker's):
 The same binary run as nvidia-docker-plugin serves both with the original's
 flags (-l ADDR, -d VOLUMES-DIR, -s PLUGIN-DIR, -v).`,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
-			listen := fs.String("listen", DefaultServeAddr, "address to listen on, HOST:PORT")
+			listen := fs.String("listen", DefaultServeAddr, "address to listen on, HOST:PORT (localhost: both 127.0.0.1 and [::1])")
 			allowRemote := fs.Bool("allow-remote", false, "allow a --listen address other than loopback")
 			volumePlugin := fs.Bool("volume-plugin", false, "also serve the Docker volume plugin nvidia-docker (nvidia_driver_<version>)")
 			pluginDir := fs.String("plugin-dir", dockervol.DefaultSocketDir, "directory of the volume plugin's socket, nvidia-docker.sock")
@@ -96,19 +102,21 @@ flags (-l ADDR, -d VOLUMES-DIR, -s PLUGIN-DIR, -v).`,
 				defer stop()
 				errc := make(chan error, 2)
 				if *volumePlugin {
-					ps, err := serveVolumePlugin(e, inv, *pluginDir, *volumesDir, errc)
+					ps, err := serveVolumePlugin(e, inv, srv, *pluginDir, *volumesDir, errc)
 					if err != nil {
 						return err
 					}
 					defer ps.Close()
 				}
-				ln, err := net.Listen("tcp", *listen)
+				lns, err := listenAPI(*listen)
 				if err != nil {
-					return fmt.Errorf("listening on %s: %w (pick another --listen address)", *listen, err)
+					return err
 				}
 				hs := legacyapi.NewHTTPServer(srv, legacyapi.DefaultLimits())
-				fmt.Fprintf(e.stderr, "gantry serve: listening on http://%s\n", ln.Addr())
-				go func() { errc <- fmt.Errorf("serving on %s: %w", ln.Addr(), hs.Serve(ln)) }()
+				for _, ln := range lns {
+					fmt.Fprintf(e.stderr, "gantry serve: listening on http://%s\n", ln.Addr())
+					go func() { errc <- fmt.Errorf("serving on %s: %w", ln.Addr(), hs.Serve(ln)) }()
+				}
 				select {
 				case err := <-errc:
 					return err
@@ -127,8 +135,10 @@ flags (-l ADDR, -d VOLUMES-DIR, -s PLUGIN-DIR, -v).`,
 
 // serveVolumePlugin builds this driver's volume and makes it a read-only
 // mount (a failure is reported, and Docker's Create of the volume tries
-// again) and serves the plugin on its socket; a serving error is sent on errc.
-func serveVolumePlugin(e *env, inv *driver.Inventory, pluginDir, volumesDir string, errc chan<- error) (*http.Server, error) {
+// again) and serves the plugin on its socket, with the REST API's
+// /docker/cli/json for the nvidia-docker wrapper; a serving error is sent
+// on errc.
+func serveVolumePlugin(e *env, inv *driver.Inventory, api http.Handler, pluginDir, volumesDir string, errc chan<- error) (*http.Server, error) {
 	store := drivervol.Store{Dir: filepath.Join(volumesDir, dockervol.DriverVolume)}
 	if t, err := store.Ensure(inv); err != nil {
 		fmt.Fprintf(e.stderr, "gantry serve: warning: volume %s: %v\n", dockervol.VolumeName(inv.Version), err)
@@ -141,7 +151,7 @@ func serveVolumePlugin(e *env, inv *driver.Inventory, pluginDir, volumesDir stri
 	if err != nil {
 		return nil, fmt.Errorf("volume plugin: %w (give another --plugin-dir, or run as root)", err)
 	}
-	ps := dockervol.NewHTTPServer(dockervol.New(dockervol.Options{Store: store, Driver: inv, Logger: e.log}))
+	ps := dockervol.NewHTTPServer(dockervol.New(dockervol.Options{Store: store, Driver: inv, DockerCLI: api, Logger: e.log}))
 	fmt.Fprintf(e.stderr, "gantry serve: volume plugin %s on unix://%s\n", dockervol.PluginName, ln.Addr())
 	go func() {
 		if err := ps.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -149,6 +159,44 @@ func serveVolumePlugin(e *env, inv *driver.Inventory, pluginDir, volumesDir stri
 		}
 	}()
 	return ps, nil
+}
+
+// listenAPI listens on addr. A host of localhost (the default) means both
+// loopbacks, 127.0.0.1 and [::1], on one port: clients of localhost:3476
+// (curl, Go) try [::1] first, and any local user could listen there and
+// answer them in Gantry's place if the server held 127.0.0.1 only. Where
+// the host has no IPv6 loopback nobody can listen on it either, and
+// 127.0.0.1 alone is served; where another program holds [::1]'s port, the
+// server refuses to start and says so.
+func listenAPI(addr string) ([]net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "localhost" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listening on %s: %w (pick another --listen address)", addr, err)
+		}
+		return []net.Listener{ln}, nil
+	}
+	for try := 0; ; try++ {
+		v4, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", port))
+		if err != nil {
+			return nil, fmt.Errorf("listening on 127.0.0.1:%s: %w (another program holds the port: find it with `ss -ltnp 'sport = :%s'`, or pick another --listen address)", port, err, port)
+		}
+		p := strconv.Itoa(v4.Addr().(*net.TCPAddr).Port)
+		v6, err := net.Listen("tcp6", net.JoinHostPort("::1", p))
+		switch {
+		case err == nil:
+			return []net.Listener{v4, v6}, nil
+		case errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.EAFNOSUPPORT):
+			// No IPv6 loopback here: nobody else can listen on it.
+			return []net.Listener{v4}, nil
+		}
+		v4.Close()
+		if port == "0" && errors.Is(err, syscall.EADDRINUSE) && try < 10 {
+			continue // the port picked for 127.0.0.1 is taken on [::1]: pick again
+		}
+		return nil, fmt.Errorf("listening on [::1]:%s: %w: another program holds the port on the IPv6 loopback, and clients of localhost:%s (curl and Go programs try [::1] first) would reach it instead of Gantry; find it with `ss -ltnp 'sport = :%s'`, or give --listen 127.0.0.1:%s to serve IPv4 only", p, err, p, p, p)
+	}
 }
 
 // checkListen refuses an address that is not loopback unless remote access

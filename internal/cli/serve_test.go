@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,5 +123,70 @@ func TestServeRefusesRemote(t *testing.T) {
 	}
 	if code := stop(); code != 0 {
 		t.Errorf("exit %d", code)
+	}
+}
+
+// The default address is both loopbacks: clients of localhost:3476 try
+// [::1] first, and a port free there would let any local user answer them
+// in Gantry's place.
+func TestServeListensOnBothLoopbacks(t *testing.T) {
+	if ln, err := net.Listen("tcp6", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	} else {
+		ln.Close()
+	}
+	root := fakeRoot(t)
+	url, stop := startServe(t, "--gpus", "sim:h100x8", "--driver-root", root, "--listen", "localhost:0")
+	port := url[strings.LastIndex(url, ":"):]
+	for _, host := range []string{"127.0.0.1", "[::1]"} {
+		resp, err := http.Get("http://" + host + port + "/gpu/info/json")
+		if err != nil {
+			t.Errorf("%s%s: %v", host, port, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s%s: %d", host, port, resp.StatusCode)
+		}
+	}
+	if code := stop(); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}
+
+// Another program on [::1]'s port (a local user's impostor) stops serve
+// from starting, naming the address, rather than serving 127.0.0.1 beside it.
+func TestServeRefusesShadowedLoopback(t *testing.T) {
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	defer ln.Close()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	if v4, err := net.Listen("tcp4", "127.0.0.1:"+port); err != nil {
+		t.Skipf("127.0.0.1:%s is taken too: %v", port, err)
+	} else {
+		v4.Close()
+	}
+	root := fakeRoot(t)
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		code := Main([]string{"serve", "--gpus", "sim:h100x8", "--driver-root", root, "--listen", "localhost:" + port}, io.Discard, pw)
+		pw.Close()
+		done <- code
+	}()
+	var stderr string
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		stderr += sc.Text() + "\n"
+		if strings.Contains(sc.Text(), "listening on http://") {
+			// It serves beside the impostor: stop it, and fail.
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		}
+	}
+	code := <-done
+	if code != 1 || !strings.Contains(stderr, "[::1]:"+port) || !strings.Contains(stderr, "another program holds the port on the IPv6 loopback") {
+		t.Errorf("exit %d, stderr %q: want a refusal naming [::1]:%s", code, stderr, port)
 	}
 }

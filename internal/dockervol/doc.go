@@ -24,6 +24,10 @@
 //	/VolumeDriver.Unmount       nothing to do
 //	/VolumeDriver.Get, .List    the trees that exist, as {Name, Mountpoint}
 //	/VolumeDriver.Capabilities  {"Capabilities": {"Scope": "local"}}
+//	/docker/cli/json (GET)      the REST API's docker run arguments (package legacyapi),
+//	                            when gantry serve gives its handler (Options.DockerCLI): the
+//	                            nvidia-docker wrapper asks here, on a socket only root can
+//	                            make at this path, and never on a TCP port
 //
 // Volume names are <volume>_<version>, and the one volume is nvidia_driver;
 // other names are answered with "unsupported volume" or "bad volume format".

@@ -56,8 +56,16 @@ type Options struct {
 	Store drivervol.Store
 	// Driver is this host's driver: Create builds its version's tree.
 	Driver *driver.Inventory
-	Logger *slog.Logger
+	// DockerCLI, when set, also answers GET DockerCLIPath on the socket:
+	// the REST API's handler (package legacyapi), for the nvidia-docker
+	// wrapper, which takes docker run arguments from this root-owned socket
+	// only, never from a TCP port another user could listen on first.
+	DockerCLI http.Handler
+	Logger    *slog.Logger
 }
+
+// DockerCLIPath is the REST API endpoint the socket also answers (Options.DockerCLI).
+const DockerCLIPath = "/docker/cli/json"
 
 // Server answers the volume plugin protocol.
 type Server struct {
@@ -96,8 +104,13 @@ func New(opts Options) *Server {
 	return s
 }
 
-// ServeHTTP takes POST requests of the plugin media types only.
+// ServeHTTP takes POST requests of the plugin media types only, and GET
+// DockerCLIPath when Options.DockerCLI is set.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.DockerCLI != nil && r.URL.Path == DockerCLIPath {
+		s.opts.DockerCLI.ServeHTTP(w, r)
+		return
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
 		http.Error(w, "the Docker plugin protocol uses POST", http.StatusMethodNotAllowed)

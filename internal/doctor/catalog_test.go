@@ -65,7 +65,7 @@ func TestCatalogCoversChecks(t *testing.T) {
 	consts := map[string]string{
 		"CheckKernel": CheckKernel, "CheckDeviceNodes": CheckDeviceNodes, "CheckNVML": CheckNVML,
 		"CheckVersions": CheckVersions, "CheckDriverFiles": CheckDriverFiles,
-		"CheckInventoryCache": CheckInventoryCache, "CheckCDISpecs": CheckCDISpecs,
+		"CheckInventoryCache": CheckInventoryCache, "CheckCDISpecs": CheckCDISpecs, "CheckOldCDIHooks": CheckOldCDIHooks,
 		"CheckDocker": CheckDocker, "CheckContainerd": CheckContainerd, "CheckCRIO": CheckCRIO,
 		"CheckHook": CheckHook, "CheckContainer": CheckContainer, "CheckContainerDevice": CheckContainerDevice,
 		"CheckPersistence": CheckPersistence, "CheckDevicePlugin": CheckDevicePlugin,

@@ -54,6 +54,7 @@ const (
 	CheckLoaderCache     = "loader cache"
 	CheckInventoryCache  = "inventory cache"
 	CheckCDISpecs        = "cdi specs"
+	CheckOldCDIHooks     = "old cdi hooks"
 	CheckDocker          = "docker config"
 	CheckContainerd      = "containerd config"
 	CheckCRIO            = "cri-o config"

@@ -165,7 +165,7 @@ func TestHealthyHost(t *testing.T) {
 	expect(t, checks, CheckCRIO, Skip, nil, "")
 	// Every check is present, in chain order.
 	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles, CheckLoaderCache,
-		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook, CheckCreateServer,
+		CheckInventoryCache, CheckCDISpecs, CheckOldCDIHooks, CheckDocker, CheckContainerd, CheckCRIO, CheckHook, CheckCreateServer,
 		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode}
 	if len(checks) != len(want) {
 		t.Fatalf("%d checks, want %d:\n%s", len(checks), len(want), dump(checks))

@@ -24,6 +24,7 @@ const (
 	fixReinstall     = "reinstall the driver's user-space libraries for version VERSION"
 	fixSONAME        = "recreate the SONAME links: `ldconfig -r ROOT` (ROOT is the driver root)"
 	fixLoaderCache   = "rebuild the cache: `ldconfig -r ROOT` (ROOT is the driver root)"
+	fixOldCDIHooks   = "rewrite them: `sudo gantry cdi fix-hooks FILE...` (atomically, each original kept as FILE.bak; `make install` does this for /etc/cdi and /var/run/cdi)"
 	fixCDISpec       = "regenerate it: `gantry cdi generate --output FILE` (`gantry cdi generate` belongs in the driver upgrade procedure)"
 
 	fixReadable            = "make the file readable"

@@ -14,18 +14,28 @@
 // When nvidia-docker-plugin runs (gantry serve --volume-plugin answers on
 // /run/docker/plugins/nvidia-docker.sock), the wrapper uses it, as
 // nvidia-docker 1.0 did: run and create get the plugin's arguments for
-// NV_GPU's GPUs, from its REST API on localhost:3476 (/docker/cli?dev=...&vol=nvidia_driver):
+// NV_GPU's GPUs:
 // --volume-driver=nvidia-docker --volume=nvidia_driver_<version>:/usr/local/nvidia:ro
 // and the --device flags, plus -e NVIDIA_VISIBLE_DEVICES=void, so that a
 // GPU runtime Docker may run by default adds nothing to the GPUs chosen.
-// A plugin whose REST API cannot be reached is passed over with a warning;
-// one that refuses the GPUs (an unknown index) stops the wrapper. Only a
-// docker talking to this host's daemon uses it (no -H, --host, --context,
-// and DOCKER_HOST unset or unix://): a remote daemon gets the runtime's
-// arguments as before.
+// It asks the plugin's own socket (GET /docker/cli/json), and only when
+// root made it: the socket and each directory above it are root's and
+// writable by no one else, and the server on it runs as root
+// (SO_PEERCRED). It never asks the REST API on localhost:3476, where any
+// local user may listen first ([::1], or 127.0.0.1 when the plugin was
+// started with another -l). The answer must hold only the forms above
+// (CheckArgs); anything else stops the wrapper before docker runs. The
+// socket is root's, mode 0600, so only root's nvidia-docker uses the
+// plugin; others get the runtime's arguments. A plugin that cannot be
+// used (an older one without /docker/cli/json on its socket, a socket not
+// root's) is passed over with a warning; one that refuses the GPUs (an
+// unknown index) stops the wrapper. Only a docker talking to this host's
+// daemon uses it (no -H, --host, --context, and DOCKER_HOST unset or
+// unix://): a remote daemon gets the runtime's arguments as before.
 //
 // `nvidia-docker version` prints "NVIDIA Docker: <version>" before docker's
-// own output, as both generations did.
+// own output, as both generations did; `nvidia-docker --help` (or help) a
+// summary of NV_GPU and NV_DOCKER before docker's help.
 //
 // Docker is run as a child process with the wrapper's standard streams
 // (a terminal stays a terminal); its exit status is the wrapper's, and
@@ -139,6 +149,35 @@ func localDaemon(args []string, dockerHost string) bool {
 	return true
 }
 
+// isHelp reports whether docker is asked for its own help: --help or -h
+// before any command, or the command help with nothing after it.
+func isHelp(args []string) bool {
+	i := commandIndex(args)
+	if i >= 0 {
+		return args[i] == "help" && i == len(args)-1
+	}
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--help" || a == "-h" {
+			return true
+		}
+	}
+	return false
+}
+
+// Usage is what nvidia-docker --help prints before docker's help.
+const Usage = `nvidia-docker: docker with NVIDIA GPUs on run and create (Gantry).
+  NV_GPU      the GPUs, by index or UUID, separated by commas or spaces
+              (NV_GPU=0,1 nvidia-docker run ...); unset or empty: all GPUs
+  NV_DOCKER   the docker command, split on white space (default docker)
+run and create get --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=<NV_GPU>, or
+nvidia-docker-plugin's volume and devices where it runs (as root, on this
+host's daemon); every other command goes to docker unchanged.
+
+`
+
 // isVersion reports whether docker is asked for its version ("docker version").
 func isVersion(args []string) bool {
 	i := commandIndex(args)
@@ -188,6 +227,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, p Plugin) int
 	}
 	if isVersion(args) {
 		fmt.Fprintf(stdout, "NVIDIA Docker: %s (gantry)\n", version.Version)
+	}
+	if isHelp(args) {
+		io.WriteString(stdout, Usage)
 	}
 	rewritten, err := rewrite(args, os.Getenv("NV_GPU"), p, stderr)
 	if err != nil {

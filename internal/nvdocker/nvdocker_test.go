@@ -2,6 +2,7 @@ package nvdocker
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -139,5 +140,37 @@ func TestMainNVDocker(t *testing.T) {
 	errb.Reset()
 	if code := Main([]string{"ps"}, strings.NewReader(""), &out, &errb); code != 1 || !strings.Contains(errb.String(), "NV_DOCKER") {
 		t.Errorf("missing docker: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// nvidia-docker --help says what the wrapper reads (NV_GPU, NV_DOCKER),
+// then docker's own help follows; a help of a command (run --help) is
+// docker's alone.
+func TestHelp(t *testing.T) {
+	bin := t.TempDir()
+	fakeDocker(t, bin, "docker")
+	log := filepath.Join(t.TempDir(), "argv")
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("FAKE_DOCKER_LOG", log)
+	t.Setenv("FAKE_DOCKER_EXIT", "0")
+	t.Setenv("NV_DOCKER", "")
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}, {"--debug", "--help"}} {
+		var out, errb bytes.Buffer
+		if code := Main(args, strings.NewReader(""), &out, &errb); code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errb.String())
+		}
+		for _, want := range []string{"NV_GPU", "NV_DOCKER", "docker-says-hello"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("nvidia-docker %q: output %q lacks %s", args, out.String(), want)
+			}
+		}
+		if got := readLines(t, log); strings.Join(got, " ") != strings.Join(args, " ") {
+			t.Errorf("docker argv %q, want %q", got, args)
+		}
+	}
+	var out bytes.Buffer
+	Main([]string{"run", "--help"}, strings.NewReader(""), &out, io.Discard)
+	if strings.Contains(out.String(), "NV_GPU") {
+		t.Errorf("run --help: %q", out.String())
 	}
 }

@@ -3,29 +3,42 @@ package nvdocker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Plugin is where the wrapper looks for nvidia-docker-plugin.
 type Plugin struct {
-	// Socket is the volume plugin's socket.
+	// Socket is the volume plugin's socket. gantry serve --volume-plugin
+	// answers the REST API's /docker/cli/json there too, and that is the
+	// only place the wrapper takes docker run arguments from: a unix socket
+	// whose file and directory root owns and whose listener runs as root.
+	// Never a TCP port: any local user may listen on localhost:3476 first
+	// ([::1] when the API holds 127.0.0.1, either when it was started with
+	// another --listen) and answer --privileged -v /:/host.
 	Socket string
-	// API is the REST API's base URL.
-	API string
 }
 
 // DefaultPlugin is where nvidia-docker-plugin serves (gantry serve
-// --volume-plugin's defaults).
-var DefaultPlugin = Plugin{Socket: "/run/docker/plugins/nvidia-docker.sock", API: "http://localhost:3476"}
+// --volume-plugin's default socket).
+var DefaultPlugin = Plugin{Socket: "/run/docker/plugins/nvidia-docker.sock"}
 
-// APIError says that the plugin runs but its REST API could not be asked.
+// APIError says that the plugin runs but could not give arguments that can
+// be used (an older plugin without /docker/cli/json on its socket, a socket
+// not root's): the wrapper warns and uses the runtime instead.
 type APIError struct{ Err error }
 
 func (e *APIError) Error() string { return e.Err.Error() }
@@ -33,54 +46,192 @@ func (e *APIError) Unwrap() error { return e.Err }
 
 const pluginTimeout = 10 * time.Second
 
-// Running reports whether a volume plugin answers on the socket.
-func (p Plugin) Running() bool {
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+// trusted checks that only root could have made the socket at p: the file
+// is a socket owned by root that no one else may write to, and each
+// directory above it is root's and writable by no one else (else another
+// user could put a socket of their own there).
+func trusted(p string) error {
+	st, err := os.Lstat(p)
+	if err != nil {
+		return err
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	if st.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s is not a socket", p)
+	}
+	if sys.Uid != 0 || st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s is owned by uid %d with mode %v: only a socket of root's that no one else may write to is trusted", p, sys.Uid, st.Mode().Perm())
+	}
+	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		sys := st.Sys().(*syscall.Stat_t)
+		if sys.Uid != 0 || st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 {
+			return fmt.Errorf("the directory %s of %s is owned by uid %d with mode %v: another user could put a socket there", d, p, sys.Uid, st.Mode().Perm())
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
+}
+
+// dialRoot connects to the socket and checks that its listener runs as
+// root (SO_PEERCRED: the credentials of whoever called listen).
+func dialRoot(ctx context.Context, p string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, "unix", p)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		credErr = err
+	}
+	if credErr != nil {
+		c.Close()
+		return nil, fmt.Errorf("reading the credentials of %s's server: %w", p, credErr)
+	}
+	if cred.Uid != 0 {
+		c.Close()
+		return nil, fmt.Errorf("the server on %s runs as uid %d, not root", p, cred.Uid)
+	}
+	return c, nil
+}
+
+func (p Plugin) client(timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", p.Socket)
+			return dialRoot(ctx, p.Socket)
 		},
 	}}
+}
+
+// running reports whether a volume plugin answers on the socket; false
+// where the socket is missing or the caller may not connect (it is root's,
+// mode 0600: only root uses the plugin).
+func (p Plugin) running() (bool, error) {
+	if _, err := os.Lstat(p.Socket); err != nil {
+		// No plugin, or one the caller may not see (a directory of root's
+		// mode 0700): not ours to use.
+		return false, nil
+	}
+	if err := trusted(p.Socket); err != nil {
+		return false, &APIError{fmt.Errorf("not using nvidia-docker-plugin: %w", err)}
+	}
 	req, _ := http.NewRequest(http.MethodPost, "http://plugin/Plugin.Activate", strings.NewReader("{}"))
 	req.Header.Set("Accept", "application/vnd.docker.plugins.v1.2+json")
-	resp, err := hc.Do(req)
+	resp, err := p.client(2 * time.Second).Do(req)
 	if err != nil {
-		return false
+		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) {
+			return false, nil
+		}
+		return false, &APIError{fmt.Errorf("not using nvidia-docker-plugin: %w", err)}
 	}
 	defer resp.Body.Close()
 	var act struct{ Implements []string }
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&act) != nil {
-		return false
+		return false, nil
 	}
-	return slices.Contains(act.Implements, "VolumeDriver")
+	return slices.Contains(act.Implements, "VolumeDriver"), nil
 }
 
 // Args returns the docker run arguments the plugin gives for gpus (NV_GPU's
-// value; empty for all), or nil when no plugin runs. A plugin whose REST API
-// cannot be reached gives an *APIError; one that refuses the request (a GPU
-// that does not exist) an error with its reason.
+// value; empty for all), or nil when no plugin runs. A plugin that cannot
+// be asked, or one not root's, gives an *APIError; one that refuses the
+// request (a GPU that does not exist) an error with its reason, as does an
+// answer holding anything but the arguments a plugin gives (CheckArgs).
 func (p Plugin) Args(gpus string) ([]string, error) {
-	if !p.Running() {
-		return nil, nil
+	ok, err := p.running()
+	if err != nil || !ok {
+		return nil, err
 	}
 	ids := strings.FieldsFunc(gpus, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
 	q := url.Values{"vol": {"nvidia_driver"}, "dev": {strings.Join(ids, " ")}}
-	u := strings.TrimSuffix(p.API, "/") + "/docker/cli?" + q.Encode()
-	hc := &http.Client{Timeout: pluginTimeout}
-	resp, err := hc.Get(u)
+	resp, err := p.client(pluginTimeout).Get("http://plugin/docker/cli/json?" + q.Encode())
 	if err != nil {
-		return nil, &APIError{fmt.Errorf("nvidia-docker-plugin answers on %s but its REST API does not: %v", p.Socket, err)}
+		return nil, &APIError{fmt.Errorf("nvidia-docker-plugin answers on %s but not for /docker/cli/json: %v", p.Socket, err)}
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return nil, &APIError{fmt.Errorf("reading %s: %v", u, err)}
+		return nil, &APIError{fmt.Errorf("reading nvidia-docker-plugin's /docker/cli/json on %s: %v", p.Socket, err)}
 	}
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusBadRequest:
 		return nil, fmt.Errorf("nvidia-docker-plugin: %s (NV_GPU=%q)", strings.TrimSpace(string(body)), gpus)
+	default:
+		// A plugin from before /docker/cli/json was served on its socket
+		// answers the volume protocol's 405 or 404.
+		return nil, &APIError{fmt.Errorf("nvidia-docker-plugin on %s does not answer /docker/cli/json (%s): restart it with this Gantry's gantry serve --volume-plugin", p.Socket, resp.Status)}
 	}
-	words := strings.Fields(string(body))
-	if len(words) == 0 {
-		return nil, fmt.Errorf("nvidia-docker-plugin gave no arguments at %s", u)
+	var a struct {
+		VolumeDriver string
+		Volumes      []string
+		Devices      []string
+	}
+	if err := json.Unmarshal(body, &a); err != nil {
+		return nil, fmt.Errorf("nvidia-docker-plugin on %s: reading /docker/cli/json: %v", p.Socket, err)
+	}
+	var words []string
+	if a.VolumeDriver != "" {
+		words = append(words, "--volume-driver="+a.VolumeDriver)
+	}
+	for _, v := range a.Volumes {
+		words = append(words, "--volume="+v)
+	}
+	for _, d := range a.Devices {
+		words = append(words, "--device="+d)
+	}
+	if err := CheckArgs(words); err != nil {
+		return nil, fmt.Errorf("nvidia-docker-plugin on %s: %w", p.Socket, err)
 	}
 	return words, nil
+}
+
+var (
+	volumeArg = regexp.MustCompile(`^--volume=nvidia_driver_[0-9]{1,6}(\.[0-9]{1,6}){0,3}:/usr/local/nvidia:ro$`)
+	// A device node: /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools,
+	// /dev/nvidiaN, or HOST:CONTAINER with the host node under a dev root
+	// (a driver container's /run/nvidia/driver/dev/nvidia0:/dev/nvidia0).
+	deviceArg = regexp.MustCompile(`^--device=(?:(/[A-Za-z0-9._/-]*)?(/dev/nvidia(?:ctl|-uvm|-uvm-tools|[0-9]{1,3})):)?(/dev/nvidia(?:ctl|-uvm|-uvm-tools|[0-9]{1,3}))$`)
+)
+
+// CheckArgs accepts only the docker run arguments nvidia-docker-plugin
+// gives: --volume-driver=nvidia-docker once,
+// --volume=nvidia_driver_<version>:/usr/local/nvidia:ro once, and
+// --device=/dev/nvidia<ctl|-uvm|-uvm-tools|N>, each node at most once,
+// optionally from a clean host path ending in the same /dev/ name. Anything
+// else (--privileged, -v /:/host, --pid=host, another device) is an error
+// naming it: the arguments go straight into docker run as its caller.
+func CheckArgs(words []string) error {
+	var driver, volume int
+	nodes := map[string]bool{}
+	for _, w := range words {
+		switch {
+		case w == "--volume-driver=nvidia-docker":
+			driver++
+		case volumeArg.MatchString(w):
+			volume++
+		default:
+			m := deviceArg.FindStringSubmatch(w)
+			if m == nil || m[2] != "" && m[2] != m[3] || m[1] != "" && filepath.Clean(m[1]+m[2]) != m[1]+m[2] || nodes[m[3]] {
+				return fmt.Errorf("refusing the argument %q: it is none the plugin gives (--volume-driver=nvidia-docker, --volume=nvidia_driver_<version>:/usr/local/nvidia:ro, --device=/dev/nvidia*); check what serves that socket", w)
+			}
+			nodes[m[3]] = true
+		}
+	}
+	if driver != 1 || volume != 1 || len(nodes) == 0 {
+		return fmt.Errorf("refusing the arguments %q: want --volume-driver=nvidia-docker, one --volume=nvidia_driver_<version>:/usr/local/nvidia:ro and the --device flags", words)
+	}
+	return nil
 }

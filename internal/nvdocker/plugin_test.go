@@ -2,7 +2,6 @@ package nvdocker
 
 import (
 	"bytes"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +17,8 @@ import (
 )
 
 // realPlugin serves nvidia-docker-plugin as gantry serve --volume-plugin
-// does: the volume plugin on a unix socket, the REST API over HTTP, on a
-// fake driver root and simulated GPUs.
+// does: the volume plugin on a unix socket, with the REST API's
+// /docker/cli/json on it too, on a fake driver root and simulated GPUs.
 func realPlugin(t *testing.T) (Plugin, string) {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
@@ -45,12 +44,26 @@ func realPlugin(t *testing.T) (Plugin, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := dockervol.NewHTTPServer(dockervol.New(dockervol.Options{Store: drivervol.Store{Dir: t.TempDir()}, Driver: inv}))
+	api := legacyapi.New(legacyapi.Options{System: sys, Driver: inv, DevRoot: cfg.EffectiveDevRoot(), VolumePlugin: true})
+	ps := dockervol.NewHTTPServer(dockervol.New(dockervol.Options{Store: drivervol.Store{Dir: t.TempDir()}, Driver: inv, DockerCLI: api}))
 	go ps.Serve(ln)
 	t.Cleanup(func() { ps.Close() })
-	api := httptest.NewServer(legacyapi.New(legacyapi.Options{System: sys, Driver: inv, DevRoot: cfg.EffectiveDevRoot(), VolumePlugin: true}))
-	t.Cleanup(api.Close)
-	return Plugin{Socket: filepath.Join(sockDir, dockervol.SocketName), API: api.URL}, root
+	return Plugin{Socket: filepath.Join(sockDir, dockervol.SocketName)}, root
+}
+
+// oldPlugin is a volume plugin that does not answer /docker/cli/json on its
+// socket, as gantry serve did before the wrapper stopped asking a TCP port.
+func oldPlugin(t *testing.T) Plugin {
+	t.Helper()
+	sockDir := t.TempDir()
+	ln, err := dockervol.Listen(sockDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := dockervol.NewHTTPServer(dockervol.New(dockervol.Options{Store: drivervol.Store{Dir: t.TempDir()}}))
+	go ps.Serve(ln)
+	t.Cleanup(func() { ps.Close() })
+	return Plugin{Socket: filepath.Join(sockDir, dockervol.SocketName)}
 }
 
 func TestMainUsesPlugin(t *testing.T) {
@@ -81,10 +94,10 @@ func TestMainUsesPlugin(t *testing.T) {
 			want: []string{"create", "--volume-driver=nvidia-docker", "--volume=nvidia_driver_580.159.04:/usr/local/nvidia:ro",
 				dev("/dev/nvidiactl"), dev("/dev/nvidia-uvm"), dev("/dev/nvidia-uvm-tools"), dev("/dev/nvidia0"), dev("/dev/nvidia2"),
 				"-e", "NVIDIA_VISIBLE_DEVICES=void", "cuda"}},
-		{name: "no plugin", gpus: "1", plugin: Plugin{Socket: filepath.Join(t.TempDir(), "none.sock"), API: p.API},
+		{name: "no plugin", gpus: "1", plugin: Plugin{Socket: filepath.Join(t.TempDir(), "none.sock")},
 			args: []string{"run", "cuda"}, want: append(append([]string{"run"}, runtime...), "cuda")},
-		{name: "REST API down", gpus: "1", plugin: Plugin{Socket: p.Socket, API: "http://127.0.0.1:1"},
-			args: []string{"run", "cuda"}, want: append(append([]string{"run"}, runtime...), "cuda"), stderr: "its REST API does not"},
+		{name: "older plugin", gpus: "1", plugin: oldPlugin(t),
+			args: []string{"run", "cuda"}, want: append(append([]string{"run"}, runtime...), "cuda"), stderr: "does not answer /docker/cli/json"},
 		{name: "remote daemon", gpus: "1", plugin: p, args: []string{"-H", "tcp://gpu-host:2375", "run", "cuda"},
 			want: append(append([]string{"-H", "tcp://gpu-host:2375", "run"}, runtime...), "cuda")},
 		{name: "remote DOCKER_HOST", gpus: "1", dockerHost: "tcp://gpu-host:2375", plugin: p, args: []string{"run", "cuda"},

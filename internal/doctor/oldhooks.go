@@ -1,0 +1,30 @@
+package doctor
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/cdispec"
+)
+
+func (e *env) oldCDIHooks() []Check { return one(checkOldCDIHooks(e.opts.Config.CDI.SpecDirs)) }
+
+// checkOldCDIHooks reads every spec in dirs (package cdispec: bounded,
+// regular files only); one that cannot be read is the cdi specs check's.
+func checkOldCDIHooks(dirs []string) Check {
+	found, _ := cdispec.FindOldSpecs(dirs)
+	if len(found) == 0 {
+		return pass(CheckOldCDIHooks, "no spec in %s runs the gantry CLI or nvidia-ctk hook without an env", strings.Join(dirs, ", "))
+	}
+	var ev, files []string
+	for _, o := range found {
+		var hooks []string
+		for _, h := range o.Hooks {
+			hooks = append(hooks, h.String())
+		}
+		ev = append(ev, fmt.Sprintf("%s: %s", o.Path, strings.Join(hooks, "; ")))
+		files = append(files, o.Path)
+	}
+	return fail(CheckOldCDIHooks, fix(fixOldCDIHooks, "FILE...", strings.Join(files, " ")),
+		"hooks without an env that run the dynamically linked gantry (or nvidia-ctk), which an engine's runc before 1.2 runs as root with the image's environment (its LD_PRELOAD runs as host root): %s", strings.Join(ev, " | "))
+}
