@@ -252,7 +252,7 @@ func (e *env) inventoryCache() []Check {
 	return one(checkInventoryCache(e.opts.Config, e.version))
 }
 
-func (e *env) cdiSpecs() []Check { return one(checkCDISpecs(e.opts.Config, e.version)) }
+func (e *env) cdiSpecs() []Check { return one(checkCDISpecs(e.opts, e.version)) }
 
 // docker: Docker has two GPU paths, --runtime nvidia (daemon.json) and
 // --gpus (the hook): each is a failure only when the other does not work.

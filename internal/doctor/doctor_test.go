@@ -67,6 +67,7 @@ func newHost(t *testing.T) *host {
 		CRIODropins:      filepath.Join(dir, "crio/crio.conf.d"),
 		KubeletDir:       filepath.Join(dir, "kubelet"),      // not a Kubernetes node
 		RuntimeSocket:    filepath.Join(dir, "runtime.sock"), // no create server; never the host's
+		PodmanStorage:    filepath.Join(dir, "containers/storage"),
 	}
 	// A running dockerd whose PATH has the hook: doctor looks the hook up
 	// there, not in its own PATH.
@@ -214,7 +215,7 @@ func TestStaleCDISpec(t *testing.T) {
 	checks := Run(h.opts)
 	c := expect(t, checks, CheckCDISpecs, Fail,
 		[]string{"nvidia.yaml", "generated for driver " + fakedriver.DefaultVersion, "running driver is " + upgraded},
-		"gantry cdi generate --output "+filepath.Join(h.opts.Config.CDI.SpecDirs[0], "nvidia.yaml"))
+		"cdi generate --output "+filepath.Join(h.opts.Config.CDI.SpecDirs[0], "nvidia.yaml"))
 	t.Log(c.Evidence)
 	expect(t, checks, CheckKernel, Pass, []string{upgraded}, "")
 }
@@ -487,7 +488,7 @@ func TestCDISpecHooksWithoutEnv(t *testing.T) {
 	h.write(t, path, string(b))
 	c := expect(t, Run(h.opts), CheckCDISpecs, Fail,
 		[]string{path, "without an explicit env", "CVE-2025-23266", spec.ContainerEdits.Hooks[0].Path},
-		"gantry cdi generate --output "+path)
+		"cdi generate --output "+path)
 	t.Log(c.Evidence)
 }
 

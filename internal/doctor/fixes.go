@@ -18,6 +18,9 @@ const (
 	fixReinstall    = "reinstall the driver's user-space libraries for version VERSION"
 	fixSONAME       = "recreate the SONAME links: `ldconfig -r ROOT` (ROOT is the driver root)"
 	fixLoaderCache  = "rebuild the cache: `ldconfig -r ROOT` (ROOT is the driver root)"
+	fixCDIStale     = "remove the stale spec, which shadows the intact one: `rm STALE` (GOOD is then used; a spec in a later spec directory, `/var/run/cdi` after `/etc/cdi`, wins)"
+	fixCDIConflict  = "keep one spec per device: `rm DROP` (KEEP stays)"
+	fixPodmanNoSpec = "generate the spec Podman reads: `gantry cdi generate --output FILE` (again after each driver upgrade)"
 	fixCDISpec      = "regenerate it: `gantry cdi generate --output FILE` (`gantry cdi generate` belongs in the driver upgrade procedure)"
 
 	fixReadable            = "make the file readable"
@@ -34,6 +37,11 @@ const (
 	fixCRIOReinstall       = "install `gantry-runtime` there, or re-register it: " + fixCRIOConfigure
 	fixCRIOTOML            = "correct the TOML (CRI-O will not start with it)"
 	fixNVMLHelper          = "install `gantry` beside `gantry-runtime` (`make install` does), or set `runtime.gantry-path` in the Gantry configuration to the gantry binary: `gantry-runtime` links no NVML and asks it for MIG devices"
+	fixProgramMode         = "make it executable: `chmod 755 FILE` (the engine execs it as a file, as `ls -l` shows it)"
+	fixRuntimeAbsPath      = "register runtime NAME by the absolute path doctor found it at: in FILE, its path `ABSPATH` (or add DIR to ENGINE's `PATH`: an `Environment=PATH=` line in its unit); then `RESTART`"
+	fixHookLink            = "point the link at the installed hook: `ln -sf TARGET LINK`, then `systemctl restart docker` (dockerd looks the hook up when it starts)"
+	fixHookMode            = "make it executable: `chmod 755 FILE`, then `systemctl restart docker` (dockerd looks the hook up when it starts)"
+	fixHookReinstall       = "no installed hook to point LINK at: install Gantry again (`make install` links `nvidia-container-runtime-hook` to `gantry-runtime`), or `rm LINK` if --gpus is not wanted; then `systemctl restart docker`"
 	fixHookPath            = "add DIR, where the hook is, to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), or `ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), then `systemctl restart docker`"
 
 	fixNoContainer = "name a running container (`docker ps`; `ctr -n NAMESPACE tasks ls`; `crictl ps`) and run doctor as root on its host, where the docker CLI reaches the daemon; for containerd give `--namespace`, and `--containerd-state` if its state directory is not `" + DefaultContainerdState + "`"
