@@ -89,7 +89,10 @@ func (h *host) write(t *testing.T, path, content string) {
 }
 
 // writeSpec generates the CDI spec for the fake driver as it is now.
-func (h *host) writeSpec(t *testing.T) {
+func (h *host) writeSpec(t *testing.T) { h.writeSpecWith(t, "") }
+
+// writeSpecWith is writeSpec with hooks that run hookPath ("" for none).
+func (h *host) writeSpecWith(t *testing.T, hookPath string) {
 	t.Helper()
 	sys, err := sim.Load("h100x8")
 	if err != nil {
@@ -99,7 +102,7 @@ func (h *host) writeSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := cdispec.Generate(sys, inv, cdispec.Options{DevRoot: h.res.Root})
+	spec, err := cdispec.Generate(sys, inv, cdispec.Options{DevRoot: h.res.Root, HookPath: hookPath})
 	if err != nil {
 		t.Fatal(err)
 	}

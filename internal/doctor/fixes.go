@@ -37,7 +37,7 @@ const (
 	fixCRIOReinstall       = "install `gantry-runtime` there, or re-register it: " + fixCRIOConfigure
 	fixCRIOTOML            = "correct the TOML (CRI-O will not start with it)"
 	fixNVMLHelper          = "install `gantry` beside `gantry-runtime` (`make install` does), or set `runtime.gantry-path` in the Gantry configuration to the gantry binary: `gantry-runtime` links no NVML and asks it for MIG devices"
-	fixProgramMode         = "make it executable: `chmod 755 FILE` (the engine execs it as a file, as `ls -l` shows it)"
+	fixProgramMode         = "make it executable: `chmod 755 FILE` (the engine execs the file itself)"
 	fixRuntimeAbsPath      = "register runtime NAME by the absolute path doctor found it at: in FILE, its path `ABSPATH` (or add DIR to ENGINE's `PATH`: an `Environment=PATH=` line in its unit); then `RESTART`"
 	fixHookLink            = "point the link at the installed hook: `ln -sf TARGET LINK`, then `systemctl restart docker` (dockerd looks the hook up when it starts)"
 	fixHookMode            = "make it executable: `chmod 755 FILE`, then `systemctl restart docker` (dockerd looks the hook up when it starts)"

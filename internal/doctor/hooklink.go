@@ -35,7 +35,7 @@ func brokenHook(opts Options, path, source string) (Check, bool) {
 		switch {
 		case lst.Mode()&fs.ModeSymlink != 0 && serr != nil:
 			target, _ := os.Readlink(link)
-			problems = append(problems, fmt.Sprintf("%s is a dangling symbolic link: it points to %s, which does not exist", link, target))
+			problems = append(problems, fmt.Sprintf("%s is a dangling symbolic link (to %s, which does not exist)", link, target))
 			if real := hookTarget(link, target, path); real != "" {
 				fixes = append(fixes, fix(fixHookLink, "TARGET", real, "LINK", link))
 			} else {
@@ -49,7 +49,7 @@ func brokenHook(opts Options, path, source string) (Check, bool) {
 	if len(problems) == 0 {
 		return Check{}, false
 	}
-	ev := fmt.Sprintf("%s on dockerd's PATH %q (%s): docker run --gpus fails with \"could not select device driver\" (dockerd skips an entry it cannot execute, and looks the hook up when it starts)",
+	ev := fmt.Sprintf("%s, on dockerd's PATH %q (%s): docker run --gpus fails with \"could not select device driver\" (dockerd skips an entry it cannot execute, and looks the hook up when it starts)",
 		strings.Join(problems, "; "), path, source)
 	f := joinFixes(fixes)
 	return fail(CheckHook, f, "%s", ev), true
