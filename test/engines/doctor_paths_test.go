@@ -190,8 +190,15 @@ func TestDoctorRuntimeOnEnginePath(t *testing.T) {
 	}
 }
 
+// lastLine is the last line of s that says "error", else its last line.
 func lastLine(s string) string {
 	s = strings.TrimSpace(s)
+	lines := strings.Split(s, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(strings.ToLower(lines[i]), "error") {
+			return lines[i]
+		}
+	}
 	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
 		return s[i+1:]
 	}
