@@ -77,6 +77,21 @@ func TestDoctorPodmanCDI(t *testing.T) {
 		}
 	}
 
+	// fresh leaves the good spec alone in the spec directory, so that each
+	// case stands on its own.
+	fresh := func() {
+		t.Helper()
+		entries, _ := os.ReadDir(e.specDir)
+		for _, d := range entries {
+			if err := os.Remove(filepath.Join(e.specDir, d.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, err := e.withCDI(f.gantry, "cdi", "generate", "--output", spec); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+
 	t.Run("NoSpec", func(t *testing.T) {
 		fails("no CDI spec")
 		c := diagnose()
@@ -90,6 +105,7 @@ func TestDoctorPodmanCDI(t *testing.T) {
 	})
 
 	t.Run("HostPathDeleted", func(t *testing.T) {
+		fresh()
 		// An ICD file the spec mounts, removed after generation (a driver
 		// package's file list changed; a cleanup).
 		icd := filepath.Join(e.dir, "vendor-icd", "nvidia_icd.json")
@@ -132,6 +148,7 @@ func TestDoctorPodmanCDI(t *testing.T) {
 	})
 
 	t.Run("TwoSpecsSameDevices", func(t *testing.T) {
+		fresh()
 		other := filepath.Join(e.specDir, "nvidia-old.yaml")
 		b, err := os.ReadFile(hostSpec)
 		if err != nil {
@@ -158,6 +175,7 @@ func TestDoctorPodmanCDI(t *testing.T) {
 	})
 
 	t.Run("StaleShadowsGood", func(t *testing.T) {
+		fresh()
 		if !f.overlay {
 			t.Skip("overlayfs does not work here: /etc/cdi cannot be made in a private view of /etc")
 		}
