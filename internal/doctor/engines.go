@@ -44,7 +44,11 @@ func judgeRuntimes(opts Options, name, file, configure, reinstall string, all []
 			case pr.chmod != "":
 				fixes = append(fixes, fix(fixProgramMode, "FILE", pr.chmod))
 			case pr.onDoctorPath != "":
-				fixes = append(fixes, fix(fixRuntimeAbsPath, "NAME", r.Name, "FILE", file, "ABSPATH", pr.onDoctorPath,
+				fixFile := file
+				if strings.HasPrefix(file, "the running containerd") {
+					fixFile = "the file containerd was started with (its --config, default " + DefaultContainerdConfig + "), as its BinaryName"
+				}
+				fixes = append(fixes, fix(fixRuntimeAbsPath, "NAME", r.Name, "FILE", fixFile, "ABSPATH", pr.onDoctorPath,
 					"DIR", filepath.Dir(pr.onDoctorPath), "ENGINE", engineFor(opts, name).comm, "RESTART", restartFor(name)))
 			}
 			continue

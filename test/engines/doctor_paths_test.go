@@ -3,7 +3,9 @@
 package engines
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/gantry-gpu/gantry/internal/doctor"
 )
@@ -158,7 +163,7 @@ func TestDoctorRuntimeOnEnginePath(t *testing.T) {
 		if out, err := e.run("--runtime", rt, "-e", "NVIDIA_VISIBLE_DEVICES=all"); err == nil {
 			t.Fatalf("docker run --runtime %s succeeded before the fix:\n%s", rt, out)
 		} else {
-			t.Logf("docker run --runtime %s: %v (%s)", rt, err, lastLine(out))
+			t.Logf("docker run --runtime %s fails: %s", rt, lastLine(out))
 		}
 	}
 	c := one(t, doctorAt(t, f, e.sock, "--docker-config", daemonJSON), doctor.CheckDocker)
@@ -203,4 +208,68 @@ func lastLine(s string) string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// TestDoctorContainerdBinaryOffPath: containerd's CRI runtime "nvidia"
+// names its runc binary by a bare name, nvidia-container-runtime, that is
+// on doctor's PATH but not on containerd's (a containerd started by
+// systemd has the default service PATH). Pods under it fail; doctor,
+// asking the running containerd over --cri-socket and judging with that
+// containerd's PATH from /proc/PID/environ, fails it with the absolute
+// path to register; with that in the config and containerd restarted,
+// the pod runs.
+func TestDoctorContainerdBinaryOffPath(t *testing.T) {
+	f := need(t)
+	dir := t.TempDir()
+	e := startCRIWith(t, restrictedEnv(t, f, filepath.Join(dir, "tools")), "nvidia-container-runtime")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := e.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{RuntimeHandler: "nvidia", Config: &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "offpath", Namespace: "default", Uid: fmt.Sprintf("uid-offpath-%d", os.Getpid())},
+		LogDirectory: t.TempDir(),
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			CgroupParent:    fmt.Sprintf("/gantry-cri-test-%d/offpath", os.Getpid()),
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE}},
+		},
+	}})
+	t.Cleanup(func() { removeCgroupDirs(fmt.Sprintf("/gantry-cri-test-%d/offpath", os.Getpid())) })
+	if err == nil {
+		_, _ = e.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.GetPodSandboxId()})
+		_, _ = e.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.GetPodSandboxId()})
+		t.Fatalf("a pod under runtime nvidia ran although containerd's PATH lacks nvidia-container-runtime")
+	}
+	t.Logf("RunPodSandbox under nvidia: %v", err)
+	diagnose := func() doctor.Check {
+		t.Helper()
+		return one(t, runDoctor(t, f, f.daemonEnv(), "--cri-socket", e.sock, "--kubelet-dir", filepath.Join(dir, "no-kubelet"),
+			"--containerd-config", filepath.Join(dir, "none.toml"), "--docker-config", filepath.Join(dir, "none.json")), doctor.CheckContainerd)
+	}
+	c := diagnose()
+	for _, want := range []string{`runtime "nvidia" runs nvidia-container-runtime`, "not on the engine's PATH", "containerd's PATH from /proc/",
+		"doctor's own PATH has it as " + f.nvRuntime} {
+		if !strings.Contains(c.Evidence, want) {
+			t.Errorf("evidence lacks %q", want)
+		}
+	}
+	if c.Status != doctor.Fail || !strings.Contains(c.Fix, "its path "+f.nvRuntime) || !strings.Contains(c.Fix, "systemctl restart containerd") {
+		t.Fatalf("containerd config: %+v", c)
+	}
+	t.Logf("%s\nfix: %s", c.Evidence, c.Fix)
+	config := filepath.Join(e.dir, "containerd", "config.toml")
+	b, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := strings.Replace(string(b), `BinaryName = "nvidia-container-runtime"`, fmt.Sprintf("BinaryName = %q", f.nvRuntime), 1)
+	if fixed == string(b) {
+		t.Fatalf("no bare BinaryName in %s", config)
+	}
+	if err := os.WriteFile(config, []byte(fixed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t)
+	e.runPod(t, "default", "onpath", "nvidia", map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"})
+	if c := diagnose(); c.Status != doctor.Pass {
+		t.Fatalf("containerd config after the fix: %+v", c)
+	}
 }
