@@ -14,6 +14,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gantry-gpu/gantry/internal/cdispec"
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/request"
 )
@@ -145,7 +146,7 @@ func checkCDISpecs(opts Options, running string) Check {
 			devs := c.conflict[other]
 			bad = append(bad, fmt.Sprintf("%s and %s both define %s (same directory, same priority): the CDI library refuses %s in both (\"conflicting device\"), so --device %s fails with \"unresolvable CDI devices\"",
 				c.path(), other, summarize(devs, 4), pluralIt(devs), devs[0]))
-			fixes = append(fixes, conflictFix(c, byPath[other], cfg, kind))
+			fixes = append(fixes, conflictFix(c, byPath[other], cfg))
 		}
 		switch {
 		case len(c.active) == 0 && len(c.shadowed) > 0:
@@ -166,7 +167,7 @@ func checkCDISpecs(opts Options, running string) Check {
 				fixes = append(fixes, fix(fixCDIStale, "STALE", c.path(), "GOOD", good))
 				bad[len(bad)-1] += fmt.Sprintf("; it shadows %s, which is intact", good)
 			} else {
-				fixes = append(fixes, generateCommand(cfg, c.path(), kind))
+				fixes = append(fixes, generateCommand(cfg, c.path(), c.s.Kind))
 			}
 		case len(c.active) > 0:
 			ev := c.path()
@@ -321,7 +322,7 @@ func intactShadowed(c *cdiSpec, all []*cdiSpec) string {
 
 // conflictFix says which of two conflicting specs to remove: a broken one,
 // else the older; and to regenerate the one kept if it is broken too.
-func conflictFix(a, b *cdiSpec, cfg config.Config, kind string) string {
+func conflictFix(a, b *cdiSpec, cfg config.Config) string {
 	keep, drop := a, b
 	switch {
 	case a.broken() && !b.broken():
@@ -331,7 +332,7 @@ func conflictFix(a, b *cdiSpec, cfg config.Config, kind string) string {
 	}
 	f := fix(fixCDIConflict, "DROP", drop.path(), "KEEP", keep.path())
 	if keep.broken() {
-		f += ", then " + generateCommand(cfg, keep.path(), kind)
+		f += ", then " + generateCommand(cfg, keep.path(), keep.s.Kind)
 	}
 	return f
 }
@@ -358,7 +359,11 @@ func generateCommand(cfg config.Config, out, kind string) string {
 		args = append(args, "--dev-root", cfg.DevRoot)
 	}
 	args = append(args, "cdi", "generate")
-	if kind != request.DefaultKind {
+	switch kind {
+	case request.DefaultKind:
+	case cdispec.IMEXKind:
+		args = append(args, "--imex")
+	default:
 		args = append(args, "--kind", kind)
 	}
 	return strings.Join(append(args, "--output", out), " ")

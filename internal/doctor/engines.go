@@ -301,6 +301,9 @@ func lookPathIn(file, path string) (string, bool) {
 func checkHook(opts Options, docker, runtimeOK bool) Check {
 	path, source := dockerdPATH(opts)
 	if c, broken := brokenHook(opts, path, source); broken {
+		if !docker {
+			return skip(CheckHook, "Docker is not installed, so only docker --gpus's hook is unchecked; note: %s", c.Evidence)
+		}
 		return c
 	}
 	if p, ok := lookPathIn(hookName, path); ok {
