@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The engines' processes. A program an engine's configuration names
@@ -52,10 +56,21 @@ func enginePATH(proc string, p engineProcess) (path, source string) {
 }
 
 // findDaemon returns the pid of the daemon named p.comm that listens on
-// p.socket, and a note saying why none was taken. A daemon whose sockets
-// cannot be read (not root) is taken only when it is the only one; among
-// several, never the first one found.
+// p.socket, and a note saying why none was taken: the socket's peer (the
+// kernel's answer over a connection), else the socket's inode among each
+// daemon's open files, else its -H flag. Among several daemons, one of
+// them must be found listening there, never the first one found; a lone
+// daemon is taken (its socket may be mounted elsewhere for doctor).
 func findDaemon(proc string, p engineProcess) (pid, note string) {
+	// The process that listens on the socket, as the kernel says when
+	// asked over a connection (its pid in doctor's pid namespace; pid 1
+	// for a socket systemd made and passed on, then the tables decide).
+	if peer := socketPeer(p.socket); peer > 1 {
+		pidStr := strconv.Itoa(peer)
+		if comm, err := os.ReadFile(filepath.Join(proc, pidStr, "comm")); err == nil && strings.TrimSpace(string(comm)) == p.comm {
+			return pidStr, ""
+		}
+	}
 	entries, _ := os.ReadDir(proc)
 	var all, unknown []string
 	for _, e := range entries {
@@ -77,12 +92,38 @@ func findDaemon(proc string, p engineProcess) (pid, note string) {
 	switch {
 	case len(all) == 0:
 		return "", fmt.Sprintf("no running %s in %s", p.comm, proc)
-	case len(all) == 1 && len(unknown) == 1:
+	case len(all) == 1:
+		// The only one: its socket may be another path for the same
+		// file (doctor in a container, the socket mounted elsewhere).
 		return all[0], ""
 	case len(unknown) > 0:
 		return "", fmt.Sprintf("%d %s processes (pids %s) and none is known to listen on %s (their sockets cannot be read)", len(all), p.comm, strings.Join(all, ", "), p.socket)
 	}
 	return "", fmt.Sprintf("no running %s listens on %s (%s pids %s listen elsewhere)", p.comm, p.socket, p.comm, strings.Join(all, ", "))
+}
+
+// socketPeer is the pid of the process listening on the unix socket
+// path (SO_PEERCRED of a connection to it), or 0.
+func socketPeer(path string) int {
+	if path == "" {
+		return 0
+	}
+	conn, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err != nil {
+		return 0
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var pid int
+	_ = raw.Control(func(fd uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
 }
 
 type tristate int

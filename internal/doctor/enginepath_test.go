@@ -1,8 +1,10 @@
 package doctor
 
 import (
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -130,4 +132,21 @@ func TestHookDanglingLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, Run(h.opts), CheckHook, Fail, []string{link + " is not executable"}, "chmod 755 "+link)
+}
+
+// The listening process the kernel names for a real socket (SO_PEERCRED)
+// is taken first, whatever the tables in procfs say.
+func TestEnginePATHBySocketPeer(t *testing.T) {
+	proc := t.TempDir()
+	sock := filepath.Join(t.TempDir(), "docker.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	fakeDaemon(t, proc, "1", "dockerd", "/first/bin", "", "") // sorts first
+	fakeDaemon(t, proc, strconv.Itoa(os.Getpid()), "dockerd", "/peer/bin", "", "")
+	if path, source := enginePATH(proc, engineProcess{comm: "dockerd", socket: sock}); path != "/peer/bin" {
+		t.Fatalf("PATH %q (%s), want the socket's listener's", path, source)
+	}
 }
