@@ -18,9 +18,6 @@ const (
 	fixReinstall    = "reinstall the driver's user-space libraries for version VERSION"
 	fixSONAME       = "recreate the SONAME links: `ldconfig -r ROOT` (ROOT is the driver root)"
 	fixLoaderCache  = "rebuild the cache: `ldconfig -r ROOT` (ROOT is the driver root)"
-	fixCDIStale     = "remove the stale spec, which shadows the intact one: `rm STALE` (GOOD is then used; a spec in a later spec directory, `/var/run/cdi` after `/etc/cdi`, wins)"
-	fixCDIConflict  = "keep one spec per device: `rm DROP` (KEEP stays)"
-	fixPodmanNoSpec = "generate the spec Podman reads: `gantry cdi generate --output FILE` (again after each driver upgrade)"
 	fixCDISpec      = "regenerate it: `gantry cdi generate --output FILE` (`gantry cdi generate` belongs in the driver upgrade procedure)"
 
 	fixReadable            = "make the file readable"
@@ -37,11 +34,6 @@ const (
 	fixCRIOReinstall       = "install `gantry-runtime` there, or re-register it: " + fixCRIOConfigure
 	fixCRIOTOML            = "correct the TOML (CRI-O will not start with it)"
 	fixNVMLHelper          = "install `gantry` beside `gantry-runtime` (`make install` does), or set `runtime.gantry-path` in the Gantry configuration to the gantry binary: `gantry-runtime` links no NVML and asks it for MIG devices"
-	fixProgramMode         = "make it executable: `chmod 755 FILE` (the engine execs the file itself)"
-	fixRuntimeAbsPath      = "register runtime NAME by the absolute path doctor found it at: in FILE, its path `ABSPATH` (or add DIR to ENGINE's `PATH`: an `Environment=PATH=` line in its unit); then `RESTART`"
-	fixHookLink            = "point the link at the installed hook: `ln -sf TARGET LINK`, then `systemctl restart docker` (dockerd looks the hook up when it starts)"
-	fixHookMode            = "make it executable: `chmod 755 FILE`, then `systemctl restart docker` (dockerd looks the hook up when it starts)"
-	fixHookReinstall       = "no installed hook to point LINK at: install Gantry again (`make install` links `nvidia-container-runtime-hook` to `gantry-runtime`), or `rm LINK` if --gpus is not wanted; then `systemctl restart docker`"
 	fixHookPath            = "add DIR, where the hook is, to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), or `ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), then `systemctl restart docker`"
 
 	fixNoContainer = "name a running container (`docker ps`; `ctr -n NAMESPACE tasks ls`; `crictl ps`) and run doctor as root on its host, where the docker CLI reaches the daemon; for containerd give `--namespace`, and `--containerd-state` if its state directory is not `" + DefaultContainerdState + "`"
@@ -87,6 +79,20 @@ const (
 	fixCRISocket        = "is the container engine running with its CRI service (containerd: the cri plugin is not in `disabled_plugins`; CRI-O: `systemctl status crio`), and is `--cri-socket` its socket (containerd: `/run/containerd/containerd.sock`, CRI-O: `/run/crio/crio.sock`)?"
 	fixNoSandbox        = "run doctor on the node the pod runs on (`kubectl get pod -n NAMESPACE NAME -o wide`), or point `--cri-socket` at the engine that runs it"
 	fixNoContainers     = "wait until the pod's containers are created (`kubectl describe pod -n NAMESPACE NAME`)"
+)
+
+// The fixes of the CDI spec resolution (cdicheck.go), of programs judged
+// as their engine runs them (enginepath.go) and of a broken hook
+// (hooklink.go).
+const (
+	fixCDIStale       = "remove the stale spec, which shadows the intact one: `rm STALE` (GOOD is then used; a spec in a later spec directory, `/var/run/cdi` after `/etc/cdi`, wins)"
+	fixCDIConflict    = "keep one spec per device: `rm DROP` (KEEP stays)"
+	fixPodmanNoSpec   = "generate the spec Podman reads: `gantry cdi generate --output FILE` (again after each driver upgrade)"
+	fixProgramMode    = "make it executable: `chmod 755 FILE` (the engine execs the file itself)"
+	fixRuntimeAbsPath = "register runtime NAME by the absolute path doctor found it at: in FILE, its path `ABSPATH` (or add DIR to ENGINE's `PATH`: an `Environment=PATH=` line in its unit); then `RESTART`"
+	fixHookLink       = "point the link at the installed hook: `ln -sf TARGET LINK`, then `systemctl restart docker` (dockerd looks the hook up when it starts)"
+	fixHookMode       = "make it executable: `chmod 755 FILE`, then `systemctl restart docker` (dockerd looks the hook up when it starts)"
+	fixHookReinstall  = "no installed hook to point LINK at: install Gantry again (`make install` links `nvidia-container-runtime-hook` to `gantry-runtime`), or `rm LINK` if --gpus is not wanted; then `systemctl restart docker`"
 )
 
 // docFill fills a fix's placeholders with other documented fixes, for
