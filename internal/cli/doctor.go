@@ -43,6 +43,7 @@ failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes,
 			dockerSocket := fs.String("docker-socket", dockerSocketDefault(), "the running dockerd's API socket, asked what runtimes it registered (default: $DOCKER_HOST when unix://, else "+doctor.DefaultDockerSocket+")")
 			containerdConfig := fs.String("containerd-config", doctor.DefaultContainerdConfig, "containerd's config.toml")
 			crioDropins := fs.String("crio-dropins", doctor.DefaultCRIODropins, "CRI-O's drop-in directory")
+			podmanStorage := fs.String("podman-storage", doctor.DefaultPodmanStorage, "Podman's graph root: containers there mean Podman is in use (it takes GPUs only through CDI)")
 			proc := fs.String("proc", "/proc", "the host's procfs, where dockerd's environment (its PATH, for the hook) is read; /host/proc when doctor runs in a container")
 			kubeletDir := fs.String("kubelet-dir", doctor.DefaultKubeletDir, "the kubelet's root directory (Kubernetes checks run when it exists)")
 			pod := fs.String("pod", "", "also report the GPUs this pod holds (NAMESPACE/NAME, on this node)")
@@ -70,6 +71,7 @@ failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes,
 					DockerSocket:     *dockerSocket,
 					ContainerdConfig: *containerdConfig,
 					CRIODropins:      *crioDropins,
+					PodmanStorage:    *podmanStorage,
 					KubeletDir:       *kubeletDir,
 					Pod:              *pod,
 					NodeName:         *node,

@@ -296,7 +296,7 @@ func (e *env) cdiSpecs() []Check {
 	if c := e.afterVersions(CheckCDISpecs); c != nil {
 		return one(*c)
 	}
-	return one(checkCDISpecs(e.opts.Config, e.version))
+	return one(checkCDISpecs(e.opts, e.version))
 }
 
 // docker: Docker has two GPU paths, --runtime nvidia (daemon.json) and

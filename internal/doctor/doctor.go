@@ -129,6 +129,10 @@ type Options struct {
 	// (DefaultServiceAccountDir). Without them the Node is not read.
 	APIServer         string
 	ServiceAccountDir string
+	// PodmanStorage is rootful Podman's graph root
+	// (DefaultPodmanStorage): containers there mean Podman is in use, and
+	// takes GPUs only through CDI.
+	PodmanStorage string
 	// RuntimeSocket is the create server's socket (gantry-runtime
 	// --create-server), asked whether it runs the registered
 	// gantry-runtime's build: default $GANTRY_RUNTIME_SOCKET, else
@@ -163,6 +167,7 @@ func (o *Options) defaults() {
 	def(&o.KubeletDir, DefaultKubeletDir)
 	def(&o.ContainerdState, DefaultContainerdState)
 	def(&o.RuncRoot, DefaultRuncRoot)
+	def(&o.PodmanStorage, DefaultPodmanStorage)
 	def(&o.RuntimeSocket, os.Getenv(shim.ServerSocketEnv))
 	def(&o.RuntimeSocket, shim.DefaultServerSocket)
 	if o.serverPings == nil {

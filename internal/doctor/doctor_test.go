@@ -69,6 +69,7 @@ func newHost(t *testing.T) *host {
 		CRIODropins:      filepath.Join(dir, "crio/crio.conf.d"),
 		KubeletDir:       filepath.Join(dir, "kubelet"),      // not a Kubernetes node
 		RuntimeSocket:    filepath.Join(dir, "runtime.sock"), // no create server; never the host's
+		PodmanStorage:    filepath.Join(dir, "containers/storage"),
 	}
 	// A running dockerd whose PATH has the hook: doctor looks the hook up
 	// there, not in its own PATH.
@@ -90,7 +91,10 @@ func (h *host) write(t *testing.T, path, content string) {
 }
 
 // writeSpec generates the CDI spec for the fake driver as it is now.
-func (h *host) writeSpec(t *testing.T) {
+func (h *host) writeSpec(t *testing.T) { h.writeSpecWith(t, "") }
+
+// writeSpecWith is writeSpec with hooks that run hookPath ("" for none).
+func (h *host) writeSpecWith(t *testing.T, hookPath string) {
 	t.Helper()
 	sys, err := sim.Load("h100x8")
 	if err != nil {
@@ -100,7 +104,7 @@ func (h *host) writeSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := cdispec.Generate(sys, inv, cdispec.Options{DevRoot: h.res.Root})
+	spec, err := cdispec.Generate(sys, inv, cdispec.Options{DevRoot: h.res.Root, HookPath: hookPath})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +228,7 @@ func TestStaleCDISpec(t *testing.T) {
 	checks := Run(h.opts)
 	c := expect(t, checks, CheckCDISpecs, Fail,
 		[]string{"nvidia.yaml", "generated for driver " + fakedriver.DefaultVersion, "running driver is " + upgraded},
-		"gantry cdi generate --output "+filepath.Join(h.opts.Config.CDI.SpecDirs[0], "nvidia.yaml"))
+		"cdi generate --output "+filepath.Join(h.opts.Config.CDI.SpecDirs[0], "nvidia.yaml"))
 	t.Log(c.Evidence)
 	expect(t, checks, CheckKernel, Pass, []string{upgraded}, "")
 }
@@ -520,7 +524,7 @@ func TestCDISpecHooksWithoutEnv(t *testing.T) {
 	h.write(t, path, string(b))
 	c := expect(t, Run(h.opts), CheckCDISpecs, Fail,
 		[]string{path, "without an explicit env", "CVE-2025-23266", spec.ContainerEdits.Hooks[0].Path},
-		"gantry cdi generate --output "+path)
+		"cdi generate --output "+path)
 	t.Log(c.Evidence)
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/config"
@@ -30,25 +29,31 @@ type registered = engineconfig.Runtime
 // NVML's GPUs (MIG devices): with no gantry to ask, that fails when MIG
 // instances exist on this host (opts.Proc), and is a note otherwise.
 func judgeRuntimes(opts Options, name, file, configure, reinstall string, all []registered) Check {
-	var names, gpuRuntimes, missing, noHelper, gantryRuntimes []string
+	var names, gpuRuntimes, missing, noHelper, gantryRuntimes, fixes []string
+	// The engine runs the program: judged with its PATH and the file's mode.
+	enginePath, source := enginePATH(opts.Proc, engineFor(opts, name))
 	for _, r := range all {
 		names = append(names, r.Name)
 		if !runtimeBinaries[filepath.Base(r.Program)] {
 			continue
 		}
-		p := r.Program
-		if !filepath.IsAbs(p) {
-			lp, err := exec.LookPath(p)
-			if err != nil {
-				missing = append(missing, fmt.Sprintf("runtime %q runs %s, which is not on PATH", r.Name, p))
-				continue
+		pr := judgeProgram(r.Program, enginePath, source)
+		if pr.path == "" {
+			missing = append(missing, fmt.Sprintf("runtime %q runs %s: %s", r.Name, r.Program, pr.problem))
+			switch {
+			case pr.chmod != "":
+				fixes = append(fixes, fix(fixProgramMode, "FILE", pr.chmod))
+			case pr.onDoctorPath != "":
+				fixFile := file
+				if strings.HasPrefix(file, "the running containerd") {
+					fixFile = "the file containerd was started with (its --config, default " + DefaultContainerdConfig + "), as its BinaryName"
+				}
+				fixes = append(fixes, fix(fixRuntimeAbsPath, "NAME", r.Name, "FILE", fixFile, "ABSPATH", pr.onDoctorPath,
+					"DIR", filepath.Dir(pr.onDoctorPath), "ENGINE", engineFor(opts, name).comm, "RESTART", restartFor(name)))
 			}
-			p = lp
-		}
-		if st, err := os.Stat(p); err != nil || st.IsDir() {
-			missing = append(missing, fmt.Sprintf("runtime %q runs %s, which does not exist", r.Name, p))
 			continue
 		}
+		p := pr.path
 		gpuRuntimes = append(gpuRuntimes, fmt.Sprintf("%q -> %s", r.Name, p))
 		if prob := nvmlHelperProblem(opts.Config, p); prob != "" {
 			noHelper = append(noHelper, fmt.Sprintf("runtime %q (%s): %s", r.Name, p, prob))
@@ -58,6 +63,9 @@ func judgeRuntimes(opts Options, name, file, configure, reinstall string, all []
 		}
 	}
 	if len(missing) > 0 {
+		if len(fixes) > 0 {
+			reinstall = strings.Join(fixes, "; ")
+		}
 		return fail(name, reinstall, "%s: %s", file, strings.Join(missing, "; "))
 	}
 	var notes []string
@@ -254,43 +262,20 @@ func checkCRIO(opts Options) Check {
 // when it is started by its unit without an Environment= line.
 const defaultServicePATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// dockerdPATH returns the PATH of the running dockerd, read from
-// /proc/PID/environ, and where it came from. docker run --gpus makes dockerd
-// put the hook's path in the spec after a lookup in dockerd's own PATH, so
-// doctor's PATH (a login shell's, or sudo's secure_path) proves nothing.
-// Without a running dockerd it is systemd's default service PATH.
-func dockerdPATH(proc string) (path, source string) {
-	entries, _ := os.ReadDir(proc)
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		comm, err := os.ReadFile(filepath.Join(proc, e.Name(), "comm"))
-		if err != nil || strings.TrimSpace(string(comm)) != "dockerd" {
-			continue
-		}
-		envFile := filepath.Join(proc, e.Name(), "environ")
-		env, err := os.ReadFile(envFile)
-		if err != nil {
-			continue
-		}
-		for _, kv := range strings.Split(string(env), "\x00") {
-			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-				return v, "dockerd's PATH from " + envFile
-			}
-		}
-		// Go's exec.LookPath with no PATH set uses none; dockerd looks
-		// the hook up with an empty PATH, so nothing is found.
-		return "", "dockerd (pid " + e.Name() + ") has no PATH in " + envFile
-	}
-	return defaultServicePATH, "no running dockerd in " + proc + "; systemd's default service PATH"
+// dockerdPATH returns the PATH of the running dockerd that listens on
+// the socket doctor was pointed at (enginePATH), and where it came from.
+// docker run --gpus makes dockerd put the hook's path in the spec after a
+// lookup in dockerd's own PATH, so doctor's PATH proves nothing. Without a
+// running dockerd it is systemd's default service PATH.
+func dockerdPATH(opts Options) (path, source string) {
+	return enginePATH(opts.Proc, dockerdProcess(opts))
 }
 
 const hookName = "nvidia-container-runtime-hook"
 
 // hookUsable says whether docker run --gpus finds the hook.
 func hookUsable(opts Options) bool {
-	path, _ := dockerdPATH(opts.Proc)
+	path, _ := dockerdPATH(opts)
 	_, ok := lookPathIn(hookName, path)
 	return ok
 }
@@ -314,7 +299,13 @@ func lookPathIn(file, path string) (string, bool) {
 // runtimeOK says Docker's other GPU path, --runtime nvidia, works: then a
 // missing hook is INFO (only --gpus is unavailable), not a failure.
 func checkHook(opts Options, docker, runtimeOK bool) Check {
-	path, source := dockerdPATH(opts.Proc)
+	path, source := dockerdPATH(opts)
+	if c, broken := brokenHook(opts, path, source); broken {
+		if !docker {
+			return skip(CheckHook, "Docker is not installed, so only docker --gpus's hook is unchecked; note: %s", c.Evidence)
+		}
+		return c
+	}
 	if p, ok := lookPathIn(hookName, path); ok {
 		evidence := fmt.Sprintf("%s (on %s)", p, source)
 		if gantryProgram(p) {

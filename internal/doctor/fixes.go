@@ -98,6 +98,20 @@ const (
 	fixNoContainers     = "wait until the pod's containers are created (`kubectl describe pod -n NAMESPACE NAME`)"
 )
 
+// The fixes of the CDI spec resolution (cdicheck.go), of programs judged
+// as their engine runs them (enginepath.go) and of a broken hook
+// (hooklink.go).
+const (
+	fixCDIStale       = "remove the stale spec, which shadows the intact one: `rm STALE` (GOOD is then used; a spec in a later spec directory, `/var/run/cdi` after `/etc/cdi`, wins)"
+	fixCDIConflict    = "keep one spec per device: `rm DROP` (KEEP stays)"
+	fixPodmanNoSpec   = "generate the spec Podman reads: `gantry cdi generate --output FILE` (again after each driver upgrade)"
+	fixProgramMode    = "make it executable: `chmod 755 FILE` (the engine execs the file itself)"
+	fixRuntimeAbsPath = "register runtime NAME by the absolute path doctor found it at: in FILE, its path `ABSPATH` (or add DIR to ENGINE's `PATH`: an `Environment=PATH=` line in its unit); then `RESTART`"
+	fixHookLink       = "point the link at the installed hook: `ln -sf TARGET LINK`, then `systemctl restart docker` (dockerd looks the hook up when it starts)"
+	fixHookMode       = "make it executable: `chmod 755 FILE`, then `systemctl restart docker` (dockerd looks the hook up when it starts)"
+	fixHookReinstall  = "no installed hook to point LINK at: install Gantry again (`make install` links `nvidia-container-runtime-hook` to `gantry-runtime`), or `rm LINK` if --gpus is not wanted; then `systemctl restart docker`"
+)
+
 // docFill fills a fix's placeholders with other documented fixes, for
 // the documentation (Markdown kept).
 func docFill(doc string, kv ...string) string { return strings.NewReplacer(kv...).Replace(doc) }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	injectpkg "github.com/gantry-gpu/gantry/internal/inject"
-	"github.com/gantry-gpu/gantry/internal/request"
 )
 
 // checkInventoryCache reads the runtime's cached inventories. A stale one
@@ -54,70 +53,6 @@ func checkInventoryCache(cfg config.Config, running string) Check {
 
 // libVersion finds the driver version in a mounted driver library's name.
 var libVersion = regexp.MustCompile(`^lib(?:cuda|nvidia-ml)\.so\.(\d+\.\d+(?:\.\d+)?)$`)
-
-// checkCDISpecs checks that every spec of the configured kind was generated
-// for the running driver: a spec mounts libcuda.so.<version>, and after a
-// driver upgrade that file is gone and every container using the spec fails.
-func checkCDISpecs(cfg config.Config, running string) Check {
-	kind := cfg.CDI.Kind
-	if kind == "" {
-		kind = request.DefaultKind
-	}
-	var good, bad []string
-	var regen []string
-	for _, dir := range cfg.CDI.SpecDirs {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			ext := filepath.Ext(e.Name())
-			if e.IsDir() || (ext != ".yaml" && ext != ".yml" && ext != ".json") {
-				continue
-			}
-			path := filepath.Join(dir, e.Name())
-			spec, err := readSpec(path)
-			if err != nil {
-				bad = append(bad, fmt.Sprintf("%s: %v", path, err))
-				regen = append(regen, fmt.Sprintf("gantry cdi generate --output %s", path))
-				continue
-			}
-			if spec.Kind != kind {
-				continue
-			}
-			if hooks := hooksWithoutEnv(spec); len(hooks) > 0 {
-				// CVE-2025-23266 class: a runtime runs a hook without env
-				// with the container's environment, which the image
-				// controls (LD_PRELOAD into a root process on the host).
-				bad = append(bad, fmt.Sprintf("%s has hooks without an explicit env, which a runtime runs with the image's environment (unsafe, CVE-2025-23266): %s",
-					path, strings.Join(hooks, ", ")))
-				regen = append(regen, fmt.Sprintf("gantry cdi generate --output %s", path))
-			}
-			versions := specVersions(spec)
-			switch {
-			case len(hooksWithoutEnv(spec)) > 0 && (len(versions) == 0 || len(versions) == 1 && versions[0] == running):
-				// reported above
-			case len(versions) == 0:
-				good = append(good, path+" (mounts no versioned driver library)")
-			case len(versions) == 1 && versions[0] == running:
-				good = append(good, path)
-			default:
-				bad = append(bad, fmt.Sprintf("%s was generated for driver %s but the running driver is %s",
-					path, strings.Join(versions, ", "), running))
-				regen = append(regen, fmt.Sprintf("gantry cdi generate --output %s", path))
-			}
-		}
-	}
-	if len(bad) > 0 {
-		return fail(CheckCDISpecs, fix(fixCDISpec, "gantry cdi generate --output FILE", strings.Join(regen, "; ")),
-			"%s", strings.Join(bad, "; "))
-	}
-	if len(good) == 0 {
-		return skip(CheckCDISpecs, "no %s CDI spec in %s (needed only for --device %s=... and CDI-enabled engines)",
-			kind, strings.Join(cfg.CDI.SpecDirs, ", "), kind)
-	}
-	return pass(CheckCDISpecs, "driver %s: %s", running, strings.Join(good, ", "))
-}
 
 func readSpec(path string) (*specs.Spec, error) {
 	b, err := os.ReadFile(path)

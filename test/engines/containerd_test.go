@@ -74,6 +74,12 @@ func containerdSkip() string {
 // their mounts go when the test ends.
 func startContainerdDaemon(t *testing.T, f *fixture, dir string, configure func(config string)) (*daemon, string) {
 	t.Helper()
+	return startContainerdDaemonEnv(t, f, dir, configure, f.daemonEnv())
+}
+
+// startContainerdDaemonEnv is startContainerdDaemon with env for the daemon.
+func startContainerdDaemonEnv(t *testing.T, f *fixture, dir string, configure func(config string), env []string) (*daemon, string) {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +97,6 @@ func startContainerdDaemon(t *testing.T, f *fixture, dir string, configure func(
 	if err := os.WriteFile(runConfig, []byte(fmt.Sprintf(containerdRunConfig, config)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := f.daemonEnv()
 	d := startDaemon(t, "containerd", filepath.Join(dir, "containerd.log"), dir, env,
 		"containerd", "--config", runConfig)
 	d.waitReady(t, func() error {

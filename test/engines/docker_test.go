@@ -29,12 +29,19 @@ type dockerEngine struct {
 	sock string
 	cli  []string // client environment: DOCKER_HOST, DOCKER_CONFIG, PATH
 	d    *daemon
+	env  []string // the daemons' environment
+	argv []string // dockerd's command line
 }
 
 // startDocker configures and starts a private dockerd with Gantry's runtime
 // registered by `gantry runtime configure --runtime docker`, and imports the
 // test image into it.
 func startDocker(t *testing.T) *dockerEngine {
+	return startDockerEnv(t, need(t).daemonEnv())
+}
+
+// startDockerEnv is startDocker with env for dockerd and its containerd.
+func startDockerEnv(t *testing.T, env []string) *dockerEngine {
 	f := need(t)
 	return startDockerWith(t, func(env []string, daemonJSON string) (string, error) {
 		return command(env, f.gantry, "runtime", "configure", "--runtime", "docker",
@@ -57,12 +64,11 @@ func startDockerWith(t *testing.T, configure func(env []string, daemonJSON strin
 		t.Skip(why + "; dockerd runs on a private containerd")
 	}
 	hostDirsCleanup(t)
-	e := &dockerEngine{f: f, dir: t.TempDir()}
-	env := f.daemonEnv()
+	e := &dockerEngine{f: f, dir: t.TempDir(), env: env}
 	// dockerd would otherwise start a containerd of its own, which keeps
 	// files in /opt/containerd; this one keeps everything in the test's
 	// directory.
-	_, containerdSock := startContainerdDaemon(t, f, filepath.Join(e.dir, "containerd"), nil)
+	_, containerdSock := startContainerdDaemonEnv(t, f, filepath.Join(e.dir, "containerd"), nil, env)
 
 	ddir := filepath.Join(e.dir, "docker")
 	if err := os.Mkdir(ddir, 0o700); err != nil {
@@ -115,8 +121,19 @@ func startDockerWith(t *testing.T, configure func(env []string, daemonJSON strin
 		}
 	}
 
-	e.d = startDaemon(t, "dockerd", filepath.Join(ddir, "dockerd.log"), ddir, env,
-		dockerd, "--config-file", daemonJSON)
+	e.argv = []string{dockerd, "--config-file", daemonJSON}
+	e.start(t)
+	if out, err := e.docker("import", f.rootfsTar, dockerImage); err != nil {
+		t.Fatalf("%v\n%s\ndockerd log:\n%s", err, out, tail(e.d.log, 4000))
+	}
+	return e
+}
+
+// start starts dockerd and waits until it answers.
+func (e *dockerEngine) start(t *testing.T) {
+	t.Helper()
+	ddir := filepath.Join(e.dir, "docker")
+	e.d = startDaemon(t, "dockerd", filepath.Join(ddir, "dockerd.log"), ddir, e.env, e.argv...)
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", e.sock)
@@ -133,10 +150,14 @@ func startDockerWith(t *testing.T, configure func(env []string, daemonJSON strin
 		}
 		return nil
 	})
-	if out, err := e.docker("import", f.rootfsTar, dockerImage); err != nil {
-		t.Fatalf("%v\n%s\ndockerd log:\n%s", err, out, tail(e.d.log, 4000))
-	}
-	return e
+}
+
+// restart stops dockerd and starts it again on the same files, what
+// systemctl restart docker does.
+func (e *dockerEngine) restart(t *testing.T) {
+	t.Helper()
+	e.d.stop(t)
+	e.start(t)
 }
 
 // docker runs the docker client against the private daemon.

@@ -278,15 +278,24 @@ type criEngine struct {
 	state string
 	env   []string
 	rt    runtimeapi.RuntimeServiceClient
+	d     *daemon
+	argv  []string
 }
 
 func startCRI(t *testing.T) *criEngine {
+	f := need(t)
+	return startCRIWith(t, f.daemonEnv(), f.nvRuntime)
+}
+
+// startCRIWith is startCRI with env for containerd and binaryName as the
+// nvidia runtime's BinaryName.
+func startCRIWith(t *testing.T, env []string, binaryName string) *criEngine {
 	f := need(t)
 	if why := containerdSkip(); why != "" {
 		t.Skip(why)
 	}
 	hostDirsCleanup(t)
-	e := &criEngine{f: f, dir: t.TempDir(), env: f.daemonEnv()}
+	e := &criEngine{f: f, dir: t.TempDir(), env: env}
 	dir := filepath.Join(e.dir, "containerd")
 	for _, d := range []string{dir, filepath.Join(e.dir, "cni", "bin"), filepath.Join(e.dir, "cni", "conf")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -302,7 +311,7 @@ func startCRI(t *testing.T) *criEngine {
 	config := filepath.Join(dir, "config.toml")
 	cfg := fmt.Sprintf(containerdCRIConfig, filepath.Join(dir, "root"), e.state, e.sock, e.sock+".ttrpc",
 		filepath.Join(dir, "opt"), pauseImage, snapshotter, filepath.Join(e.dir, "runc"),
-		f.nvRuntime, filepath.Join(e.dir, "runc"), filepath.Join(e.dir, "cni", "bin"), filepath.Join(e.dir, "cni", "conf"))
+		binaryName, filepath.Join(e.dir, "runc"), filepath.Join(e.dir, "cni", "bin"), filepath.Join(e.dir, "cni", "conf"))
 	runConfig := filepath.Join(dir, "run.toml")
 	if err := os.WriteFile(config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -310,19 +319,15 @@ func startCRI(t *testing.T) *criEngine {
 	if err := os.WriteFile(runConfig, []byte(fmt.Sprintf(containerdCRIRunConfig, config)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, "containerd (CRI)", filepath.Join(dir, "containerd.log"), dir, e.env, "containerd", "--config", runConfig)
+	e.argv = []string{"containerd", "--config", runConfig}
 	conn, err := grpc.NewClient("unix://"+e.sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	e.rt = runtimeapi.NewRuntimeServiceClient(conn)
-	d.waitReady(t, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, err := e.rt.Version(ctx, &runtimeapi.VersionRequest{})
-		return err
-	})
+	e.start(t)
+	d := e.d
 	// The images, into the namespace CRI uses.
 	pause := filepath.Join(e.dir, "pause-oci.tar")
 	layer, err := os.ReadFile(f.rootfsTar)
@@ -339,6 +344,26 @@ func startCRI(t *testing.T) *criEngine {
 		}
 	}
 	return e
+}
+
+// start starts containerd and waits until CRI answers.
+func (e *criEngine) start(t *testing.T) {
+	t.Helper()
+	dir := filepath.Join(e.dir, "containerd")
+	e.d = startDaemon(t, "containerd (CRI)", filepath.Join(dir, "containerd.log"), dir, e.env, e.argv...)
+	e.d.waitReady(t, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := e.rt.Version(ctx, &runtimeapi.VersionRequest{})
+		return err
+	})
+}
+
+// restart is systemctl restart containerd: the same files read again.
+func (e *criEngine) restart(t *testing.T) {
+	t.Helper()
+	e.d.stop(t)
+	e.start(t)
 }
 
 // runPod starts a pod sandbox on the node's network with one container

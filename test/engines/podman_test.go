@@ -33,6 +33,7 @@ type podmanEngine struct {
 	image        string   // the loaded test image's ID
 	cgroupParent string   // cgroupfs parent of the test's containers and their conmons
 	specDir      string   // what /etc/cdi and /var/run/cdi are in withCDI's namespace
+	etcSpecDir   string   // if set, what /etc/cdi is there (through an overlay of /etc where the host has none)
 }
 
 // podmanContainersConf is the private containers.conf: runc (Podman
@@ -257,10 +258,28 @@ func (e *podmanEngine) withCDI(argv ...string) (string, error) {
 mount -t tmpfs -o mode=0755 gantry-test-run /run
 mkdir /run/cdi
 mount --bind "$SPEC_DIR" /run/cdi
-if [ -d /etc/cdi ]; then mount -t tmpfs -o mode=0755 gantry-test-etc-cdi /etc/cdi; fi
+if [ -n "$ETC_SPEC_DIR" ]; then
+  if [ ! -d /etc/cdi ]; then
+    mount -t overlay -o "lowerdir=/etc,upperdir=$ETC_OVERLAY/up,workdir=$ETC_OVERLAY/work" gantry-test-etc /etc
+    mkdir /etc/cdi
+  fi
+  mount --bind "$ETC_SPEC_DIR" /etc/cdi
+elif [ -d /etc/cdi ]; then mount -t tmpfs -o mode=0755 gantry-test-etc-cdi /etc/cdi; fi
 exec "$@"`
 	cmd := exec.Command("sh", slices.Concat([]string{"-c", script, "sh"}, argv)...)
 	cmd.Env = append(slices.Clone(e.env), "SPEC_DIR="+e.specDir)
+	if e.etcSpecDir != "" {
+		overlay, err := os.MkdirTemp(e.dir, "etc-overlay-")
+		if err != nil {
+			return "", err
+		}
+		for _, d := range []string{"up", "work"} {
+			if err := os.Mkdir(filepath.Join(overlay, d), 0o755); err != nil {
+				return "", err
+			}
+		}
+		cmd.Env = append(cmd.Env, "ETC_SPEC_DIR="+e.etcSpecDir, "ETC_OVERLAY="+overlay)
+	}
 	// A new mount namespace, its mounts private (Go makes / MS_PRIVATE|MS_REC
 	// in the child before sh runs): nothing mounted here reaches the host.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
