@@ -78,6 +78,9 @@ type Constants struct {
 	ServerMagic, ServerSocket, ServerSocketEnv string
 	ServerFlag, HookMagic                      string
 	MaxSpecSize, MaxHookState, MaxStateSize    int64
+	// The create server's timeouts, in ms, and its acceptance byte.
+	ServerConnectMS, ServerAckMS, ServerAnswerMS int64
+	ServerAccepted                               byte
 }
 
 // CConstants returns fastpath.c's constants.
@@ -102,5 +105,9 @@ func CConstants() Constants {
 		HookMagic:        C.GoString((*C.char)(unsafe.Pointer(&C.gantry_hook_magic))),
 		MaxHookState:     int64(C.gantry_max_hook_state),
 		MaxStateSize:     int64(C.gantry_max_state_size),
+		ServerConnectMS:  int64(C.gantry_server_connect_ms),
+		ServerAckMS:      int64(C.gantry_server_ack_ms),
+		ServerAnswerMS:   int64(C.gantry_server_answer_ms),
+		ServerAccepted:   byte(C.gantry_server_accepted),
 	}
 }

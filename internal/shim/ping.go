@@ -102,6 +102,11 @@ func PingServer(sock, runtimePath string) (ServerStatus, error) {
 		}
 		return ServerNotOurs, fmt.Errorf("%s: no create server's answer: %v", sock, err)
 	}
+	// Every server answer starts with ServerAccepted (a server of a build
+	// before it sends none).
+	if len(b) > 0 && b[0] == ServerAccepted {
+		b = b[1:]
+	}
 	switch {
 	case len(b) == 0:
 		return ServerNotOurs, fmt.Errorf("%s closed the connection without a create server's answer: not a create server", sock)

@@ -66,6 +66,33 @@ const (
 // ServerFlag, first on gantry-runtime's command line, runs the server.
 const ServerFlag = "--create-server"
 
+// How long the C constructor (fastpath.c's gantry_server_*_ms) waits for a
+// create server before it does the work in-process: a server that is
+// stopped, frozen or never accepts (its backlog full, or a listener that
+// is not a server) must not cost a create more than a fraction of a
+// second. The server writes ServerAccepted as soon as it takes the
+// connection; only then does the caller wait ServerAnswerTimeout for the
+// work itself.
+const (
+	// ServerConnectTimeout bounds the connect and the send of the request
+	// (SO_SNDTIMEO: on a unix socket it bounds a connect to a full
+	// backlog too).
+	ServerConnectTimeout = 300 * time.Millisecond
+	// ServerAckTimeout bounds the wait for ServerAccepted once the
+	// request went out.
+	ServerAckTimeout = 500 * time.Millisecond
+	// ServerAnswerTimeout bounds the wait for the answer after
+	// ServerAccepted: the first create of a new driver version may build
+	// its tree, a copy of a few hundred MB across filesystems.
+	ServerAnswerTimeout = 15 * time.Second
+)
+
+// ServerAccepted is the byte the server writes first on every connection
+// it takes, before it reads the request; the answer (answerDone or
+// answerSelf) follows. A caller of an older build reads it as "do it
+// yourself", as it reads anything but answerDone.
+const ServerAccepted = '+'
+
 // maxRequest bounds a request: four paths and a few numbers.
 const maxRequest = 4 * 4096
 
@@ -215,6 +242,12 @@ const (
 
 func (s *Server) handle(c *net.UnixConn) {
 	defer c.Close()
+	// Taken: the caller now waits for the work (ServerAnswerTimeout),
+	// no longer for a server that may not be there (ServerAckTimeout).
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte{ServerAccepted}); err != nil {
+		return
+	}
 	answer := byte(answerSelf)
 	var extra string // a ping's answer: this server's identity after it
 	defer func() { _, _ = c.Write(append([]byte{answer}, extra...)) }()
