@@ -467,6 +467,13 @@ func (s *Server) ownFileReplaced() bool {
 // server's LSM label (or AppArmor's "unconfined"). A root process stripped
 // of its capabilities, or sandboxed, gets no more done through the server
 // than it could do in-process.
+//
+// Without SO_PEERPIDFD (Linux before 6.5: Debian 12, RHEL 9, Ubuntu 22.04)
+// the pid SO_PEERCRED gives may be another process's by the time it is
+// opened: the caller exited and its pid was taken. There the process
+// opened must hold the caller's end of this very connection (its
+// /proc/PID/fd links to the peer socket's inode, which sock_diag names), or
+// no one is served.
 func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 	raw, err := c.SyscallConn()
 	if err != nil {
@@ -477,6 +484,9 @@ func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 	pidfd := -1
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if !usePeerPidfd {
+			return
+		}
 		if p, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
 			pidfd = p
 		}
@@ -486,9 +496,10 @@ func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 		}
 		return 0, -1, false
 	}
+	byPid := false
 	if pidfd < 0 && cred.Pid > 0 {
 		if p, err := unix.PidfdOpen(int(cred.Pid), 0); err == nil {
-			pidfd = p
+			pidfd, byPid = p, true
 		}
 	}
 	why := ""
@@ -497,6 +508,8 @@ func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 		why = "no process to hold"
 	case int(cred.Uid) != s.uid:
 		why = "not root"
+	case byPid && !holdsPeer(raw, int(cred.Pid)):
+		why = "whose pid is held by a process without its end of the connection (it exited and its pid was taken?)"
 	default:
 		facts, err := readProcFacts("/proc/" + strconv.Itoa(int(cred.Pid)))
 		if err != nil {
@@ -517,6 +530,23 @@ func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 		return 0, -1, false
 	}
 	return int(cred.Pid), pidfd, true
+}
+
+// usePeerPidfd is false only in tests, which take the path of kernels
+// without SO_PEERPIDFD on any kernel.
+var usePeerPidfd = true
+
+// holdsPeer reports whether process pid holds the other end of the
+// connection raw: a caller known by its pid alone (no SO_PEERPIDFD) is that
+// process only if so.
+func holdsPeer(raw syscall.RawConn, pid int) bool {
+	var ino uint64
+	var err error
+	if cerr := raw.Control(func(fd uintptr) { ino, err = unixsock.PeerInode(int(fd)) }); cerr != nil || err != nil {
+		return false
+	}
+	ok, err := unixsock.HoldsSocket("/proc/"+strconv.Itoa(pid), ino)
+	return ok && err == nil
 }
 
 // refused logs why a caller was sent in-process, once per reason: a host
