@@ -2,6 +2,7 @@ package shim
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/containerhook"
 	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/inject"
+	"github.com/gantry-gpu/gantry/internal/lowlevel"
 	"github.com/gantry-gpu/gantry/internal/unixsock"
 )
 
@@ -715,6 +717,7 @@ func ServerMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gantry-runtime --create-server: %v\n", err)
 		return 1
 	}
+	warnLowLevel(stderr)
 	l, err := serverListener(sock)
 	if err != nil {
 		fmt.Fprintf(stderr, "gantry-runtime --create-server: %v\n", err)
@@ -732,6 +735,28 @@ func ServerMain(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// warnLowLevel says, once at start, when the low-level runtime of the
+// default configuration is a release with a known container escape
+// (package lowlevel): the creates the server serves run it.
+func warnLowLevel(stderr io.Writer) {
+	cfg, _, err := config.Load("")
+	if err != nil {
+		return
+	}
+	path, err := findRuntime(cfg.Runtime.LowLevel)
+	if err != nil {
+		return
+	}
+	ver, err := lowlevel.Probe(context.Background(), path)
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry-runtime create server: the low-level runtime's version is unknown: %v\n", err)
+		return
+	}
+	if advs, _ := lowlevel.Advisories(ver); len(advs) > 0 {
+		fmt.Fprintf(stderr, "gantry-runtime create server: warning: %s\n", lowlevel.Warning(path, ver, advs))
+	}
 }
 
 // serverListener is systemd's socket (LISTEN_FDS) when it passed one, or
