@@ -464,8 +464,12 @@ func stuckListener(t *testing.T, full bool) string {
 // succeeds. Before the acceptance byte, a create waited 15 s (5 s with a
 // full backlog). The bound asserted is generous: 5 s of the create's
 // start-up (its log record's startup_ms: the constructor's time before Go
-// ran) and of the hook's whole run.
+// ran) and of the hook's whole run. Once per low-level runtime.
 func TestServerNotTaking(t *testing.T) {
+	eachRuntime(t, serverNotTaking)
+}
+
+func serverNotTaking(t *testing.T) {
 	f := need(t)
 	for _, full := range []bool{false, true} {
 		name := "never accepts"
