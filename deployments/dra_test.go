@@ -143,6 +143,14 @@ func checkDRA(t *testing.T, dra, others []runtime.Object, wantClasses bool) {
 			t.Errorf("%s=%q is host path %q (read-only %v) in the container, want the same path, writable", name, p, hp, ro)
 		}
 	}
+	// Each MPS daemon's shm is a tmpfs the plugin mounts under PLUGIN_DIR,
+	// which the runtime mounts into the claim's containers from the host.
+	if p := envValue(c, "PLUGIN_DIR"); !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		rest, found := strings.CutPrefix(p, m.MountPath)
+		return found && (rest == "" || rest[0] == '/') && m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationBidirectional
+	}) {
+		t.Errorf("PLUGIN_DIR=%s is not under a Bidirectional volume mount: the MPS daemons' shm would not reach the host", p)
+	}
 	if p := envValue(c, "PLUGIN_DIR"); path.Base(p) != draDriver {
 		t.Errorf("PLUGIN_DIR=%s, want a directory named after the driver %s", p, draDriver)
 	}

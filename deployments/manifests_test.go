@@ -222,8 +222,8 @@ const mpsKind = "mps-daemonset"
 
 // checkMPSDaemon: the MPS control daemon's DaemonSet runs the image's
 // gantry-device-plugin mps-control-daemon with the plugin's config, on the
-// host's PID namespace, with the MPS root at its host path and <root>/shm
-// as /dev/shm, and its pods are not the plugin DaemonSet's.
+// host's PID namespace, with the MPS root at its host path, Bidirectional (each
+// daemon's shm is a tmpfs under it), and its pods are not the plugin DaemonSet's.
 func checkMPSDaemon(t *testing.T, ds *appsv1.DaemonSet, byKind map[string][]runtime.Object) {
 	t.Helper()
 	pod := ds.Spec.Template.Spec
@@ -263,17 +263,20 @@ func checkMPSDaemon(t *testing.T, ds *appsv1.DaemonSet, byKind map[string][]runt
 		}
 	}
 	mounts := map[string]string{}
+	var root string
 	for _, m := range c.VolumeMounts {
 		mounts[m.MountPath] = host[m.Name]
-	}
-	var root string
-	for mp, hp := range mounts {
-		if mp == hp {
-			root = mp
+		if m.MountPath == host[m.Name] {
+			root = m.MountPath
+			// The daemons' shm (tmpfs mounts under the root) must reach
+			// the host, which mounts them into the clients.
+			if m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationBidirectional {
+				t.Errorf("MPS daemon mounts the MPS root %s with propagation %v, want Bidirectional", root, m.MountPropagation)
+			}
 		}
 	}
-	if root == "" || mounts["/dev/shm"] != root+"/shm" {
-		t.Errorf("MPS daemon mounts %v: want the MPS root at its host path and <root>/shm at /dev/shm", mounts)
+	if _, ok := mounts["/dev/shm"]; root == "" || ok {
+		t.Errorf("MPS daemon mounts %v: want the MPS root at its host path, and no shared /dev/shm (each daemon gets its own)", mounts)
 	}
 	cfg := mounts["/etc/gantry"]
 	if cms := byKind["*v1.ConfigMap"]; len(cms) == 1 {

@@ -14,8 +14,12 @@ import (
 	"os"
 
 	"github.com/gantry-gpu/gantry/internal/deviceplugin"
+	"github.com/gantry-gpu/gantry/internal/mps"
 )
 
 func main() {
+	// A run of this binary as the MPS daemons' launcher (internal/mps,
+	// launch.go) does not return.
+	mps.LaunchMain()
 	os.Exit(deviceplugin.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

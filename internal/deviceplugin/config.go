@@ -17,6 +17,7 @@ import (
 
 	gconfig "github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/labels"
+	"github.com/gantry-gpu/gantry/internal/mps"
 )
 
 // ErrConfig is matched (errors.Is) by every error about a bad configuration
@@ -333,6 +334,10 @@ type Gantry struct {
 	// Gantry's config file (default nvidia.com/gpu).
 	CDIKind string `json:"cdiKind,omitempty"`
 	Health  Health `json:"health"`
+	// MPSShmSize is the size of each MPS daemon's shm, its clients'
+	// /dev/shm (sharing.mps): bytes, or Ki, Mi, Gi ("1Gi"); empty means
+	// mps.DefaultShmSize (1Gi).
+	MPSShmSize string `json:"mpsShmSize,omitempty"`
 }
 
 // Health holds the health-check settings.
@@ -487,6 +492,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Gantry.CDIKind != "" && strings.Count(c.Gantry.CDIKind, "/") != 1 {
 		return badValue(c, "gantry.cdiKind", strconv.Quote(c.Gantry.CDIKind), "want vendor.com/class, e.g. nvidia.com/gpu")
+	}
+	if v := c.Gantry.MPSShmSize; v != "" {
+		if _, err := mps.ParseShmSize("gantry.mpsShmSize", v); err != nil {
+			return badValue(c, "gantry.mpsShmSize", strconv.Quote(v), "want a size such as 1Gi or 512Mi, at least 1Mi")
+		}
 	}
 	if q := c.Gantry.Health.RecoveryQuietPeriod; q != "" {
 		d, err := time.ParseDuration(q)

@@ -108,7 +108,8 @@
 // SHARED_DEVICES_ALLOCATION_POLICY, CONFIG_FILE, KUBELET_SOCKET,
 // DP_DISABLE_HEALTHCHECKS, DP_ENABLE_HEALTHCHECKS, ...). Gantry's own:
 // gantry.gpus (nvml, sim:PROFILE, sim:FILE), gantry.kubeletDir (default
-// /var/lib/kubelet/device-plugins), gantry.cdiKind, gantry.health
+// /var/lib/kubelet/device-plugins), gantry.cdiKind, gantry.mpsShmSize (each
+// MPS daemon's shm, a tmpfs of its own; default 1Gi), gantry.health
 // (recoveryQuietPeriod, disable, enable, simSocket). Bad values fail at
 // start with one line naming the key, where the value came from, and the
 // allowed values.

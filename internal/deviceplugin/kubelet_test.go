@@ -20,6 +20,8 @@ import (
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
 	"github.com/gantry-gpu/gantry/internal/health"
+	"github.com/gantry-gpu/gantry/internal/mps"
+	"github.com/gantry-gpu/gantry/internal/mps/mpstest"
 )
 
 // waitFor bounds every wait of these tests: generous, since a wait ends as
@@ -311,6 +313,10 @@ func (h *harness) inject(line string) {
 // TestMain quiets the default logger, which the simulated health source
 // logs to, unless -v asks for the logs.
 func TestMain(m *testing.M) {
+	// The MPS tests start daemons through the launcher (this binary
+	// again) and mount their shm: in a mount namespace of the tests' own.
+	mps.LaunchMain()
+	mpstest.PrivateMounts()
 	flag.Parse()
 	if !testing.Verbose() {
 		slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -29,8 +29,12 @@ import (
 //
 //	<root>/<resource>/pipe   the daemon's pipe directory (CUDA_MPS_PIPE_DIRECTORY)
 //	<root>/<resource>/log    its log directory (CUDA_MPS_LOG_DIRECTORY)
-//	<root>/shm               the daemon's /dev/shm, shared with its clients
+//	<root>/<resource>/shm    the daemon's /dev/shm, shared with its clients only:
+//	                         a tmpfs of its own, bounded (gantry.mpsShmSize),
+//	                         nosuid, nodev, noexec
 //
+// (NVIDIA's plugin has one <root>/shm for every daemon: every client of
+// every shared resource would read and fill one directory.)
 // plus <root>/<resource>/.ready, which the daemon manager writes once the
 // daemon answers and touches on every health check; the plugin offers the
 // resource's replicas as healthy only while that file is fresh.
@@ -175,7 +179,7 @@ func mpsPathsFor(root, resource string) mpsPaths {
 	dir := filepath.Join(root, resource)
 	return mpsPaths{
 		dir: dir, pipe: filepath.Join(dir, "pipe"), log: filepath.Join(dir, "log"),
-		ready: filepath.Join(dir, mpsReadyFile), shm: filepath.Join(root, "shm"),
+		ready: filepath.Join(dir, mpsReadyFile), shm: filepath.Join(dir, "shm"),
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gantry-gpu/gantry/internal/labels"
+	"github.com/gantry-gpu/gantry/internal/mps"
 	"github.com/gantry-gpu/gantry/internal/mps/mpstest"
 )
 
@@ -253,6 +254,9 @@ func TestMPSManagerLifecycle(t *testing.T) {
 	if st, err := os.Stat(paths.shm); err != nil || st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky == 0 {
 		t.Errorf("the clients' /dev/shm (%s): %v %v, want drwxrwxrwt", paths.shm, st.Mode(), err)
 	}
+	if !sameShm(t, pidOfDaemon(paths), paths.shm) {
+		t.Errorf("the daemon's /dev/shm is not the resource's %s", paths.shm)
+	}
 	// The ready file is touched on every health check.
 	st0, _ := os.Stat(paths.ready)
 	eventually(t, "heartbeat", func() bool {
@@ -287,11 +291,94 @@ func TestMPSManagerLifecycle(t *testing.T) {
 		t.Errorf("last command %q, want quit", lines[len(lines)-1])
 	}
 	eventually(t, "daemon exit", func() bool { return syscall.Kill(second, 0) != nil })
+	if m, err := mps.IsShmMounted(paths.shm); m || err != nil {
+		t.Errorf("the daemon's shm is still mounted after it stopped: %v %v", m, err)
+	}
 	if _, err := os.Stat(paths.ready); !os.IsNotExist(err) {
 		t.Errorf("ready file after stop: %v", err)
 	}
 	if calls := readLines(smiLog); len(calls) != 6 || !strings.HasSuffix(calls[5], "-c DEFAULT") {
 		t.Errorf("nvidia-smi calls %q (want exclusive twice for 2 GPUs, then DEFAULT)", calls)
+	}
+}
+
+// pidOfDaemon is the fake daemon's pid (0 when none).
+func pidOfDaemon(paths mpsPaths) int {
+	b, _ := os.ReadFile(filepath.Join(paths.pipe, "fake.pid"))
+	n, _ := strconv.Atoi(string(b))
+	return n
+}
+
+// sameShm reports whether process pid's /dev/shm (seen through its root,
+// in its mount namespace) is the file system at shm.
+func sameShm(t *testing.T, pid int, shm string) bool {
+	t.Helper()
+	var theirs, want syscall.Stat_t
+	if err := syscall.Stat(fmt.Sprintf("/proc/%d/root/dev/shm", pid), &theirs); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(shm, &want); err != nil {
+		t.Fatal(err)
+	}
+	return theirs.Dev == want.Dev && theirs.Ino == want.Ino
+}
+
+// TestMPSShmPerResource: the attack was a client of one shared resource
+// filling, or reading, the /dev/shm every MPS client of the node shared (a
+// plain 1777 host directory, <root>/shm). Each resource's daemon now has a
+// tmpfs of its own at <root>/<resource>/shm: nosuid, nodev, noexec, of
+// gantry.mpsShmSize (a write past it fails with ENOSPC), the daemon's
+// /dev/shm (it runs in a mount namespace of its own) and what Allocate
+// gives the resource's clients; two resources' are different file
+// systems; it is unmounted when the daemon stops.
+func TestMPSShmPerResource(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: each daemon's shm is a tmpfs mount")
+	}
+	control := buildFakeMPS(t)
+	root := shortTempDir(t)
+	specs := []MPSDaemonSpec{
+		{Resource: "nvidia.com/gpu.a", Replicas: 2, GPUs: []MPSGPU{{UUID: "GPU-a", MemoryMiB: 1000}}},
+		{Resource: "nvidia.com/gpu.b", Replicas: 2, GPUs: []MPSGPU{{UUID: "GPU-b", MemoryMiB: 1000}}},
+	}
+	run := startMPSManager(t, &MPSManager{Root: root, Specs: specs, Control: control, Interval: 50 * time.Millisecond,
+		ShmSize: 4 << 20, Log: testLogger(t)})
+	var devs []uint64
+	for _, s := range specs {
+		paths := mpsPathsFor(root, s.Resource)
+		eventually(t, s.Resource+" ready", func() bool { return mpsReady(root, s.Resource) })
+		mo, typ, so, ok := mpstest.ShmOptions(t, paths.shm)
+		if !ok || typ != "tmpfs" || !mpstest.HasOptions(mo, "nosuid", "nodev", "noexec") || !mpstest.HasOptions(so, "size=4096k") {
+			t.Errorf("%s: shm mounted %v: %s %s %s; want a tmpfs nosuid,nodev,noexec of size=4096k", s.Resource, ok, typ, mo, so)
+		}
+		if !sameShm(t, pidOfDaemon(paths), paths.shm) {
+			t.Errorf("%s: the daemon's /dev/shm is not %s", s.Resource, paths.shm)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(paths.shm, &st); err != nil {
+			t.Fatal(err)
+		}
+		devs = append(devs, st.Dev)
+		big := filepath.Join(paths.shm, "fill")
+		if err := os.WriteFile(big, make([]byte, 5<<20), 0o600); !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("%s: writing 5 MiB into its 4 MiB shm: %v, want ENOSPC", s.Resource, err)
+		}
+		os.Remove(big)
+	}
+	if devs[0] == devs[1] {
+		t.Error("two resources' daemons share one shm")
+	}
+	if err := os.WriteFile(filepath.Join(mpsPathsFor(root, specs[0].Resource).shm, "seg"), []byte("a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mpsPathsFor(root, specs[1].Resource).shm, "seg")); err == nil {
+		t.Error("one resource's segment is in the other's shm")
+	}
+	run.stop(t)
+	for _, s := range specs {
+		if m, err := mps.IsShmMounted(mpsPathsFor(root, s.Resource).shm); m || err != nil {
+			t.Errorf("%s: shm still mounted after the daemon stopped: %v %v", s.Resource, m, err)
+		}
 	}
 }
 
@@ -366,7 +453,7 @@ func TestMPSPluginAllocate(t *testing.T) {
 	pipe := "/mps/" + res + "/pipe"
 	wantMounts := []*pluginapi.Mount{
 		{ContainerPath: pipe, HostPath: filepath.Join(root, res, "pipe"), ReadOnly: true},
-		{ContainerPath: "/dev/shm", HostPath: filepath.Join(root, "shm")},
+		{ContainerPath: "/dev/shm", HostPath: filepath.Join(root, res, "shm")},
 	}
 	quarter := 81559 / 4
 	for i, want := range []map[string]string{

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +47,14 @@ type MPSManager struct {
 	Interval time.Duration
 	// Timeout bounds each run of the control program; 0 means 10s.
 	Timeout time.Duration
+	// ShmSize is the size of each daemon's shm (<root>/<resource>/shm, a
+	// tmpfs of its own, the daemon's and its clients' /dev/shm); 0 means
+	// mps.DefaultShmSize.
+	ShmSize int64
+	// Self is this program's binary, which starts each daemon through the
+	// MPS launcher (mps.Launch: a mount namespace where the resource's shm
+	// is /dev/shm); empty means os.Executable.
+	Self string
 	// ComputeMode, when set, is called with the GPUs of a daemon before it
 	// starts (exclusive true: EXCLUSIVE_PROCESS, so only the MPS server
 	// opens them) and after it stops (false: DEFAULT).
@@ -65,14 +74,22 @@ func (m *MPSManager) Run(ctx context.Context) error {
 	if !filepath.IsAbs(m.Root) {
 		return fmt.Errorf("MPS root %q is not an absolute path (flags.mpsRoot, MPS_ROOT, --mps-root)", m.Root)
 	}
-	// The clients' /dev/shm: world-writable and sticky as /dev/shm is, so
-	// that clients running as any user can make their segments there.
-	shm := filepath.Join(m.Root, "shm")
-	if err := os.MkdirAll(shm, 0o755); err != nil {
-		return fmt.Errorf("creating the MPS shm directory: %w (is %s mounted writable?)", err, m.Root)
+	if err := os.MkdirAll(m.Root, 0o755); err != nil {
+		return fmt.Errorf("creating the MPS root: %w (is %s mounted writable?)", err, m.Root)
 	}
-	if err := os.Chmod(shm, 0o777|os.ModeSticky); err != nil {
-		return fmt.Errorf("making %s world-writable and sticky: %w", shm, err)
+	if m.ShmSize <= 0 {
+		m.ShmSize = mps.DefaultShmSize
+	}
+	if m.Self == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding this program, which launches the MPS daemons: %w", err)
+		}
+		m.Self = self
+	}
+	// The launcher executes the control program by its path.
+	if p, err := exec.LookPath(m.Control); err == nil {
+		m.Control = p
 	}
 	var wg sync.WaitGroup
 	for _, s := range m.Specs {
@@ -88,6 +105,16 @@ func (m *MPSManager) daemon(s MPSDaemonSpec) *mps.Daemon {
 	return &mps.Daemon{
 		Pipe: paths.pipe, Log: paths.log, GPUs: gpuUUIDs(s), Control: m.Control, Timeout: m.Timeout,
 		Env: append([]string{"PATH=" + os.Getenv("PATH")}, m.Env...),
+		// The daemon itself starts in a mount namespace of its own where
+		// the resource's shm is /dev/shm; commands run as they are.
+		Cmd: func(ctx context.Context, env []string, args ...string) *exec.Cmd {
+			if slices.Equal(args, []string{"-d"}) {
+				return mps.Launch{Self: m.Self, Shm: paths.shm}.Cmd(ctx, env, m.Control, args...)
+			}
+			cmd := exec.CommandContext(ctx, m.Control, args...)
+			cmd.Env = env
+			return cmd
+		},
 	}
 }
 
@@ -129,6 +156,11 @@ func (m *MPSManager) start(ctx context.Context, s MPSDaemonSpec, d *mps.Daemon) 
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("creating %s: %w", dir, err)
 		}
+	}
+	// The daemon's and its clients' /dev/shm: a tmpfs of this resource's
+	// alone, bounded (kept when a daemon is adopted).
+	if err := mps.MountShm(paths.shm, m.ShmSize); err != nil {
+		return err
 	}
 	for _, dir := range []string{paths.pipe, paths.shm} {
 		if err := mps.LabelForContainers(dir); err != nil {
@@ -180,9 +212,35 @@ func (m *MPSManager) stop(s MPSDaemonSpec, d *mps.Daemon, log *slog.Logger) {
 	} else {
 		log.Info("MPS control daemon stopped")
 	}
+	// Its shm goes with it; a daemon that still serves clients (quit
+	// waits for them) keeps it, for the manager that adopts it.
+	paths := mpsPathsFor(m.Root, s.Resource)
+	if waitGone(filepath.Join(paths.pipe, "control"), d.Timeout) {
+		if err := mps.UnmountShm(paths.shm); err != nil {
+			log.Warn("unmounting the daemon's shm", "err", err)
+		}
+	} else {
+		log.Info("the MPS control daemon still runs (it waits for its clients); its shm stays mounted", "shm", paths.shm)
+	}
 	if m.ComputeMode != nil {
 		if err := m.ComputeMode(ctx, gpuUUIDs(s), false); err != nil {
 			log.Warn("restoring compute mode DEFAULT", "err", err)
+		}
+	}
+}
+
+// waitGone waits up to timeout (0: 10s) for p to be gone (a daemon
+// removes its control socket as it exits).
+func waitGone(p string, timeout time.Duration) bool {
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	for deadline := time.Now().Add(timeout); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
 		}
 	}
 }
@@ -222,7 +280,12 @@ func runMPSManager(ctx context.Context, cfg Config, p *Plugin, control string, g
 		<-ctx.Done()
 		return 0
 	}
-	m := &MPSManager{Root: cfg.MPSRoot(), Specs: specs, Control: control, Log: log}
+	shmSize, err := mps.ParseShmSize("gantry.mpsShmSize", cfg.Gantry.MPSShmSize)
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry-device-plugin mps-control-daemon: %v\n", err)
+		return 1
+	}
+	m := &MPSManager{Root: cfg.MPSRoot(), Specs: specs, Control: control, Log: log, ShmSize: shmSize}
 	if v := getenv("LD_LIBRARY_PATH"); v != "" {
 		m.Env = append(m.Env, "LD_LIBRARY_PATH="+v)
 	}

@@ -175,7 +175,7 @@ func checkCreateServer(opts Options) Check {
 	p := probeCreateServer(opts)
 	switch {
 	case p.hung():
-		cost, how := shim.ServerAnswerTimeout, fmt.Sprintf("connected, but no answer to a create server's ping in %v", shim.PingTimeout)
+		cost, how := shim.ServerConnectTimeout+shim.ServerAckTimeout, fmt.Sprintf("connected, but no answer to a create server's ping in %v", shim.PingTimeout)
 		if p.backlogFull {
 			cost, how = shim.ServerConnectTimeout, "its listen backlog is full: connections are not taken"
 		}

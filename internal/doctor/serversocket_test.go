@@ -75,7 +75,7 @@ func TestCreateServerSocketHeld(t *testing.T) {
 	start := time.Now()
 	checks := Run(h.opts)
 	took := time.Since(start)
-	cost := shim.ServerAnswerTimeout.String()
+	cost := (shim.ServerConnectTimeout + shim.ServerAckTimeout).String()
 	c := expect(t, checks, CheckCreateServer, Fail, []string{sock, "does not answer", "waits " + cost}, "rm "+sock)
 	// The engine check that pinged first says so, and did not wait again.
 	expect(t, checks, CheckDocker, Pass, []string{"does not answer", CheckCreateServer}, "")

@@ -28,9 +28,10 @@
 //     GpuConfig, MigDeviceConfig) is applied at prepare and undone at
 //     unprepare (sharing.go): TimeSlicing sets each GPU's time-slice with
 //     the driver's nvidia-smi; MPS runs one supervised MPS control daemon
-//     (internal/mps) per configuration, with the claim's own pipe, log and
-//     shm directories, started through the plugin's binary in a mount
-//     namespace of its own (launch.go) and adopted after a restart. What
+//     (internal/mps) per configuration, with the claim's own pipe and log
+//     directories and shm (a bounded tmpfs of its own, --mps-shm-size),
+//     started through the plugin's binary in a mount namespace of its own
+//     where that shm is /dev/shm (launch.go), adopted after a restart. What
 //     Gantry cannot apply fails the claim with the setting named.
 //   - With a health.Source (the device plugin's XID tracker over NVML
 //     events, or the simulator's fault socket), WatchHealthStatus feeds the

@@ -26,6 +26,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/health"
+	"github.com/gantry-gpu/gantry/internal/mps"
 )
 
 // CDIClass is the class of the per-claim CDI specs; the vendor is
@@ -84,6 +85,9 @@ type Options struct {
 	// answers (0: 5s); MPSTimeout bounds each run of a driver program and
 	// the wait for a started daemon (0: 30s).
 	MPSCheckInterval, MPSTimeout time.Duration
+	// MPSShmSize is the size of each MPS daemon's shm, a tmpfs of its own
+	// (0: mps.DefaultShmSize).
+	MPSShmSize int64
 }
 
 // Driver is the DRA plugin: it implements kubeletplugin.DRAPlugin.
@@ -114,6 +118,7 @@ type Driver struct {
 	stateDir, smi, mpsControl, self string
 	progEnv                         []string
 	mpsInterval, mpsTimeout         time.Duration
+	mpsShmSize                      int64
 	runCtx                          context.Context
 	mpsRuns                         map[string]*mpsRun
 	mpsWG                           sync.WaitGroup
@@ -161,7 +166,10 @@ func New(o Options) (*Driver, error) {
 		devices:  devs, byName: map[string]Device{}, log: o.Log, cp: cp,
 		healthSrc: o.Health, healthBy: map[string]kubeletplugin.DeviceHealth{}, healthOK: true, healthWake: make(chan struct{}),
 	}
-	d.stateDir, d.mpsInterval, d.mpsTimeout = o.StateDir, o.MPSCheckInterval, o.MPSTimeout
+	d.stateDir, d.mpsInterval, d.mpsTimeout, d.mpsShmSize = o.StateDir, o.MPSCheckInterval, o.MPSTimeout, o.MPSShmSize
+	if d.mpsShmSize <= 0 {
+		d.mpsShmSize = mps.DefaultShmSize
+	}
 	if d.stateDir == "" {
 		d.stateDir = filepath.Dir(o.Checkpoint)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/health"
+	"github.com/gantry-gpu/gantry/internal/mps"
 )
 
 // DefaultHookPath is where the node installer (`make install`) puts the
@@ -45,7 +46,7 @@ const (
 // DaemonSet can set instead.
 type flags struct {
 	driverName, nodeName, gpus, driverRoot, devRoot, hostRoot, cdiRoot, hookPath, pluginDir, registryDir string
-	healthDisable, healthEnable, simHealthSocket, devices                                                string
+	healthDisable, healthEnable, simHealthSocket, devices, mpsShmSize                                    string
 	dryRun                                                                                               bool
 }
 
@@ -70,6 +71,7 @@ func (f *flags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.healthEnable, "enable-healthchecks", env(health.EnvEnableHealthChecks, ""), "comma list of XIDs to treat as critical even though ignored by default (env "+health.EnvEnableHealthChecks+")")
 	fs.StringVar(&f.simHealthSocket, "sim-health-socket", env("GANTRY_SIM_HEALTH_SOCKET", DefaultSimHealthSocket), "with simulated GPUs: the socket that accepts injected faults (`gantry sim` docs; env GANTRY_SIM_HEALTH_SOCKET)")
 	fs.StringVar(&f.devices, "devices", env("GANTRY_DRA_DEVICES", ""), "comma list of GPUs (index, UUID, bus ID) or MIG devices (GPU:MIG, UUID) to publish, for a node shared with the device plugin (env GANTRY_DRA_DEVICES; default all)")
+	fs.StringVar(&f.mpsShmSize, "mps-shm-size", env("GANTRY_MPS_SHM_SIZE", ""), "size of each MPS daemon's shm, a tmpfs the claim's containers get as /dev/shm: bytes, or Ki, Mi, Gi (env GANTRY_MPS_SHM_SIZE; default 1Gi)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print the ResourceSlice devices this node would publish, as YAML, and exit")
 }
 
@@ -140,6 +142,10 @@ func serve(ctx context.Context, f flags, stdout io.Writer, log *slog.Logger) err
 	}
 	if !filepath.IsAbs(f.hostRoot) {
 		return fmt.Errorf("--host-root %q: want an absolute path", f.hostRoot)
+	}
+	shmSize, err := mps.ParseShmSize("--mps-shm-size", f.mpsShmSize)
+	if err != nil {
+		return err
 	}
 	hostDriverRoot, hostDevRoot := gcfg.DriverRoot, gcfg.EffectiveDevRoot()
 	gcfg.DriverRoot = filepath.Join(f.hostRoot, hostDriverRoot)
@@ -220,6 +226,7 @@ func serve(ctx context.Context, f flags, stdout io.Writer, log *slog.Logger) err
 		DriverName: f.driverName, NodeName: f.nodeName, System: sys, Inventory: inv,
 		CDIRoot: f.cdiRoot, Checkpoint: filepath.Join(f.pluginDir, CheckpointFile),
 		HookPath: hook, DevRoot: gcfg.DevRoot, HostRoot: f.hostRoot, Devices: f.devices, Health: src, Log: log,
+		MPSShmSize: shmSize,
 	})
 	if err != nil {
 		return err

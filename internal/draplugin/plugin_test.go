@@ -53,6 +53,7 @@ type testEnv struct {
 	// The driver programs sharing runs (sharing_test.go); "" for none.
 	smi, mpsControl string
 	mpsInterval     time.Duration
+	mpsShmSize      int64
 	// hostRoot and inv, when set, replace the defaults (/, editstest's).
 	hostRoot string
 	inv      *driver.Inventory
@@ -121,6 +122,7 @@ func (e *testEnv) options() Options {
 		CDIRoot: e.cdiRoot, Checkpoint: filepath.Join(e.pluginDir, CheckpointFile),
 		HookPath: testHook, DevRoot: e.devRoot, Health: e.health,
 		NvidiaSMI: e.smi, MPSControl: e.mpsControl, MPSCheckInterval: e.mpsInterval, MPSTimeout: 5 * time.Second,
+		MPSShmSize: e.mpsShmSize,
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
@@ -227,7 +228,7 @@ func (d *Driver) planSharing(uid string, plans []sharingPlan) ([]preparedSharing
 				Env: []string{mps.EnvPipeDir + "=" + MPSContainerPipe},
 				Mounts: []*specs.Mount{
 					{HostPath: m.pipe(), ContainerPath: MPSContainerPipe, Options: []string{"ro", "nosuid", "nodev", "noexec", "bind"}},
-					{HostPath: m.shm(), ContainerPath: "/dev/shm", Options: []string{"rw", "nosuid", "nodev", "bind"}},
+					{HostPath: m.shm(), ContainerPath: "/dev/shm", Options: []string{"rw", "nosuid", "nodev", "noexec", "bind"}},
 				},
 			}
 			for _, dev := range p.devices {
@@ -297,6 +298,25 @@ func (d *Driver) daemon(m *preparedMPS) *mps.Daemon {
 	}
 }
 
+// shmOnHost checks that the host sees the tmpfs mounted at shm (a path in
+// the plugin's view, the same on the host): the runtime mounts it into the
+// claim's containers from the host's mount table, which a mount made in
+// the plugin's container reaches only through a Bidirectional volume.
+func (d *Driver) shmOnHost(shm string) error {
+	if d.hostRoot == "/" {
+		return nil
+	}
+	var ours, host unix.Stat_t
+	if err := unix.Stat(shm, &ours); err != nil {
+		return err
+	}
+	hp := filepath.Join(d.hostRoot, shm)
+	if err := unix.Stat(hp, &host); err != nil || host.Dev != ours.Dev {
+		return fmt.Errorf("the MPS daemon's shm, a tmpfs mounted at %s, is not what the host sees there (%s): mount the plugin directory's volume with mountPropagation: Bidirectional", shm, hp)
+	}
+	return nil
+}
+
 // mpsUp makes m's directories, starts (or adopts) its daemon with the
 // GPUs in compute mode EXCLUSIVE_PROCESS, and sets its defaults.
 func (d *Driver) mpsUp(ctx context.Context, sh preparedSharing) error {
@@ -315,8 +335,6 @@ func (d *Driver) mpsUp(ctx context.Context, sh preparedSharing) error {
 		{m.pipe(), 0o755},
 		// Only the host reads the daemon's log.
 		{m.log(), 0o700},
-		// The clients' /dev/shm: writable by any user, sticky, as /dev/shm.
-		{m.shm(), 0o777 | os.ModeSticky},
 	} {
 		if err := os.MkdirAll(dir.path, 0o700); err != nil {
 			return fmt.Errorf("creating %s: %w", dir.path, err)
@@ -324,6 +342,15 @@ func (d *Driver) mpsUp(ctx context.Context, sh preparedSharing) error {
 		if err := os.Chmod(dir.path, dir.mode); err != nil {
 			return fmt.Errorf("chmod %s: %w", dir.path, err)
 		}
+	}
+	// The clients' and the daemon's /dev/shm: a tmpfs of this claim's
+	// alone, bounded (kept when the daemon is adopted).
+	if err := mps.MountShm(m.shm(), d.mpsShmSize); err != nil {
+		return err
+	}
+	if err := d.shmOnHost(m.shm()); err != nil {
+		_ = mps.UnmountShm(m.shm())
+		return err
 	}
 	// What the daemon is, beside it: unprepare finds it by the claim's UID
 	// even when a crash lost the claim before the checkpoint recorded it.
@@ -416,6 +443,9 @@ func (d *Driver) stopMPS(ctx context.Context, claim string, sh preparedSharing) 
 	var errs []error
 	if err := d.computeMode(ctx, sh.GPUs, "DEFAULT"); err != nil {
 		errs = append(errs, fmt.Errorf("restoring compute mode DEFAULT: %w", err))
+	}
+	if err := mps.UnmountShm(m.shm()); err != nil {
+		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(m.Dir); err != nil {
 		errs = append(errs, fmt.Errorf("removing the MPS directories: %w", err))

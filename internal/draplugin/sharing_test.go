@@ -1,8 +1,8 @@
 package draplugin
 
 import (
-	"bufio"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,6 +30,9 @@ import (
 // default logger unless -v.
 func TestMain(m *testing.M) {
 	LaunchMain()
+	// The MPS tests mount each daemon's shm: in a mount namespace of the
+	// tests' own.
+	mpstest.PrivateMounts()
 	flag.Parse()
 	if !testing.Verbose() {
 		slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -197,23 +200,18 @@ func readLines(path string) []string {
 	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }
 
-// shmOf is the source of the /dev/shm mount that process pid sees (its
-// mountinfo's root field), "" when none.
-func shmOf(t *testing.T, pid int) string {
+// sameShm reports whether process pid's /dev/shm (seen through its root,
+// in its mount namespace) is the file system at shm.
+func sameShm(t *testing.T, pid int, shm string) bool {
 	t.Helper()
-	fh, err := os.Open(fmt.Sprintf("/proc/%d/mountinfo", pid))
-	if err != nil {
+	var theirs, want unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d/root/dev/shm", pid), &theirs); err != nil {
 		t.Fatal(err)
 	}
-	defer fh.Close()
-	src := ""
-	s := bufio.NewScanner(fh)
-	for s.Scan() {
-		if f := strings.Fields(s.Text()); len(f) > 4 && f[4] == "/dev/shm" {
-			src = f[3] // the last mount there wins
-		}
+	if err := unix.Stat(shm, &want); err != nil {
+		t.Fatal(err)
 	}
-	return src
+	return theirs.Dev == want.Dev && theirs.Ino == want.Ino
 }
 
 // MPS: prepare starts one control daemon for the claim's GPUs with their
@@ -261,10 +259,10 @@ func TestMPSClaim(t *testing.T) {
 	if first == 0 {
 		t.Fatal("no daemon pid")
 	}
-	if src := shmOf(t, first); !strings.HasSuffix(m.shm(), src) || src == "" {
-		t.Errorf("the daemon's /dev/shm is %q, want the claim's %s", src, m.shm())
+	if !sameShm(t, first, m.shm()) {
+		t.Errorf("the daemon's /dev/shm is not the claim's %s", m.shm())
 	}
-	if src := shmOf(t, os.Getpid()); src != "" && strings.HasSuffix(m.shm(), src) {
+	if sameShm(t, os.Getpid(), m.shm()) {
 		t.Error("the claim's shm was mounted over the plugin's own /dev/shm")
 	}
 
@@ -444,10 +442,7 @@ func TestMPSHostRoot(t *testing.T) {
 		if err := os.MkdirAll(in, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := unix.Mount(e.pluginDir, in, "", unix.MS_BIND, ""); err != nil {
-			t.Skipf("bind mount: %v", err)
-		}
-		t.Cleanup(func() { unix.Unmount(in, unix.MNT_DETACH) })
+		sharedBind(t, e.pluginDir, in)
 	})
 	c := e.configure(e.claim("mpshost", "gpu-0"),
 		opaque(resourceapi.AllocationConfigSourceClaim, DefaultDriverName, gpuConfig+`,"sharing":{"strategy":"MPS","mpsConfig":{"defaultActiveThreadPercentage":25}}}`))
@@ -476,13 +471,126 @@ func TestMPSHostRoot(t *testing.T) {
 	if root, _ := os.Readlink(fmt.Sprintf("/proc/%d/root", pid)); root != host {
 		t.Errorf("daemon root %q, want the host root %s", root, host)
 	}
-	if src := shmOf(t, pid); src == "" || !strings.HasSuffix(m.shm(), src) {
-		t.Errorf("the daemon's /dev/shm is %q, want the claim's %s", src, m.shm())
+	if !sameShm(t, pid, m.shm()) {
+		t.Errorf("the daemon's /dev/shm is not the claim's %s", m.shm())
 	}
 	e.unprepare(c)
 	waitFor(t, "daemon exit", func() bool { return syscall.Kill(pid, 0) != nil })
 	if _, err := os.Stat(m.Dir); !os.IsNotExist(err) {
 		t.Errorf("%s after unprepare: %v", m.Dir, err)
+	}
+}
+
+// sharedBind binds dir at in as a volume with Bidirectional propagation
+// does: mounts made under dir later (the daemons' shm) show at in too.
+func sharedBind(t *testing.T, dir, in string) {
+	t.Helper()
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("bind mount: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(dir, in, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(in, unix.MNT_DETACH) })
+}
+
+// TestMPSShmPerClaim: the attack was a client filling, or reading, an
+// unbounded /dev/shm shared beyond its claim (a plain 1777 directory).
+// Each claim's daemon now has a tmpfs of its own at <dir>/shm: nosuid,
+// nodev, noexec, of --mps-shm-size (a write past it fails with ENOSPC), the
+// daemon's /dev/shm and what the claim's CDI devices mount at /dev/shm
+// (nosuid, nodev, noexec too); two claims' are different file systems;
+// unprepare unmounts it.
+func TestMPSShmPerClaim(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: each daemon's shm is a tmpfs mount")
+	}
+	f := newFakeSMI(t)
+	control := mpstest.BuildFake(t)
+	e := newEnvSetup(t, "h100x8", func(e *testEnv, _ string) {
+		e.smi, e.mpsControl, e.mpsInterval, e.mpsShmSize = f.path, control, 50*time.Millisecond, 4<<20
+	})
+	var claims []*resourceapi.ResourceClaim
+	var dirs []*preparedMPS
+	var devs []uint64
+	for i, gpu := range []string{"gpu-1", "gpu-2"} {
+		c := e.configure(e.claim(fmt.Sprintf("shm%d", i), gpu),
+			opaque(resourceapi.AllocationConfigSourceClaim, DefaultDriverName, gpuConfig+`,"sharing":{"strategy":"MPS"}}`))
+		ids := cdiIDs(t, e.prepare(c), c)
+		m := e.checkpoint().Claims[string(c.UID)].Sharing[0].MPS
+		claims, dirs = append(claims, c), append(dirs, m)
+		mo, typ, so, ok := mpstest.ShmOptions(t, m.shm())
+		if !ok || typ != "tmpfs" || !mpstest.HasOptions(mo, "nosuid", "nodev", "noexec") || !mpstest.HasOptions(so, "size=4096k") {
+			t.Errorf("claim %d: shm mounted %v: %s %s %s; want a tmpfs nosuid,nodev,noexec of size=4096k", i, ok, typ, mo, so)
+		}
+		b, _ := os.ReadFile(filepath.Join(m.pipe(), "fake.pid"))
+		pid, _ := strconv.Atoi(string(b))
+		if pid == 0 || !sameShm(t, pid, m.shm()) {
+			t.Errorf("claim %d: the daemon's (%d) /dev/shm is not %s", i, pid, m.shm())
+		}
+		for _, mt := range inject(t, e.cdiRoot, ids).Mounts {
+			if mt.Destination == "/dev/shm" && (mt.Source != m.shm() || !slices.Contains(mt.Options, "noexec") || !slices.Contains(mt.Options, "nodev") || !slices.Contains(mt.Options, "nosuid")) {
+				t.Errorf("claim %d: the clients' /dev/shm is %s %v, want %s nosuid,nodev,noexec", i, mt.Source, mt.Options, m.shm())
+			}
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(m.shm(), &st); err != nil {
+			t.Fatal(err)
+		}
+		devs = append(devs, st.Dev)
+		big := filepath.Join(m.shm(), "fill")
+		if err := os.WriteFile(big, make([]byte, 5<<20), 0o600); !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("claim %d: writing 5 MiB into its 4 MiB shm: %v, want ENOSPC", i, err)
+		}
+		os.Remove(big)
+	}
+	if devs[0] == devs[1] {
+		t.Error("two claims' daemons share one shm")
+	}
+	e.unprepare(claims...)
+	for i, m := range dirs {
+		if mounted, err := mps.IsShmMounted(m.shm()); mounted || err != nil {
+			t.Errorf("claim %d: shm still mounted after unprepare: %v %v", i, mounted, err)
+		}
+	}
+}
+
+// TestMPSShmNotOnHost: with the host's / elsewhere (--host-root), a shm
+// tmpfs the host does not see (the plugin directory's volume without
+// Bidirectional propagation) would give the clients another /dev/shm
+// than the daemon's: prepare fails, saying so, and leaves nothing mounted.
+func TestMPSShmNotOnHost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: bind mounts")
+	}
+	f := newFakeSMI(t)
+	control := mpstest.BuildFake(t)
+	host := t.TempDir()
+	e := newEnvSetup(t, "h100x1", func(e *testEnv, _ string) {
+		e.smi, e.mpsControl, e.hostRoot = f.path, control, host
+		in := filepath.Join(host, e.pluginDir)
+		if err := os.MkdirAll(in, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(e.pluginDir, in, "", unix.MS_BIND, ""); err != nil {
+			t.Skipf("bind mount: %v", err)
+		}
+		t.Cleanup(func() { unix.Unmount(in, unix.MNT_DETACH) })
+	})
+	c := e.configure(e.claim("nohost", "gpu-0"),
+		opaque(resourceapi.AllocationConfigSourceClaim, DefaultDriverName, gpuConfig+`,"sharing":{"strategy":"MPS"}}`))
+	resp := e.prepare(c)
+	r := resp.Claims[string(c.UID)]
+	if r == nil || !strings.Contains(r.Error, "Bidirectional") {
+		t.Fatalf("prepare: %+v, want an error naming Bidirectional propagation", r)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), filepath.Join(e.pluginDir, "mps")) {
+		t.Errorf("a shm is left mounted after the failed prepare:\n%s", mounts)
 	}
 }
 

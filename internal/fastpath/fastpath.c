@@ -38,9 +38,13 @@ const char gantry_server_socket_env[] = "GANTRY_RUNTIME_SOCKET";  // shim.Server
 const char gantry_server_flag[] = "--create-server";               // shim.ServerFlag
 const char gantry_hook_magic[] = "gantry-hook/1";                  // shim.HookProtocol
 const long long gantry_max_hook_state = 32 << 10;                 // shim.MaxHookState
-const long long gantry_server_connect_timeout_s = 5;              // shim.ServerConnectTimeout
-const long long gantry_server_answer_timeout_s = 15;              // shim.ServerAnswerTimeout
 const long long gantry_max_state_size = 1 << 20;                  // ocibundle.MaxStateSize
+// How long a create waits for the server (shim.Server*Timeout, in ms), and
+// the byte a server sends first on a connection it took (shim.ServerAccepted).
+const long long gantry_server_connect_ms = 300;   // shim.ServerConnectTimeout
+const long long gantry_server_ack_ms = 500;       // shim.ServerAckTimeout
+const long long gantry_server_answer_ms = 15000;  // shim.ServerAnswerTimeout
+const char gantry_server_accepted = '+';          // shim.ServerAccepted
 
 // Text in config.json without which no container asks for a GPU under a
 // configuration of neutral keys only: the variables a request is read from
@@ -337,6 +341,19 @@ static int create_bundle(int argc, char **argv, int at, char *out, size_t size, 
 	return 1;
 }
 
+static void set_timeout(int s, int opt, long long ms) {
+	struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+	setsockopt(s, SOL_SOCKET, opt, &tv, sizeof tv);
+}
+
+// read_byte reads one byte from s: 1, or 0 on EOF, error or timeout.
+static int read_byte(int s, char *b) {
+	ssize_t got;
+	do got = read(s, b, 1);
+	while (got < 0 && errno == EINTR);
+	return got == 1;
+}
+
 // server_connect connects to the create server, with its timeouts set: the
 // socket, or -1.
 static int server_connect(void) {
@@ -350,9 +367,10 @@ static int server_connect(void) {
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (s < 0) return -1;
 	// A server that accepts no more (stopped, frozen, its backlog full)
-	// costs 5 s: on a unix socket the send timeout bounds connect too.
-	struct timeval tv = {.tv_sec = gantry_server_connect_timeout_s};
-	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	// costs gantry_server_connect_ms: on a unix socket the send timeout
+	// bounds connect too; one that queues the connection but never takes
+	// it, gantry_server_ack_ms more (server_ask).
+	set_timeout(s, SO_SNDTIMEO, gantry_server_connect_ms);
 	struct ucred cred;
 	socklen_t len = sizeof cred;
 	if (connect(s, (struct sockaddr *)&addr, sizeof addr) != 0 ||
@@ -361,11 +379,7 @@ static int server_connect(void) {
 		close(s);
 		return -1;
 	}
-	// A server that stops answering costs 15 s, then Go does the work
-	// (the first create of a new driver version may build its tree, a
-	// copy of a few hundred MB across filesystems: well under that).
-	tv.tv_sec = gantry_server_answer_timeout_s;
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	set_timeout(s, SO_RCVTIMEO, gantry_server_ack_ms);
 	return s;
 }
 
@@ -407,11 +421,13 @@ static int server_ask(int s, const char *msg, size_t n, int fd) {
 		memcpy(CMSG_DATA(c), &fd, sizeof(int));
 	}
 	if (sendmsg(s, &mh, MSG_NOSIGNAL) != (ssize_t)n) return 0;
+	// The server takes the connection (its first byte) within
+	// gantry_server_ack_ms, or Go does the work; once taken, the work may
+	// last up to gantry_server_answer_ms.
 	char answer;
-	ssize_t got;
-	do got = read(s, &answer, 1);
-	while (got < 0 && errno == EINTR);
-	return got == 1 && answer == 'Y';
+	if (!read_byte(s, &answer) || answer != gantry_server_accepted) return 0;
+	set_timeout(s, SO_RCVTIMEO, gantry_server_answer_ms);
+	return read_byte(s, &answer) && answer == 'Y';
 }
 
 // server_create asks the create server (shim/server.go) to make this

@@ -78,34 +78,36 @@ type Constants struct {
 	ServerMagic, ServerSocket, ServerSocketEnv string
 	ServerFlag, HookMagic                      string
 	MaxSpecSize, MaxHookState, MaxStateSize    int64
-	// ServerConnectTimeout and ServerAnswerTimeout are the C start's
-	// bounds on the create server, in seconds.
-	ServerConnectTimeout, ServerAnswerTimeout int64
+	// The create server's timeouts, in ms, and its acceptance byte.
+	ServerConnectMS, ServerAckMS, ServerAnswerMS int64
+	ServerAccepted                               byte
 }
 
 // CConstants returns fastpath.c's constants.
 func CConstants() Constants {
 	return Constants{
-		RequestNeedles:       list((**C.char)(unsafe.Pointer(&C.gantry_request_needles))),
-		NeutralKeys:          list((**C.char)(unsafe.Pointer(&C.gantry_neutral_keys))),
-		RuntimeNames:         list((**C.char)(unsafe.Pointer(&C.gantry_runtime_names))),
-		HookNames:            list((**C.char)(unsafe.Pointer(&C.gantry_hook_names))),
-		CTKNames:             list((**C.char)(unsafe.Pointer(&C.gantry_ctk_names))),
-		GlobalValueFlags:     list((**C.char)(unsafe.Pointer(&C.gantry_global_value_flags))),
-		CreateValueFlags:     list((**C.char)(unsafe.Pointer(&C.gantry_create_value_flags))),
-		ConfigEnv:            C.GoString((*C.char)(unsafe.Pointer(&C.gantry_config_env))),
-		ConfigDefault:        C.GoString((*C.char)(unsafe.Pointer(&C.gantry_config_default))),
-		DefaultPath:          C.GoString((*C.char)(unsafe.Pointer(&C.gantry_default_path))),
-		NoFastPathEnv:        C.GoString((*C.char)(unsafe.Pointer(&C.gantry_no_fastpath_env))),
-		MaxSpecSize:          int64(C.gantry_max_spec_size),
-		ServerMagic:          C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_magic))),
-		ServerSocket:         C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_socket))),
-		ServerSocketEnv:      C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_socket_env))),
-		ServerFlag:           C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_flag))),
-		HookMagic:            C.GoString((*C.char)(unsafe.Pointer(&C.gantry_hook_magic))),
-		MaxHookState:         int64(C.gantry_max_hook_state),
-		MaxStateSize:         int64(C.gantry_max_state_size),
-		ServerConnectTimeout: int64(C.gantry_server_connect_timeout_s),
-		ServerAnswerTimeout:  int64(C.gantry_server_answer_timeout_s),
+		RequestNeedles:   list((**C.char)(unsafe.Pointer(&C.gantry_request_needles))),
+		NeutralKeys:      list((**C.char)(unsafe.Pointer(&C.gantry_neutral_keys))),
+		RuntimeNames:     list((**C.char)(unsafe.Pointer(&C.gantry_runtime_names))),
+		HookNames:        list((**C.char)(unsafe.Pointer(&C.gantry_hook_names))),
+		CTKNames:         list((**C.char)(unsafe.Pointer(&C.gantry_ctk_names))),
+		GlobalValueFlags: list((**C.char)(unsafe.Pointer(&C.gantry_global_value_flags))),
+		CreateValueFlags: list((**C.char)(unsafe.Pointer(&C.gantry_create_value_flags))),
+		ConfigEnv:        C.GoString((*C.char)(unsafe.Pointer(&C.gantry_config_env))),
+		ConfigDefault:    C.GoString((*C.char)(unsafe.Pointer(&C.gantry_config_default))),
+		DefaultPath:      C.GoString((*C.char)(unsafe.Pointer(&C.gantry_default_path))),
+		NoFastPathEnv:    C.GoString((*C.char)(unsafe.Pointer(&C.gantry_no_fastpath_env))),
+		MaxSpecSize:      int64(C.gantry_max_spec_size),
+		ServerMagic:      C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_magic))),
+		ServerSocket:     C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_socket))),
+		ServerSocketEnv:  C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_socket_env))),
+		ServerFlag:       C.GoString((*C.char)(unsafe.Pointer(&C.gantry_server_flag))),
+		HookMagic:        C.GoString((*C.char)(unsafe.Pointer(&C.gantry_hook_magic))),
+		MaxHookState:     int64(C.gantry_max_hook_state),
+		MaxStateSize:     int64(C.gantry_max_state_size),
+		ServerConnectMS:  int64(C.gantry_server_connect_ms),
+		ServerAckMS:      int64(C.gantry_server_ack_ms),
+		ServerAnswerMS:   int64(C.gantry_server_answer_ms),
+		ServerAccepted:   byte(C.gantry_server_accepted),
 	}
 }

@@ -37,5 +37,6 @@ extern const long long gantry_max_spec_size;
 extern const char gantry_server_magic[], gantry_server_socket[], gantry_server_socket_env[], gantry_server_flag[];
 extern const char gantry_hook_magic[];
 extern const long long gantry_max_hook_state, gantry_max_state_size;
-extern const long long gantry_server_connect_timeout_s, gantry_server_answer_timeout_s;
+extern const long long gantry_server_connect_ms, gantry_server_ack_ms, gantry_server_answer_ms;
+extern const char gantry_server_accepted;
 #endif

@@ -13,5 +13,8 @@
 //
 // Clients reach a daemon through its pipe directory
 // (CUDA_MPS_PIPE_DIRECTORY) and must share its /dev/shm; the callers mount
-// both into their containers.
+// both into their containers. Each daemon's /dev/shm is a bounded tmpfs of
+// its own (MountShm, shm.go), which the daemon sees as /dev/shm because it
+// starts through the launcher (Launch, launch.go: the caller's binary again,
+// in a mount namespace of its own).
 package mps

@@ -3,7 +3,6 @@
 package shim
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 )
 
 // hookBin is this tree's gantry under the name Docker's --gpus runs (a
@@ -295,47 +293,6 @@ func TestHookMarkedDone(t *testing.T) {
 	recs := hookRecords(t, c)
 	if len(recs) != 2 || !strings.Contains(fmt.Sprint(recs[1]["notes"]), "already") {
 		t.Errorf("want the second record to say it was done already, got %v", recs)
-	}
-}
-
-// TestHookServerStuck: a server that accepts nothing (its backlog full)
-// costs the hook a bounded wait, then the hook's Go code runs.
-func TestHookServerStuck(t *testing.T) {
-	f := need(t)
-	sock := filepath.Join(t.TempDir(), "stuck.sock")
-	l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(l)
-	if err := unix.Bind(l, &unix.SockaddrUnix{Name: sock}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(l, 0); err != nil {
-		t.Fatal(err)
-	}
-	// Fill the backlog: connects that nobody accepts.
-	for i := 0; i < 8; i++ {
-		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(c)
-		if unix.Connect(c, &unix.SockaddrUnix{Name: sock}) != nil {
-			break
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, hookBin(t, f), "prestart")
-	cmd.Stdin = strings.NewReader(`{"ociVersion":"1.0.2","id":"stuck","status":"creating","pid":1,"bundle":"/nonexistent-bundle"}`)
-	cmd.Env = []string{"GANTRY_CONFIG=/dev/null", ServerSocketEnv + "=" + sock}
-	out, _ := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("the hook was still waiting for a server that accepts nothing after 60 s")
-	}
-	if !strings.Contains(string(out), "/nonexistent-bundle") {
-		t.Errorf("want the in-process hook's error about the bundle, got:\n%s", out)
 	}
 }
 

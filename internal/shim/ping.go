@@ -46,16 +46,6 @@ func (s ServerStatus) String() string {
 	return "unknown"
 }
 
-// The C start's bounds on the create server (fastpath.c's
-// gantry_server_connect_timeout_s and gantry_server_answer_timeout_s,
-// pinned by its TestConstants): a server that accepts no more (its backlog
-// full) costs each GPU create ServerConnectTimeout, one that accepts and
-// never answers ServerAnswerTimeout, before the create runs in-process.
-const (
-	ServerConnectTimeout = 5 * time.Second
-	ServerAnswerTimeout  = 15 * time.Second
-)
-
 // ErrNoAnswer is wrapped by PingServer's error when something accepted
 // the connection (or let it queue) and did not answer in PingTimeout.
 var ErrNoAnswer = errors.New("no answer")
@@ -115,6 +105,11 @@ func PingServer(sock, runtimePath string) (ServerStatus, error) {
 			err = werr
 		}
 		return ServerNotOurs, fmt.Errorf("%s: no create server's answer: %v", sock, err)
+	}
+	// Every server answer starts with ServerAccepted (a server of a build
+	// before it sends none).
+	if len(b) > 0 && b[0] == ServerAccepted {
+		b = b[1:]
 	}
 	switch {
 	case len(b) == 0:

@@ -37,7 +37,8 @@ func running(pid int) bool {
 }
 
 // rawRequest sends fields (NUL-terminated each) to sock, with an open
-// directory when dir is not empty, and returns all of the answer.
+// directory when dir is not empty, and returns all of the answer after the
+// server's ServerAccepted, which must come first.
 func rawRequest(t *testing.T, sock string, dir string, fields ...string) []byte {
 	t.Helper()
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
@@ -63,7 +64,10 @@ func rawRequest(t *testing.T, sock string, dir string, fields ...string) []byte 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	if len(b) == 0 || b[0] != ServerAccepted {
+		t.Fatalf("the server's answer %q does not start with ServerAccepted (%q)", b, ServerAccepted)
+	}
+	return b[1:]
 }
 
 // TestPingServer: PingServer tells a server of the runtime's build from

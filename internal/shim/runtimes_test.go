@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gantry-gpu/gantry/internal/lowlevel"
 )
 
 // The container-escape tests run once per low-level runtime: a hostile image
@@ -193,4 +196,47 @@ func crunWrapper(f *fixture, crun string) (string, error) {
 exec %s -m /bin/sh -c 'mount --make-rprivate / && mount -t tmpfs none /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && exec "$0" --cgroup-manager=disabled "$@"' %s "$@"
 `, unshare, crun)
 	return w, os.WriteFile(w, []byte(script), 0o755)
+}
+
+// TestLowLevelWarnedOnce: a GPU create run in-process logs, once per
+// low-level runtime binary, the advisories that affect its version
+// (package lowlevel): runc before 1.3.6 (1.1.5 here) the /dev link race
+// CVE-2026-41579 that made GPU nodes in a host directory, crun before 1.28
+// (1.8.1) CVE-2026-47766; a current runc (1.5.2) nothing. The next create
+// with the same cache does not repeat it.
+func TestLowLevelWarnedOnce(t *testing.T) {
+	eachRuntime(t, func(t *testing.T) {
+		first := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
+		if out, stderr, err := first.run(); err != nil {
+			t.Fatalf("run: %v\n%s\n%s", err, out, stderr)
+		}
+		second := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
+		second.config = first.config // the same cache and log
+		if out, stderr, err := second.run(); err != nil {
+			t.Fatalf("run: %v\n%s\n%s", err, out, stderr)
+		}
+		recs := logLines(t, first)
+		if len(recs) != 2 {
+			t.Fatalf("%d log records, want 2: %v", len(recs), recs)
+		}
+		ver, err := lowlevel.Probe(context.Background(), first.low)
+		if err != nil {
+			t.Skipf("the runtime's version: %v", err)
+		}
+		want := map[string]string{"runc": "CVE-2026-41579", "crun": "CVE-2026-47766"}[ver.Name]
+		if advs, _ := lowlevel.Advisories(ver); len(advs) == 0 {
+			want = ""
+		}
+		notes := fmt.Sprint(recs[0]["notes"])
+		t.Logf("%v: notes %s", ver, notes)
+		if want != "" && !strings.Contains(notes, want) {
+			t.Errorf("%v: the first create's notes %s do not name %s", ver, notes, want)
+		}
+		if want == "" && strings.Contains(notes, "CVE-") {
+			t.Errorf("%v: a runtime with no advisory was warned about: %s", ver, notes)
+		}
+		if n := fmt.Sprint(recs[1]["notes"]); strings.Contains(n, "CVE-") {
+			t.Errorf("the second create repeats the warning: %s", n)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package shim
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/containerhook"
 	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/inject"
+	"github.com/gantry-gpu/gantry/internal/lowlevel"
 	"github.com/gantry-gpu/gantry/internal/unixsock"
 )
 
@@ -65,6 +67,33 @@ const (
 
 // ServerFlag, first on gantry-runtime's command line, runs the server.
 const ServerFlag = "--create-server"
+
+// How long the C constructor (fastpath.c's gantry_server_*_ms) waits for a
+// create server before it does the work in-process: a server that is
+// stopped, frozen or never accepts (its backlog full, or a listener that
+// is not a server) must not cost a create more than a fraction of a
+// second. The server writes ServerAccepted as soon as it takes the
+// connection; only then does the caller wait ServerAnswerTimeout for the
+// work itself.
+const (
+	// ServerConnectTimeout bounds the connect and the send of the request
+	// (SO_SNDTIMEO: on a unix socket it bounds a connect to a full
+	// backlog too).
+	ServerConnectTimeout = 300 * time.Millisecond
+	// ServerAckTimeout bounds the wait for ServerAccepted once the
+	// request went out.
+	ServerAckTimeout = 500 * time.Millisecond
+	// ServerAnswerTimeout bounds the wait for the answer after
+	// ServerAccepted: the first create of a new driver version may build
+	// its tree, a copy of a few hundred MB across filesystems.
+	ServerAnswerTimeout = 15 * time.Second
+)
+
+// ServerAccepted is the byte the server writes first on every connection
+// it takes, before it reads the request; the answer (answerDone or
+// answerSelf) follows. A caller of an older build reads it as "do it
+// yourself", as it reads anything but answerDone.
+const ServerAccepted = '+'
 
 // maxRequest bounds a request: four paths and a few numbers.
 const maxRequest = 4 * 4096
@@ -215,6 +244,12 @@ const (
 
 func (s *Server) handle(c *net.UnixConn) {
 	defer c.Close()
+	// Taken: the caller now waits for the work (ServerAnswerTimeout),
+	// no longer for a server that may not be there (ServerAckTimeout).
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte{ServerAccepted}); err != nil {
+		return
+	}
 	answer := byte(answerSelf)
 	var extra string // a ping's answer: this server's identity after it
 	defer func() { _, _ = c.Write(append([]byte{answer}, extra...)) }()
@@ -434,6 +469,13 @@ func (s *Server) ownFileReplaced() bool {
 // server's LSM label (or AppArmor's "unconfined"). A root process stripped
 // of its capabilities, or sandboxed, gets no more done through the server
 // than it could do in-process.
+//
+// Without SO_PEERPIDFD (Linux before 6.5: Debian 12, RHEL 9, Ubuntu 22.04)
+// the pid SO_PEERCRED gives may be another process's by the time it is
+// opened: the caller exited and its pid was taken. There the process
+// opened must hold the caller's end of this very connection (its
+// /proc/PID/fd links to the peer socket's inode, which sock_diag names), or
+// no one is served.
 func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 	raw, err := c.SyscallConn()
 	if err != nil {
@@ -444,6 +486,9 @@ func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 	pidfd := -1
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if !usePeerPidfd {
+			return
+		}
 		if p, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
 			pidfd = p
 		}
@@ -453,9 +498,10 @@ func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 		}
 		return 0, -1, false
 	}
+	byPid := false
 	if pidfd < 0 && cred.Pid > 0 {
 		if p, err := unix.PidfdOpen(int(cred.Pid), 0); err == nil {
-			pidfd = p
+			pidfd, byPid = p, true
 		}
 	}
 	why := ""
@@ -464,6 +510,8 @@ func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 		why = "no process to hold"
 	case int(cred.Uid) != s.uid:
 		why = "not root"
+	case byPid && !holdsPeer(raw, int(cred.Pid)):
+		why = "whose pid is held by a process without its end of the connection (it exited and its pid was taken?)"
 	default:
 		facts, err := readProcFacts("/proc/" + strconv.Itoa(int(cred.Pid)))
 		if err != nil {
@@ -484,6 +532,23 @@ func (s *Server) peer(c *net.UnixConn) (int, int, bool) {
 		return 0, -1, false
 	}
 	return int(cred.Pid), pidfd, true
+}
+
+// usePeerPidfd is false only in tests, which take the path of kernels
+// without SO_PEERPIDFD on any kernel.
+var usePeerPidfd = true
+
+// holdsPeer reports whether process pid holds the other end of the
+// connection raw: a caller known by its pid alone (no SO_PEERPIDFD) is that
+// process only if so.
+func holdsPeer(raw syscall.RawConn, pid int) bool {
+	var ino uint64
+	var err error
+	if cerr := raw.Control(func(fd uintptr) { ino, err = unixsock.PeerInode(int(fd)) }); cerr != nil || err != nil {
+		return false
+	}
+	ok, err := unixsock.HoldsSocket("/proc/"+strconv.Itoa(pid), ino)
+	return ok && err == nil
 }
 
 // refused logs why a caller was sent in-process, once per reason: a host
@@ -652,6 +717,7 @@ func ServerMain(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gantry-runtime --create-server: %v\n", err)
 		return 1
 	}
+	warnLowLevel(stderr)
 	l, err := serverListener(sock)
 	if err != nil {
 		fmt.Fprintf(stderr, "gantry-runtime --create-server: %v\n", err)
@@ -669,6 +735,28 @@ func ServerMain(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// warnLowLevel says, once at start, when the low-level runtime of the
+// default configuration is a release with a known container escape
+// (package lowlevel): the creates the server serves run it.
+func warnLowLevel(stderr io.Writer) {
+	cfg, _, err := config.Load("")
+	if err != nil {
+		return
+	}
+	path, err := findRuntime(cfg.Runtime.LowLevel)
+	if err != nil {
+		return
+	}
+	ver, err := lowlevel.Probe(context.Background(), path)
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry-runtime create server: the low-level runtime's version is unknown: %v\n", err)
+		return
+	}
+	if advs, _ := lowlevel.Advisories(ver); len(advs) > 0 {
+		fmt.Fprintf(stderr, "gantry-runtime create server: warning: %s\n", lowlevel.Warning(path, ver, advs))
+	}
 }
 
 // serverListener is systemd's socket (LISTEN_FDS) when it passed one, or

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -360,11 +361,11 @@ func TestCreateServerChecksCallerFile(t *testing.T) {
 	if _, _, err := conn.WriteMsgUnix([]byte(msg), unix.UnixRights(int(dir.Fd())), nil); err != nil {
 		t.Fatal(err)
 	}
-	answer := make([]byte, 1)
+	answer := make([]byte, 2)
 	if _, err := io.ReadFull(conn, answer); err != nil {
 		t.Fatal(err)
 	}
-	if answer[0] != 'N' {
+	if answer[0] != ServerAccepted || answer[1] != 'N' {
 		t.Errorf("answer %q to a caller running another program under the server's identity, want N", answer)
 	}
 	if string(c.configJSON()) != string(before) {
@@ -409,5 +410,107 @@ func TestModifyLocksBundle(t *testing.T) {
 	c.runtime("delete", "--force", c.id)
 	if string(c.configJSON()) == string(before) {
 		t.Errorf("the create did not inject anything once the lock was free")
+	}
+}
+
+// stuckListener is a socket at a new path that listens but never accepts:
+// with full, its backlog is full too (connects nobody accepts), so that a
+// connect blocks; without, a connect is queued at once and then nothing
+// answers.
+func stuckListener(t *testing.T, full bool) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "stuck.sock")
+	l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(l) })
+	if err := unix.Bind(l, &unix.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	backlog := 64
+	if full {
+		backlog = 0
+	}
+	if err := unix.Listen(l, backlog); err != nil {
+		t.Fatal(err)
+	}
+	if !full {
+		return sock
+	}
+	for i := 0; ; i++ {
+		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(c) })
+		if err := unix.Connect(c, &unix.SockaddrUnix{Name: sock}); err != nil {
+			if !errors.Is(err, unix.EAGAIN) {
+				t.Fatalf("filling the backlog: %v", err)
+			}
+			return sock
+		}
+		if i == 64 {
+			t.Fatal("the backlog of 0 took 64 connections")
+		}
+	}
+}
+
+// TestServerNotTaking: a create server's socket where nothing takes the
+// connection (a stopped or frozen server: a listener that never accepts,
+// with room in its backlog or with the backlog full) costs a GPU create and
+// Docker's --gpus hook well under a second (ServerConnectTimeout,
+// ServerAckTimeout) before the work runs in-process, and the create
+// succeeds. Before the acceptance byte, a create waited 15 s (5 s with a
+// full backlog). The bound asserted is generous: 5 s of the create's
+// start-up (its log record's startup_ms: the constructor's time before Go
+// ran) and of the hook's whole run. Once per low-level runtime.
+func TestServerNotTaking(t *testing.T) {
+	eachRuntime(t, serverNotTaking)
+}
+
+func serverNotTaking(t *testing.T) {
+	f := need(t)
+	for _, full := range []bool{false, true} {
+		name := "never accepts"
+		if full {
+			name = "backlog full"
+		}
+		t.Run(name, func(t *testing.T) {
+			sock := stuckListener(t, full)
+			c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"probe"}})
+			c.server = sock
+			start := time.Now()
+			out, stderr, err := c.run()
+			wall := time.Since(start)
+			if err != nil || !strings.Contains(out, "cuda=") {
+				t.Fatalf("the GPU container did not run in-process: %v\n%s\n%s", err, out, stderr)
+			}
+			recs := logLines(t, c)
+			if len(recs) != 1 || recs[0]["server"] == true {
+				t.Fatalf("want one in-process record, got %v", recs)
+			}
+			startup, _ := recs[0]["startup_ms"].(float64)
+			t.Logf("create start-up %.0f ms (run %v)", startup, wall.Round(time.Millisecond))
+			if startup <= 0 || startup > 5000 {
+				t.Errorf("the create waited %.0f ms for a server that takes no connection, want well under a second (asserted: 5 s)", startup)
+			}
+
+			// The --gpus hook: its in-process run (here it fails on the
+			// state's bundle, after the wait) within the same bound.
+			cmd := exec.Command(hookBin(t, f), "prestart")
+			cmd.Stdin = strings.NewReader(`{"ociVersion":"1.0.2","id":"stuck","status":"creating","pid":1,"bundle":"/nonexistent-bundle"}`)
+			cmd.Env = []string{"GANTRY_CONFIG=/dev/null", ServerSocketEnv + "=" + sock}
+			start = time.Now()
+			hout, _ := cmd.CombinedOutput()
+			wall = time.Since(start)
+			if !strings.Contains(string(hout), "/nonexistent-bundle") {
+				t.Errorf("want the in-process hook's error about the bundle, got:\n%s", hout)
+			}
+			t.Logf("hook %v", wall.Round(time.Millisecond))
+			if wall > 5*time.Second {
+				t.Errorf("the hook took %v with a server that takes no connection, want well under a second (asserted: 5 s)", wall)
+			}
+		})
 	}
 }

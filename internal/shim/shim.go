@@ -40,6 +40,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/fastpath"
 	"github.com/gantry-gpu/gantry/internal/inject"
+	"github.com/gantry-gpu/gantry/internal/lowlevel"
 	"github.com/gantry-gpu/gantry/internal/version"
 )
 
@@ -112,6 +113,9 @@ func Main(args []string, stderr io.Writer) int {
 		startup := startupMillis()
 		rec, err := Modify(inv.Bundle, cfg)
 		rec.Container, rec.StartupMS = inv.ContainerID, startup
+		if err == nil {
+			rec.Notes = append(rec.Notes, lowLevelNote(cfg, lowLevel)...)
+		}
 		rec.Log(cfg, err)
 		if err != nil {
 			report(stderr, inv, err)
@@ -128,6 +132,20 @@ func Main(args []string, stderr io.Writer) int {
 	err = syscall.Exec(lowLevel, argv, os.Environ())
 	report(stderr, inv, fmt.Errorf("executing %s: %w", lowLevel, err))
 	return 1
+}
+
+// lowLevelNote is the warning about the low-level runtime's version
+// (package lowlevel: a release with a known container escape), once per
+// binary: the first create that runs it logs it.
+func lowLevelNote(cfg config.Config, lowLevel string) []string {
+	w, err := lowlevel.CheckOnce(cfg.Runtime.CacheDir, lowLevel)
+	switch {
+	case w != "":
+		return []string{w}
+	case err != nil:
+		return []string{"the low-level runtime's version is unknown: " + err.Error()}
+	}
+	return nil
 }
 
 func orDefault(p string) string {
