@@ -21,6 +21,7 @@ func init() {
 		Name:    CheckLowLevel,
 		Summary: "runc and crun (and runtime.low-level) are releases without a known container escape",
 		run:     (*env).lowLevel,
+		Needs:   []Need{NeedDriver},
 		Verifies: "The low-level runtimes that run GPU containers here, `runtime.low-level` of Gantry's configuration and `runc` and `crun` on `PATH`, each asked its `--version`, are releases without a published container escape that an image can trigger: " +
 			"runc before 1.2.8, 1.3.0 to 1.3.2 and 1.4.0-rc.1/rc.2 (CVE-2025-31133, CVE-2025-52565, CVE-2025-52881: masked paths, `/dev/console`, redirected `/proc` writes); " +
 			"runc before 1.3.6, 1.4.0 to 1.4.2 and 1.5.0-rc.1/rc.2 (CVE-2026-41579: an image whose `/dev` is a link has runc write through it on the host; in Gantry's tests runc 1.1.5 made a GPU device node, mode 0666, in the host directory the link named); " +

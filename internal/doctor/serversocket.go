@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -194,7 +193,7 @@ func checkCreateServer(opts Options) Check {
 		}
 		return fail(CheckCreateServer, f,
 			"%s is held by %s, which does not answer (%s): every GPU create of gantry-runtime asks this socket first and waits %v (its bound) before doing the work in-process; %v",
-			sock, held, how, cost.Round(time.Second), p.err)
+			sock, held, how, cost, p.err)
 	case p.status == shim.ServerAbsent:
 		return info(CheckCreateServer, "%v: GPU creates run in-process (about 2 ms more each); optional, see docs/guide.md, \"The create server\"", p.err)
 	case p.status == shim.ServerSameBuild || p.status == shim.ServerOtherBuild:
