@@ -12,7 +12,7 @@ import (
 // librarySource is the body every fake library gets: a marker naming it,
 // plus the real entry points that programs call for the few libraries that
 // have them.
-func librarySource(stem, version string, cudaVersion int) string {
+func librarySource(stem, version string, cudaVersion int, ckptDir string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "/* gantry fakedriver stand-in for %s, driver %s */\n", stem, version)
 	fmt.Fprintf(&b, "const char gantry_fake_library[] = %q;\n", stem)
@@ -34,6 +34,8 @@ int cuDeviceGetCount(int *n) {
 	return 0;
 }
 `, cudaVersion)
+		fmt.Fprintf(&b, "#define GANTRY_CKPT_DIR %s\n", cString(ckptDir))
+		b.WriteString(checkpointSource)
 	case "libnvidia-ml.so":
 		b.WriteString(`
 /* NVML: initialisation succeeds and the driver version can be read. */
@@ -269,3 +271,112 @@ func cString(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// checkpointSource is the fake CUDA process checkpoint API (driver r570+:
+// cuCheckpointProcessLock, ...Checkpoint, ...Restore, ...Unlock,
+// ...GetState, ...GetRestoreThreadId). It keeps each process's state the
+// way the driver does (running, locked, checkpointed) and refuses a call
+// made in the wrong state (CUDA_ERROR_ILLEGAL_STATE), so a caller that
+// skips or reorders a step fails as it would on a GPU. The state lives in
+// the record file, GANTRY_CKPT_DIR/calls: every caller is a new process.
+// A restore's GPU UUID pairs are recorded as "pairs=OLD>NEW,..." in hex.
+// 64-bit only (it needs libc); the 32-bit build has none of it.
+const checkpointSource = `
+#if __SIZEOF_POINTER__ == 8
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+enum { CKPT_RUNNING = 0, CKPT_LOCKED = 1, CKPT_CHECKPOINTED = 2 };
+static int ckpt_path(char *buf, size_t n, const char *name) {
+	if (!GANTRY_CKPT_DIR[0]) return -1;
+	snprintf(buf, n, "%s/%s", GANTRY_CKPT_DIR, name);
+	return 0;
+}
+/* ckpt_state replays the record for pid: the state after its last
+ * successful call. */
+static int ckpt_state(int pid) {
+	char p[4096], op[32], res[16];
+	int st = CKPT_RUNNING, who;
+	if (ckpt_path(p, sizeof p, "calls")) return st;
+	FILE *f = fopen(p, "r");
+	if (!f) return st;
+	char line[8192];
+	while (fgets(line, sizeof line, f)) {
+		if (sscanf(line, "%31s %d %15s", op, &who, res) != 3 || who != pid || strcmp(res, "ok")) continue;
+		if (!strcmp(op, "lock") || !strcmp(op, "restore")) st = CKPT_LOCKED;
+		else if (!strcmp(op, "checkpoint")) st = CKPT_CHECKPOINTED;
+		else if (!strcmp(op, "unlock")) st = CKPT_RUNNING;
+	}
+	fclose(f);
+	return st;
+}
+static int ckpt_should_fail(const char *op, int pid) {
+	char p[4096], line[256], o[32];
+	int who;
+	if (ckpt_path(p, sizeof p, "fail")) return 0;
+	FILE *f = fopen(p, "r");
+	if (!f) return 0;
+	int fail = 0;
+	while (!fail && fgets(line, sizeof line, f)) {
+		int n = sscanf(line, "%31s %d", o, &who);
+		if (n >= 1 && !strcmp(o, op) && (n == 1 || who == pid)) fail = 1;
+	}
+	fclose(f);
+	return fail;
+}
+static void ckpt_record(const char *op, int pid, const char *res, const char *detail) {
+	char p[4096], line[8192];
+	if (ckpt_path(p, sizeof p, "calls")) return;
+	int fd = open(p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) return;
+	int n = snprintf(line, sizeof line, "%s %d %s%s%s\n", op, pid, res, detail[0] ? " " : "", detail);
+	if (n > 0) (void)!write(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+	close(fd);
+}
+/* ckpt_step checks pid and its state, and records the call. */
+static int ckpt_step(const char *op, int pid, int want, const char *detail) {
+	if (pid <= 0 || kill(pid, 0) != 0) { ckpt_record(op, pid, "fail", "no-such-process"); return 1; /* CUDA_ERROR_INVALID_VALUE */ }
+	if (ckpt_state(pid) != want) { ckpt_record(op, pid, "fail", "illegal-state"); return 401; /* CUDA_ERROR_ILLEGAL_STATE */ }
+	if (ckpt_should_fail(op, pid)) { ckpt_record(op, pid, "fail", "injected"); return 999; /* CUDA_ERROR_UNKNOWN */ }
+	ckpt_record(op, pid, "ok", detail);
+	return 0;
+}
+typedef struct { unsigned int timeoutMs, reserved0; unsigned long long reserved1[7]; } ckpt_lock_args;
+typedef struct { unsigned char old_uuid[16], new_uuid[16]; } ckpt_gpu_pair;
+typedef struct { ckpt_gpu_pair *gpuPairs; unsigned int gpuPairsCount; char reserved[52]; } ckpt_restore_args;
+int cuCheckpointProcessLock(int pid, ckpt_lock_args *a) {
+	char d[32] = "";
+	if (a) snprintf(d, sizeof d, "timeout=%u", a->timeoutMs);
+	return ckpt_step("lock", pid, CKPT_RUNNING, d);
+}
+int cuCheckpointProcessCheckpoint(int pid, void *a) { (void)a; return ckpt_step("checkpoint", pid, CKPT_LOCKED, ""); }
+int cuCheckpointProcessRestore(int pid, ckpt_restore_args *a) {
+	char d[4096] = "";
+	if (a && a->gpuPairsCount) {
+		size_t n = 0;
+		n += snprintf(d + n, sizeof d - n, "pairs=");
+		for (unsigned int i = 0; i < a->gpuPairsCount && n < sizeof d - 80; i++) {
+			if (i) d[n++] = ',';
+			for (int j = 0; j < 16; j++) n += snprintf(d + n, sizeof d - n, "%02x", a->gpuPairs[i].old_uuid[j]);
+			d[n++] = '>';
+			for (int j = 0; j < 16; j++) n += snprintf(d + n, sizeof d - n, "%02x", a->gpuPairs[i].new_uuid[j]);
+		}
+		d[n] = 0;
+	}
+	return ckpt_step("restore", pid, CKPT_CHECKPOINTED, d);
+}
+int cuCheckpointProcessUnlock(int pid, void *a) { (void)a; return ckpt_step("unlock", pid, CKPT_LOCKED, ""); }
+int cuCheckpointProcessGetState(int pid, int *state) {
+	if (!state || pid <= 0 || kill(pid, 0) != 0) return 1;
+	*state = ckpt_state(pid);
+	return 0;
+}
+int cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
+	if (!tid || pid <= 0) return 1;
+	*tid = pid;
+	return 0;
+}
+#endif
+`
