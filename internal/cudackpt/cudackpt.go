@@ -41,9 +41,12 @@ const (
 	OpRestore    Op = "restore"
 	OpUnlock     Op = "unlock"
 	OpState      Op = "state"
+	// OpSupport calls nothing: it checks that the driver has the API (and
+	// GPU remapping, with pairs), for a refusal before anything changes.
+	OpSupport Op = "support"
 )
 
-var ops = map[Op]bool{OpLock: true, OpCheckpoint: true, OpRestore: true, OpUnlock: true, OpState: true}
+var ops = map[Op]bool{OpLock: true, OpCheckpoint: true, OpRestore: true, OpUnlock: true, OpState: true, OpSupport: true}
 
 // State is a process's CUDA checkpoint state (CUprocessState).
 type State string
@@ -206,7 +209,7 @@ type api interface {
 	close()
 }
 
-const usage = "usage: gantry " + HelperCommand + " [--lib PATH] [--timeout-ms N] [--map OLD-UUID=NEW-UUID]... lock|checkpoint|restore|unlock|state PID... (an internal command of gantry-runtime)"
+const usage = "usage: gantry " + HelperCommand + " [--lib PATH] [--timeout-ms N] [--map OLD-UUID=NEW-UUID]... lock|checkpoint|restore|unlock|state PID... | support (an internal command of gantry-runtime)"
 
 // HelperMain runs HelperCommand: the call named by its argument on each
 // PID, in order, stopping at the first failure (state asks every PID).
@@ -241,10 +244,10 @@ func HelperMain(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return bad(err)
 	}
-	if fs.NArg() < 2 || !ops[Op(fs.Arg(0))] {
-		return bad(errors.New("want an operation and at least one PID"))
-	}
 	op := Op(fs.Arg(0))
+	if !ops[op] || (fs.NArg() < 2) != (op == OpSupport) {
+		return bad(errors.New("want an operation and at least one PID (support: none)"))
+	}
 	var pids []int
 	for _, a := range fs.Args()[1:] {
 		p, err := strconv.Atoi(a)
@@ -253,8 +256,8 @@ func HelperMain(args []string, stdout, stderr io.Writer) int {
 		}
 		pids = append(pids, p)
 	}
-	if len(pairs) > 0 && op != OpRestore {
-		return bad(errors.New("--map goes with restore only"))
+	if len(pairs) > 0 && op != OpRestore && op != OpSupport {
+		return bad(errors.New("--map goes with restore and support only"))
 	}
 	reply := run(*lib, op, uint(*timeout), pairs, pids)
 	if err := json.NewEncoder(stdout).Encode(reply); err != nil {

@@ -3,6 +3,7 @@ package cudackpt
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,12 +32,8 @@ func TestHelperAgainstFakeDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	lib := filepath.Join(res.Root, res.LibDir, "libcuda.so.1")
-	sleep := exec.Command("sleep", "600")
-	if err := sleep.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { sleep.Process.Kill(); sleep.Wait() }()
-	pid := strconv.Itoa(sleep.Process.Pid)
+	holder := startHolder(t, dir, lib)
+	pid := strconv.Itoa(holder)
 
 	call := func(args ...string) (Reply, int) {
 		t.Helper()
@@ -105,12 +102,52 @@ func TestHelperAgainstFakeDriver(t *testing.T) {
 	if string(calls) != want {
 		t.Errorf("calls recorded:\n%s\nwant:\n%s", calls, want)
 	}
+	// A process without libcuda has no CUDA state.
+	if r, code := call("state", strconv.Itoa(os.Getppid())); code != 1 || r.Results[0].Code != 3 {
+		t.Errorf("state of a process without libcuda: exit %d %+v, want CUresult 3", code, r)
+	}
 	if _, code := call("lock", "x"); code != 2 {
 		t.Errorf("bad PID: exit %d, want 2", code)
 	}
 	if _, code := call("--map", old+"="+nu, "lock", pid); code != 2 {
 		t.Errorf("--map with lock: exit %d, want 2", code)
 	}
+}
+
+// startHolder starts a process that maps lib (its CUDA state lives there)
+// and waits; it is killed when the test ends.
+func startHolder(t *testing.T, dir, lib string) int {
+	t.Helper()
+	src := filepath.Join(dir, "holder.c")
+	os.WriteFile(src, []byte(`#include <dlfcn.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	if (argc < 2 || !dlopen(argv[1], RTLD_NOW)) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 1; }
+	puts("ready");
+	fflush(stdout);
+	pause();
+	return 0;
+}
+`), 0o644)
+	bin := filepath.Join(dir, "holder")
+	if out, err := exec.Command("gcc", "-o", bin, src, "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, lib)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ready\n" {
+		t.Fatalf("holder did not start: %q %v", buf, err)
+	}
+	return cmd.Process.Pid
 }
 
 // A driver before r580 cannot remap GPUs: a restore with pairs is refused

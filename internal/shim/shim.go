@@ -118,6 +118,11 @@ func Main(args []string, stderr io.Writer) int {
 			return 1
 		}
 	}
+	if perr == nil && inv.Checkpoints() {
+		if code, handled := checkpoint(inv, args, cfg, lowLevel, stderr); handled {
+			return code
+		}
+	}
 	// The C constructor ran this create's Go on one CPU; the low-level
 	// runtime, and the container it starts, get the caller's CPUs back.
 	if err := fastpath.RestoreAffinity(); err != nil {
