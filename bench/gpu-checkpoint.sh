@@ -81,7 +81,9 @@ EOF
 
 make_bundle() { # DIR SIZE_GB
   local d=$1
-  mkdir -p "$d/rootfs"/{proc,sys,dev,tmp,etc,usr,opt/torch,out,work} "$d/out"
+  # usr/lib etc. exist for what gantry-runtime links into the root (the /usr
+  # bind then covers them: the driver's firmware is the kernel's business)
+  mkdir -p "$d/rootfs"/{proc,sys,dev,tmp,etc,usr/lib,usr/lib64,usr/bin,usr/sbin,opt/torch,out,work} "$d/out"
   for l in bin sbin lib lib64; do ln -s usr/$l "$d/rootfs/$l"; done
   cp /etc/ld.so.cache "$d/rootfs/etc/" 2>/dev/null
   cp -r /etc/ld.so.conf /etc/ld.so.conf.d "$d/rootfs/etc/" 2>/dev/null
@@ -95,13 +97,16 @@ s["process"]["terminal"] = False
 s["process"]["args"] = [py, "/work/train.py"]
 s["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "SIZE_GB=" + size]
 s["root"] = {"path": "rootfs"}
+# The host's network: CRIU locks a container's own network namespace with
+# iptables-restore, which GPU hosts may lack (it then fails the dump).
+s["linux"]["namespaces"] = [n for n in s["linux"]["namespaces"] if n["type"] != "network"]
 for src, dst, opt in [("/usr", "/usr", "ro"), ("/opt/torch", "/opt/torch", "ro"), (work, "/work", "ro"), (d + "/out", "/out", "rw")]:
     s["mounts"].append({"destination": dst, "type": "bind", "source": src, "options": ["rbind", opt]})
 json.dump(s, open(p, "w"), indent=1)
 EOF
 }
 
-steps() { wc -l <"$1/out/log" 2>/dev/null || echo 0; }
+steps() { { wc -l <"$1/out/log"; } 2>/dev/null || echo 0; }
 wait_steps() { # BUNDLE N
   local i=0
   while [ "$(steps "$1")" -lt "$2" ]; do
