@@ -312,3 +312,16 @@ func run(lib string, op Op, timeout uint, pairs [][2][16]byte, pids []int) Reply
 	}
 	return out
 }
+
+// Supported reports whether the libcuda at lib (empty: libcuda.so.1 by the
+// loader's rules) has the process checkpoint API, and GPU remapping on
+// restore when pairs is set, in this process (gantry doctor). noAPI
+// distinguishes a driver without it from a library that cannot be loaded.
+func Supported(lib string, pairs bool) (noAPI bool, err error) {
+	a, noAPI, err := load(lib, false, pairs)
+	if err != nil {
+		return noAPI, err
+	}
+	a.close()
+	return false, nil
+}

@@ -164,7 +164,7 @@ func TestHealthyHost(t *testing.T) {
 	// Every check is present, in chain order.
 	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles, CheckLoaderCache,
 		CheckInventoryCache, CheckCDISpecs, CheckDocker, CheckContainerd, CheckCRIO, CheckHook,
-		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode}
+		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode, CheckContainerCheckpoint}
 	if len(checks) != len(want) {
 		t.Fatalf("%d checks, want %d:\n%s", len(checks), len(want), dump(checks))
 	}
