@@ -16,8 +16,8 @@ const CheckContainerCheckpoint = "container checkpoint"
 
 func init() {
 	Checks = append(Checks, CheckDef{
-		Name:     CheckContainerCheckpoint,
-		Summary:  "advice only: CRIU 4.x works and the driver has the CUDA process checkpoint API",
+		Name:    CheckContainerCheckpoint,
+		Summary: "advice only: CRIU 4.x works and the driver has the CUDA process checkpoint API",
 		run: func(e *env) []Check {
 			return one(checkContainerCheckpoint(e.opts.Config, e.result(CheckKernel).Status == Pass))
 		},
