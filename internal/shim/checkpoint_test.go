@@ -376,3 +376,46 @@ func TestCheckpointWithoutGPU(t *testing.T) {
 		t.Errorf("CUDA calls for a container without GPUs:\n%s", got)
 	}
 }
+
+// A restore without --detach (runc then waits for the container): the CUDA
+// restore happens once runc has restored the processes (its pid file), and
+// gantry-runtime returns when the container ends.
+func TestRestoreForeground(t *testing.T) {
+	k := newCkptContainer(t)
+	k.start()
+	if stderr, err := k.checkpoint(); err != nil {
+		t.Fatalf("checkpoint: %v\n%s", err, stderr)
+	}
+	k.runtime("delete", k.id)
+	k.calls()
+	at := k.count()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := k.runtime("restore", "--bundle", k.bundle, "--image-path", k.image, "--work-path", k.work, k.id)
+		done <- err
+	}()
+	k.waitCount(at + 5)
+	// The fake driver does not stop the process while it is checkpointed:
+	// wait for the calls.
+	callsFile := filepath.Join(k.ckdir, "calls")
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(callsFile); strings.Contains(string(b), "unlock") {
+			break
+		}
+	}
+	npid := k.initPID()
+	if got, want := k.calls(), lines(npid, "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of a foreground restore:\n%s\nwant:\n%s", got, want)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("restore returned while the container runs: %v", err)
+	default:
+	}
+	k.runtime("kill", k.id, "KILL")
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("restore did not return after the container was killed")
+	}
+}
