@@ -53,11 +53,15 @@ if $tests; then
   # test/cluster: the pods' network (bridge, host-local, loopback CNI plugins)
   [ -x /usr/lib/cni/bridge ] || optional+=(containernetworking-plugins)
 fi
-# build-runc.sh after the packages, best effort: without it those subtests skip
+# build-runc.sh after the packages, best effort: without it those subtests skip;
+# install-criu.sh likewise (a CRIU 4.x for the checkpoint tests: Debian 12's 3.17
+# fails on current kernels), which says which CRIU it found
 build_runc() {
   $tests || return 0
   "$(dirname "$0")/build-runc.sh" >/dev/null ||
     echo "warning: scripts/build-runc.sh failed; the escape tests skip that runc"
+  "$(dirname "$0")/install-criu.sh" >/dev/null ||
+    echo "warning: scripts/install-criu.sh failed; the checkpoint tests skip"
 }
 if [ ${#need[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ]; then
   build_runc

@@ -43,6 +43,9 @@
 #   m  the create server (gantry-runtime --create-server on a socket of this run): a
 #      gantry-runtime create it makes (m1) and Docker's --gpus prestart hook whose work it
 #      does (m2), each GPU 0 as in a, each logged with "server":true
+#   n  checkpoint and restore (GPU hosts with criu and PyTorch, PYTHON): a PyTorch container
+#      checkpointed mid-computation through gantry-runtime and restored goes on exactly
+#      (bench/gpu-checkpoint.sh 1, beside the manual CUDA API + CRIU sequence)
 # In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
@@ -525,6 +528,23 @@ else
   kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
   SERVER_PID=
 fi
+echo "== n: checkpoint and restore of a PyTorch container mid-computation"
+# bench/gpu-checkpoint.sh through gantry-runtime (CUDA checkpoint, runc and CRIU)
+# beside the manual sequence, 1 GiB of GPU memory; it checks every step's value.
+torch_py=${PYTHON:-/opt/torch/.venv/bin/python3}
+if [ $mode = sim ]; then
+  SKIP "n: simulated GPUs (the CUDA steps run against the fake driver in internal/shim's TestCheckpointRestoreGPUContainer)"
+elif ! command -v criu >/dev/null; then
+  SKIP "n: no criu (scripts/install-criu.sh installs CRIU 4.x)"
+elif ! "$torch_py" -c 'import torch' 2>/dev/null; then
+  SKIP "n: no python with torch at $torch_py (set PYTHON)"
+elif BIN=$(dirname "$GANTRY") RUNC=$RUNC PYTHON=$torch_py "$REPO/bench/gpu-checkpoint.sh" 1 >"$WORK/n.out" 2>&1; then
+  PASS "n: $(grep -c '^PASS' "$WORK/n.out") checks: $(grep '^gantry ' "$WORK/n.out" | head -1 | tr -s ' ')"
+else
+  FAIL "n: bench/gpu-checkpoint.sh 1 failed"
+  grep -E '^(FAIL|PASS|gantry|manual)' "$WORK/n.out" | sed 's/^/     | /'
+fi
+
 echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"
 if [ $fail -gt 0 ] && [ -s "$WORK/gantry.log" ]; then
   echo "== gantry.log (last 20 lines)"

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/cudackpt"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/version"
 )
@@ -72,6 +73,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	// no configuration.
 	if len(args) > 0 && args[0] == discover.HelperCommand {
 		return discover.HelperMain(args[1:], stdout, stderr)
+	}
+	// Likewise the CUDA process checkpoint calls of its checkpoint and
+	// restore (package cudackpt): they need libcuda loaded.
+	if len(args) > 0 && args[0] == cudackpt.HelperCommand {
+		return cudackpt.HelperMain(args[1:], stdout, stderr)
 	}
 	cmd, rest := findCommand(args)
 	if cmd == nil {

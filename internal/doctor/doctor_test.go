@@ -170,7 +170,7 @@ func TestHealthyHost(t *testing.T) {
 	// Every check is present, in chain order.
 	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles, CheckLoaderCache,
 		CheckInventoryCache, CheckCDISpecs, CheckOldCDIHooks, CheckDocker, CheckContainerd, CheckCRIO, CheckHook, CheckCreateServer,
-		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode, CheckLowLevel}
+		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode, CheckLowLevel, CheckContainerCheckpoint}
 	if len(checks) != len(want) {
 		t.Fatalf("%d checks, want %d:\n%s", len(checks), len(want), dump(checks))
 	}

@@ -12,7 +12,7 @@ import (
 // librarySource is the body every fake library gets: a marker naming it,
 // plus the real entry points that programs call for the few libraries that
 // have them.
-func librarySource(stem, version string, cudaVersion int) string {
+func librarySource(stem, version string, cudaVersion int, ckptDir string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "/* gantry fakedriver stand-in for %s, driver %s */\n", stem, version)
 	fmt.Fprintf(&b, "const char gantry_fake_library[] = %q;\n", stem)
@@ -34,6 +34,8 @@ int cuDeviceGetCount(int *n) {
 	return 0;
 }
 `, cudaVersion)
+		fmt.Fprintf(&b, "#define GANTRY_CKPT_DIR %s\n", cString(ckptDir))
+		b.WriteString(checkpointSource)
 	case "libnvidia-ml.so":
 		b.WriteString(`
 /* NVML: initialisation succeeds and the driver version can be read. */
@@ -269,3 +271,134 @@ func cString(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// checkpointSource is the fake CUDA process checkpoint API (driver r570+:
+// cuCheckpointProcessLock, ...Checkpoint, ...Restore, ...Unlock,
+// ...GetState, ...GetRestoreThreadId). As in the driver, a process's state
+// (running, locked, checkpointed) lives in that process: in the variable
+// gantry_ckpt_state of its own copy of this library, which the calls, made
+// from another process, read and write through /proc/PID/mem. So it goes
+// into a CRIU image with the process and comes back with it under its new
+// PID. A call made in the wrong state fails (CUDA_ERROR_ILLEGAL_STATE), as
+// on a GPU, so a caller that skips or reorders a step fails; a process that
+// does not map libcuda has no state (CUDA_ERROR_NOT_INITIALIZED). Each call
+// is recorded in GANTRY_CKPT_DIR/calls as "OP PID ok|fail [detail]", and a
+// line "OP" or "OP PID" in GANTRY_CKPT_DIR/fail makes it fail
+// (CUDA_ERROR_UNKNOWN). A restore's GPU UUID pairs are recorded as
+// "pairs=OLD>NEW,..." in hex. 64-bit only (it needs libc).
+const checkpointSource = `
+#if __SIZEOF_POINTER__ == 8
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+enum { CKPT_RUNNING = 0, CKPT_LOCKED = 1, CKPT_CHECKPOINTED = 2 };
+volatile int gantry_ckpt_state = CKPT_RUNNING;
+/* ckpt_addr is where pid's copy of gantry_ckpt_state is: its libcuda's
+ * first mapping plus the variable's offset in this copy. */
+static unsigned long ckpt_addr(int pid) {
+	Dl_info info;
+	if (!dladdr((void *)&gantry_ckpt_state, &info) || !info.dli_fbase) return 0;
+	unsigned long off = (unsigned long)((char *)&gantry_ckpt_state - (char *)info.dli_fbase);
+	char p[64], line[4096], path[4096];
+	snprintf(p, sizeof p, "/proc/%d/maps", pid);
+	FILE *f = fopen(p, "r");
+	if (!f) return 0;
+	unsigned long base = 0, start, pgoff;
+	while (!base && fgets(line, sizeof line, f)) {
+		path[0] = 0;
+		if (sscanf(line, "%lx-%*x %*s %lx %*s %*s %4095s", &start, &pgoff, path) < 3) continue;
+		const char *b = strrchr(path, '/');
+		b = b ? b + 1 : path;
+		if (pgoff == 0 && !strncmp(b, "libcuda.so", 10)) base = start;
+	}
+	fclose(f);
+	return base ? base + off : 0;
+}
+static int ckpt_mem(int pid, int *st, int write) {
+	unsigned long a = ckpt_addr(pid);
+	if (!a) return -1;
+	char p[64];
+	snprintf(p, sizeof p, "/proc/%d/mem", pid);
+	int fd = open(p, (write ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+	if (fd < 0) return -1;
+	ssize_t n = write ? pwrite(fd, st, sizeof *st, (off_t)a) : pread(fd, st, sizeof *st, (off_t)a);
+	close(fd);
+	return n == (ssize_t)sizeof *st ? 0 : -1;
+}
+static int ckpt_path(char *buf, size_t n, const char *name) {
+	if (!GANTRY_CKPT_DIR[0]) return -1;
+	snprintf(buf, n, "%s/%s", GANTRY_CKPT_DIR, name);
+	return 0;
+}
+static int ckpt_should_fail(const char *op, int pid) {
+	char p[4096], line[256], o[32];
+	int who;
+	if (ckpt_path(p, sizeof p, "fail")) return 0;
+	FILE *f = fopen(p, "r");
+	if (!f) return 0;
+	int fail = 0;
+	while (!fail && fgets(line, sizeof line, f)) {
+		int n = sscanf(line, "%31s %d", o, &who);
+		if (n >= 1 && !strcmp(o, op) && (n == 1 || who == pid)) fail = 1;
+	}
+	fclose(f);
+	return fail;
+}
+static void ckpt_record(const char *op, int pid, const char *res, const char *detail) {
+	char p[4096], line[8192];
+	if (ckpt_path(p, sizeof p, "calls")) return;
+	int fd = open(p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) return;
+	int n = snprintf(line, sizeof line, "%s %d %s%s%s\n", op, pid, res, detail[0] ? " " : "", detail);
+	if (n > 0) (void)!write(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+	close(fd);
+}
+/* ckpt_step checks pid's state, records the call and moves pid to next. */
+static int ckpt_step(const char *op, int pid, int want, int next, const char *detail) {
+	int st;
+	if (pid <= 0 || ckpt_mem(pid, &st, 0)) { ckpt_record(op, pid, "fail", "no-cuda"); return 3; /* CUDA_ERROR_NOT_INITIALIZED */ }
+	if (st != want) { ckpt_record(op, pid, "fail", "illegal-state"); return 401; /* CUDA_ERROR_ILLEGAL_STATE */ }
+	if (ckpt_should_fail(op, pid)) { ckpt_record(op, pid, "fail", "injected"); return 999; /* CUDA_ERROR_UNKNOWN */ }
+	if (ckpt_mem(pid, &next, 1)) { ckpt_record(op, pid, "fail", "mem"); return 999; }
+	ckpt_record(op, pid, "ok", detail);
+	return 0;
+}
+typedef struct { unsigned int timeoutMs, reserved0; unsigned long long reserved1[7]; } ckpt_lock_args;
+typedef struct { unsigned char old_uuid[16], new_uuid[16]; } ckpt_gpu_pair;
+typedef struct { ckpt_gpu_pair *gpuPairs; unsigned int gpuPairsCount; char reserved[52]; } ckpt_restore_args;
+int cuCheckpointProcessLock(int pid, ckpt_lock_args *a) {
+	char d[32] = "";
+	if (a) snprintf(d, sizeof d, "timeout=%u", a->timeoutMs);
+	return ckpt_step("lock", pid, CKPT_RUNNING, CKPT_LOCKED, d);
+}
+int cuCheckpointProcessCheckpoint(int pid, void *a) { (void)a; return ckpt_step("checkpoint", pid, CKPT_LOCKED, CKPT_CHECKPOINTED, ""); }
+int cuCheckpointProcessRestore(int pid, ckpt_restore_args *a) {
+	char d[4096] = "";
+	if (a && a->gpuPairsCount) {
+		size_t n = 0;
+		n += snprintf(d + n, sizeof d - n, "pairs=");
+		for (unsigned int i = 0; i < a->gpuPairsCount && n < sizeof d - 80; i++) {
+			if (i) d[n++] = ',';
+			for (int j = 0; j < 16; j++) n += snprintf(d + n, sizeof d - n, "%02x", a->gpuPairs[i].old_uuid[j]);
+			d[n++] = '>';
+			for (int j = 0; j < 16; j++) n += snprintf(d + n, sizeof d - n, "%02x", a->gpuPairs[i].new_uuid[j]);
+		}
+		d[n] = 0;
+	}
+	return ckpt_step("restore", pid, CKPT_CHECKPOINTED, CKPT_LOCKED, d);
+}
+int cuCheckpointProcessUnlock(int pid, void *a) { (void)a; return ckpt_step("unlock", pid, CKPT_LOCKED, CKPT_RUNNING, ""); }
+int cuCheckpointProcessGetState(int pid, int *state) {
+	if (!state) return 1;
+	return ckpt_mem(pid, state, 0) ? 3 : 0;
+}
+int cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
+	if (!tid || pid <= 0) return 1;
+	*tid = pid;
+	return 0;
+}
+#endif
+`

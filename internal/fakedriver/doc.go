@@ -12,7 +12,11 @@
 //     capability. libcuda exports cuInit and cuDriverGetVersion (reporting
 //     the CUDA version the driver branch shipped with, 12040 for 550), and
 //     libnvidia-ml exports nvmlInit_v2 and nvmlSystemGetDriverVersion, so a
-//     program in a container can dlopen them and call in. With Compat32, the
+//     program in a container can dlopen them and call in. libcuda also has
+//     the CUDA process checkpoint API (cuCheckpointProcessLock and the
+//     rest), which keeps each process's state in that process's own copy
+//     of the library (so it survives CRIU) and, with Options.CheckpointDir,
+//     records every call and fails the ones named there. With Compat32, the
 //     main libraries also come as 32-bit objects in /usr/lib/i386-linux-gnu.
 //   - The driver programs: one small C program, statically linked where the
 //     C library allows, installed as nvidia-smi and the other names. As

@@ -66,6 +66,13 @@ type Options struct {
 	// minor (a simulated profile's models and UUIDs); GPUs without one are
 	// "Fake NVIDIA GPU" with a made-up UUID.
 	Identities []Identity
+	// CheckpointDir turns on the record of the fake libcuda's process
+	// checkpoint calls (cuCheckpointProcess*): each call appends
+	// "OP PID ok|fail [detail]" to CheckpointDir/calls, and a line
+	// "OP" or "OP PID" in CheckpointDir/fail makes that call fail
+	// (CUDA_ERROR_UNKNOWN). Without it the calls succeed and record
+	// nothing. See CheckpointSource.
+	CheckpointDir string
 }
 
 // Identity is what the fake nvidia-smi says of the GPU behind /dev/nvidia<Minor>.
@@ -374,7 +381,7 @@ func (b *builder) libraries() error {
 			dir = path.Join(dir, l.Sub)
 		}
 		jobs = append(jobs, &job{
-			lib: l, bits: bits, src: librarySource(l.Stem, v, b.cuda), args: args,
+			lib: l, bits: bits, src: librarySource(l.Stem, v, b.cuda, b.opts.CheckpointDir), args: args,
 			file: path.Join(dir, file), soname: soname, capab: c,
 		})
 	}
@@ -506,7 +513,7 @@ func (b *builder) programs() error {
 		if m.soname != "" {
 			args = append(args, "-Wl,-soname,"+m.soname)
 		}
-		obj, err := b.cc.build(librarySource(path.Base(m.path), v, b.cuda), args)
+		obj, err := b.cc.build(librarySource(path.Base(m.path), v, b.cuda, ""), args)
 		if err != nil {
 			return err
 		}

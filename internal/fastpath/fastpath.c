@@ -632,6 +632,9 @@ __attribute__((constructor)) static void gantry_runtime_fastpath(int argc, char 
 	char name[PATH_MAX], path[PATH_MAX];
 	int conf = low_level(name, sizeof name);
 	if (conf < 0 || !resolve(name, path, sizeof path)) return;
+	// checkpoint and restore of a GPU container need Go (package ctrckpt):
+	// rare, and seconds long, so they all go there.
+	if (strcmp(cmd, "checkpoint") == 0 || strcmp(cmd, "restore") == 0) return;
 	if (strcmp(cmd, "create") == 0 || strcmp(cmd, "run") == 0) {
 		// A container that cannot be asking for a GPU goes straight to the
 		// low-level runtime too; anything else (a possible request, an

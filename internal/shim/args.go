@@ -21,11 +21,30 @@ type Invocation struct {
 	// Log and LogFormat are runc's global --log and --log-format: where the
 	// engine reads the runtime's error messages from.
 	Log, LogFormat string
+	// Globals is the number of words before the subcommand (runc's global
+	// flags).
+	Globals int
+	// For checkpoint and restore: ImagePath is --image-path, made absolute
+	// (runc's default, ./checkpoint, when not given); LeaveRunning is
+	// --leave-running or --pre-dump; Detach and PIDFile restore's --detach
+	// and --pid-file.
+	ImagePath    string
+	LeaveRunning bool
+	Detach       bool
+	PIDFile      string
 }
 
 // Modifies reports whether the command creates a container, the only case
-// where gantry-runtime edits the bundle.
-func (inv Invocation) Modifies() bool { return inv.Command == "create" || inv.Command == "run" }
+// where gantry-runtime edits the bundle: create, run, and restore (a
+// container made from a checkpoint gets the GPUs its request names).
+func (inv Invocation) Modifies() bool {
+	return inv.Command == "create" || inv.Command == "run" || inv.Command == "restore"
+}
+
+// Checkpoints reports a checkpoint or restore (package ctrckpt).
+func (inv Invocation) Checkpoints() bool {
+	return inv.Command == "checkpoint" || inv.Command == "restore"
+}
 
 // runc's flags that take a value, global and of create/run. Boolean flags
 // (--debug, --systemd-cgroup, --no-pivot, --detach, ...) need no list: an
@@ -36,6 +55,13 @@ var (
 	createValueFlags = map[string]bool{
 		"bundle": true, "b": true, "console-socket": true, "pidfd-socket": true,
 		"pid-file": true, "preserve-fds": true,
+	}
+	// checkpoint's and restore's (runc 1.1 to 1.5).
+	checkpointValueFlags = map[string]bool{
+		"image-path": true, "work-path": true, "parent-path": true, "page-server": true,
+		"status-fd": true, "manage-cgroups-mode": true, "empty-ns": true,
+		"bundle": true, "b": true, "console-socket": true, "pid-file": true,
+		"lsm-profile": true, "lsm-mount-context": true, "pidfd-socket": true,
 	}
 )
 
@@ -77,10 +103,15 @@ func ParseArgs(args []string, cwd string) (Invocation, error) {
 		return inv, nil
 	}
 	inv.Command = args[i]
-	if !inv.Modifies() {
+	inv.Globals = i
+	if !inv.Modifies() && !inv.Checkpoints() {
 		return inv, nil
 	}
-	bundle := ""
+	valueFlags := createValueFlags
+	if inv.Checkpoints() {
+		valueFlags = checkpointValueFlags
+	}
+	bundle, image := "", ""
 	for i++; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
@@ -96,7 +127,13 @@ func ParseArgs(args []string, cwd string) (Invocation, error) {
 			continue
 		}
 		name, val, hasVal := splitFlag(a)
-		if !createValueFlags[name] {
+		switch name {
+		case "leave-running", "pre-dump":
+			inv.LeaveRunning = inv.LeaveRunning || inv.Command == "checkpoint" && (val == "" || val == "true")
+		case "detach", "d":
+			inv.Detach = inv.Command == "restore" && (val == "" || val == "true")
+		}
+		if !valueFlags[name] {
 			continue
 		}
 		if !hasVal {
@@ -106,9 +143,28 @@ func ParseArgs(args []string, cwd string) (Invocation, error) {
 			i++
 			val = args[i]
 		}
-		if name == "bundle" || name == "b" {
+		switch name {
+		case "bundle", "b":
 			bundle = val
+		case "image-path":
+			image = val
+		case "pid-file":
+			if inv.Checkpoints() {
+				inv.PIDFile = val
+			}
 		}
+	}
+	if inv.Checkpoints() {
+		if image == "" {
+			image = "checkpoint"
+		}
+		inv.ImagePath = abs(image, cwd)
+		if inv.PIDFile != "" {
+			inv.PIDFile = abs(inv.PIDFile, cwd)
+		}
+	}
+	if inv.Command == "checkpoint" {
+		return inv, nil
 	}
 	if bundle == "" {
 		bundle = cwd
@@ -117,6 +173,13 @@ func ParseArgs(args []string, cwd string) (Invocation, error) {
 	}
 	inv.Bundle = filepath.Clean(bundle)
 	return inv, nil
+}
+
+func abs(p, cwd string) string {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(cwd, p)
+	}
+	return filepath.Clean(p)
 }
 
 // splitFlag turns "--name=value", "-name" into its parts.

@@ -50,7 +50,11 @@ It takes runc's command line. On "create" and "run" it reads the bundle's
 config.json, injects the GPUs and driver files the container asks for
 (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, NVIDIA_REQUIRE_*, CDI
 annotations and names), then executes the low-level runtime with the same
-arguments. Every other command goes to the low-level runtime untouched.
+arguments. For "checkpoint" and "restore" of a GPU container it also moves the
+CUDA state of its processes to host memory and back around the low-level
+runtime's (the driver's process checkpoint API, through the gantry beside it;
+CRIU 4.x): see "gantry checkpoint --help". Every other command goes to the
+low-level runtime untouched.
 
 Register it with an engine:
   gantry runtime configure --runtime docker|containerd|crio [--set-as-default]
@@ -120,6 +124,11 @@ func Main(args []string, stderr io.Writer) int {
 		if err != nil {
 			report(stderr, inv, err)
 			return 1
+		}
+	}
+	if perr == nil && inv.Checkpoints() {
+		if code, handled := checkpoint(inv, args, cfg, lowLevel, stderr); handled {
+			return code
 		}
 	}
 	// The C constructor ran this create's Go on one CPU; the low-level

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Checkpoint and restore of a PyTorch GPU container mid-computation, through
+# gantry-runtime (runc checkpoint/restore with the CUDA steps), beside the
+# manual sequence (gantry cuda-checkpoint lock+checkpoint, runc checkpoint;
+# runc restore, gantry cuda-checkpoint restore+unlock) in the same run.
+# On a GPU host, as root:
+#   bench/gpu-checkpoint.sh [SIZE_GB...]     default: 1 8
+# Environment: BIN (gantry, gantry-runtime; default bin/), RUNC (default runc in
+# PATH), PYTHON (a python with torch, default /opt/torch/.venv/bin/python3),
+# CRIU_DIR (an unpacked scripts/install-criu.sh prefix to use when criu is missing).
+# For each size and each way: checkpoint time, restore time, image size, and a
+# correctness check: the container's computation (an exact integer recurrence
+# on the GPU, and a SIZE_GB ballast tensor summed every 50 steps) goes on after
+# the restore from the step it was checkpointed at, every step's value as an
+# uninterrupted run computes it. Prints a PASS/FAIL line per check and a table.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-$REPO/bin}
+PYTHON=${PYTHON:-/opt/torch/.venv/bin/python3}
+RUNC=${RUNC:-$(command -v runc)}
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(1 8)
+WORK=$(mktemp -d /tmp/gantry-ckpt.XXXXXX)
+STATE=$WORK/state
+fails=0
+PASS() { echo "PASS: $*"; }
+FAIL() { echo "FAIL: $*"; fails=$((fails + 1)); }
+die() { echo "error: $*" >&2; exit 2; }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", b - a}'; }
+
+[ "$(id -u)" = 0 ] || die "run as root"
+[ -x "$BIN/gantry" ] && [ -x "$BIN/gantry-runtime" ] || die "$BIN/gantry and gantry-runtime missing"
+[ -x "$RUNC" ] || die "runc missing"
+if ! command -v criu >/dev/null && [ -n "${CRIU_DIR:-}" ]; then
+  ln -sfn "$CRIU_DIR/bin/criu" /usr/local/sbin/criu
+fi
+command -v criu >/dev/null || die "criu missing (scripts/install-criu.sh)"
+echo "== criu: $(criu --version | head -1), check: $(criu check 2>&1 | tail -1)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/== GPU: /'
+echo "== host: $(nproc) CPUs, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)"
+mkdir -p "$STATE" "$WORK/cache"
+ln -sf "$BIN/gantry-runtime" "$WORK/gantry-runtime"
+RT=$WORK/gantry-runtime
+export GANTRY_CONFIG=$WORK/gantry.toml
+cat >"$GANTRY_CONFIG" <<EOF
+[runtime]
+low-level = "$RUNC"
+cache-dir = "$WORK/cache"
+log-file = "$WORK/gantry.log"
+driver-tree-dir = "$WORK/trees"
+EOF
+
+# The container: the host's /usr and the torch environment, read-only, and
+# /out, where the computation logs each step.
+cat >"$WORK/train.py" <<'EOF'
+import os, time, torch
+n = int(float(os.environ["SIZE_GB"]) * (1 << 30)) // 4
+ballast = torch.ones(n, dtype=torch.int32, device="cuda")
+x = torch.arange(1 << 20, dtype=torch.int64, device="cuda")
+out = open("/out/log", "a", buffering=1)
+i = 0
+while True:
+    i += 1
+    x = (x * 3 + 1) % 1000003
+    cs = int(x.sum().item())
+    ok = int(ballast.sum().item()) == n if i % 50 == 0 else True
+    out.write(f"{i} {cs} {ok}\n")
+    time.sleep(0.005)
+EOF
+cat >"$WORK/check.py" <<'EOF'
+import sys, torch
+lines = [l.split() for l in open(sys.argv[1])]
+x = torch.arange(1 << 20, dtype=torch.int64)
+for want, (i, cs, ok) in enumerate(lines, 1):
+    x = (x * 3 + 1) % 1000003
+    if int(i) != want or int(cs) != int(x.sum()) or ok != "True":
+        print(f"step {want}: logged {i} {cs} {ok}, want {want} {int(x.sum())} True"); sys.exit(1)
+print(f"{len(lines)} steps exact")
+EOF
+
+make_bundle() { # DIR SIZE_GB
+  local d=$1
+  # usr/lib etc. exist for what gantry-runtime links into the root (the /usr
+  # bind then covers them: the driver's firmware is the kernel's business)
+  mkdir -p "$d/rootfs"/{proc,sys,dev,tmp,etc,usr/lib,usr/lib64,usr/bin,usr/sbin,opt/torch,out,work} "$d/out"
+  for l in bin sbin lib lib64; do ln -s usr/$l "$d/rootfs/$l"; done
+  cp /etc/ld.so.cache "$d/rootfs/etc/" 2>/dev/null
+  cp -r /etc/ld.so.conf /etc/ld.so.conf.d "$d/rootfs/etc/" 2>/dev/null
+  "$RUNC" spec --bundle "$d"
+  "$PYTHON" - "$d" "$2" "$WORK" "$PYTHON" <<'EOF'
+import json, sys
+d, size, work, py = sys.argv[1:]
+p = d + "/config.json"
+s = json.load(open(p))
+s["process"]["terminal"] = False
+s["process"]["args"] = [py, "/work/train.py"]
+s["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "SIZE_GB=" + size]
+s["root"] = {"path": "rootfs"}
+# The host's network: CRIU locks a container's own network namespace with
+# iptables-restore, which GPU hosts may lack (it then fails the dump).
+s["linux"]["namespaces"] = [n for n in s["linux"]["namespaces"] if n["type"] != "network"]
+for src, dst, opt in [("/usr", "/usr", "ro"), ("/opt/torch", "/opt/torch", "ro"), (work, "/work", "ro"), (d + "/out", "/out", "rw")]:
+    s["mounts"].append({"destination": dst, "type": "bind", "source": src, "options": ["rbind", opt]})
+json.dump(s, open(p, "w"), indent=1)
+EOF
+}
+
+steps() { { wc -l <"$1/out/log"; } 2>/dev/null || echo 0; }
+wait_steps() { # BUNDLE N
+  local i=0
+  while [ "$(steps "$1")" -lt "$2" ]; do
+    sleep 0.1; i=$((i + 1)); [ $i -lt 1800 ] || return 1
+  done
+}
+pidof_ct() { "$RUNC" --root "$STATE" state "$1" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["pid"])'; }
+# the container's processes that map libcuda (the manual way: by hand)
+cuda_pids() {
+  local p ns
+  ns=$(readlink /proc/"$1"/ns/mnt)
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$ns" ] && grep -q libcuda.so "$p/maps" 2>/dev/null && echo "${p#/proc/}"
+  done
+}
+
+table=()
+one() { # WAY SIZE
+  local way=$1 size=$2 id=ck-$1-$2 b=$WORK/b-$1-$2 img=$WORK/img-$1-$2 t0 t1 t2 t3 at pid
+  make_bundle "$b" "$size" >/dev/null
+  if ! "$RT" --root "$STATE" run --detach --bundle "$b" "$id" </dev/null >"$WORK/$id.run" 2>&1; then
+    FAIL "$way ${size}G: run: $(tail -3 "$WORK/$id.run")"; return
+  fi
+  wait_steps "$b" 100 || { FAIL "$way ${size}G: the container did not compute 100 steps"; "$RUNC" --root "$STATE" delete -f "$id"; return; }
+  pid=$(pidof_ct "$id")
+  local gpumem
+  gpumem=$(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits | head -1)
+  t0=$(now)
+  if [ "$way" = gantry ]; then
+    "$RT" --root "$STATE" checkpoint --image-path "$img" --work-path "$img.work" "$id" >"$WORK/$id.ckpt" 2>&1
+  else
+    local cp
+    cp=$(cuda_pids "$pid" | tr '\n' ' ')
+    "$BIN/gantry" cuda-checkpoint --timeout-ms 30000 lock $cp >"$WORK/$id.ckpt" 2>&1 &&
+      "$BIN/gantry" cuda-checkpoint checkpoint $cp >>"$WORK/$id.ckpt" 2>&1 &&
+      "$RUNC" --root "$STATE" checkpoint --image-path "$img" --work-path "$img.work" "$id" >>"$WORK/$id.ckpt" 2>&1
+  fi
+  local rc=$?
+  t1=$(now)
+  [ $rc = 0 ] || { FAIL "$way ${size}G: checkpoint: $(tail -5 "$WORK/$id.ckpt"; grep Error "$img.work/dump.log" | tail -5)"; "$RUNC" --root "$STATE" delete -f "$id"; return; }
+  "$RUNC" --root "$STATE" delete "$id" 2>/dev/null
+  at=$(steps "$b")
+  local size_img
+  size_img=$(du -sb "$img" | awk '{printf "%.2f", $1/1e9}')
+  local modes
+  modes=$(find "$img" \( -type f ! -perm 0600 \) -o \( -type d ! -perm 0700 \) | wc -l)
+  sleep 1
+  [ "$(steps "$b")" = "$at" ] || FAIL "$way ${size}G: the log grew after the checkpoint stopped the container"
+  t2=$(now)
+  if [ "$way" = gantry ]; then
+    "$RT" --root "$STATE" restore --detach --bundle "$b" --image-path "$img" --work-path "$img.work" "$id" </dev/null >"$WORK/$id.rst" 2>&1
+  else
+    "$RUNC" --root "$STATE" restore --detach --bundle "$b" --image-path "$img" --work-path "$img.work" "$id" </dev/null >"$WORK/$id.rst" 2>&1 &&
+      cp=$(cuda_pids "$(pidof_ct "$id")" | tr '\n' ' ') &&
+      "$BIN/gantry" cuda-checkpoint restore $cp >>"$WORK/$id.rst" 2>&1 &&
+      "$BIN/gantry" cuda-checkpoint unlock $cp >>"$WORK/$id.rst" 2>&1
+  fi
+  rc=$?
+  t3=$(now)
+  [ $rc = 0 ] || { FAIL "$way ${size}G: restore: $(tail -5 "$WORK/$id.rst"; grep Error "$img.work/restore.log" | tail -5)"; "$RUNC" --root "$STATE" delete -f "$id"; return; }
+  if wait_steps "$b" $((at + 120)); then
+    "$RUNC" --root "$STATE" kill "$id" KILL; sleep 0.5
+    if r=$("$PYTHON" "$WORK/check.py" "$b/out/log"); then
+      PASS "$way ${size}G: checkpointed at step $at, restored, went on: $r"
+    else
+      FAIL "$way ${size}G: wrong computation after restore: $r"
+    fi
+  else
+    FAIL "$way ${size}G: no progress after restore (at $(steps "$b"), checkpointed at $at)"
+  fi
+  [ "$way" = gantry ] && { [ "$modes" = 0 ] && PASS "gantry ${size}G: image files 0600, directories 0700" || FAIL "gantry ${size}G: $modes image entries not 0600/0700"; }
+  "$RUNC" --root "$STATE" delete -f "$id" 2>/dev/null
+  table+=("$(printf '%-7s %4s GiB  GPU mem %6s MiB  checkpoint %6s s  restore %6s s  image %6s GB' "$way" "$size" "$gpumem" "$(secs "$t0" "$t1")" "$(secs "$t2" "$t3")" "$size_img")")
+  rm -rf "$img" "$img.work"
+}
+
+for s in "${sizes[@]}"; do
+  one gantry "$s"
+  one manual "$s"
+done
+echo "== figures (checkpoint: CUDA lock+checkpoint and runc checkpoint; restore: runc restore and CUDA restore+unlock)"
+printf '%s\n' "${table[@]}"
+dd if=/dev/zero of="$WORK/dd" bs=16M count=128 oflag=direct 2>&1 | tail -1 | sed 's/^/== dd write, 2 GiB, same disk: /'
+rm -f "$WORK/dd"
+grep -h '"command":"\(checkpoint\|restore\)"' "$WORK/gantry.log" | tail -12 | sed 's/^/   log: /'
+echo "== $fails failure(s); scratch $WORK"
+[ $fails = 0 ]

@@ -1,0 +1,88 @@
+package doctor
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/cudackpt"
+	"github.com/gantry-gpu/gantry/internal/driver"
+)
+
+// CheckContainerCheckpoint is advice on checkpointing GPU containers
+// (gantry-runtime checkpoint and restore, package ctrckpt).
+const CheckContainerCheckpoint = "container checkpoint"
+
+func init() {
+	Checks = append(Checks, CheckDef{
+		Name:    CheckContainerCheckpoint,
+		Needs:   []Need{NeedDriver},
+		Summary: "advice only: CRIU 4.x works and the driver has the CUDA process checkpoint API",
+		run: func(e *env) []Check {
+			return one(checkContainerCheckpoint(e.opts.Config, e.result(CheckKernel).Status == Pass))
+		},
+		Verifies: "What checkpoint and restore of GPU containers (`runc checkpoint`/`restore` through gantry-runtime) need: `criu` on PATH is version 4 or later and `criu check` passes (Debian 12's CRIU 3.17 fails on current kernels; `scripts/install-criu.sh` installs 4.1.1), and the driver's libcuda has the CUDA process checkpoint API (`cuCheckpointProcessLock` and the rest: driver r570 or later) and GPU remapping on restore (r580). Advice, never a failure: INFO says what is missing. The driver cannot checkpoint processes using CUDA IPC, MPS or UVM managed memory shared across processes; such a container's checkpoint fails and it goes on running.",
+	})
+}
+
+// checkContainerCheckpoint is INFO unless everything checkpointing needs
+// is there (PASS).
+func checkContainerCheckpoint(cfg config.Config, kernel bool) Check {
+	var missing, have []string
+	criu, err := exec.LookPath("criu")
+	if err != nil {
+		missing = append(missing, "no criu on PATH (scripts/install-criu.sh installs CRIU 4.x)")
+	} else {
+		out, _ := exec.Command(criu, "--version").Output()
+		v := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "Version: "))
+		chk, cerr := exec.Command(criu, "check").CombinedOutput()
+		switch {
+		case v == "" || v < "4" || len(strings.SplitN(v, ".", 2)[0]) != 1:
+			missing = append(missing, fmt.Sprintf("%s is CRIU %q, not 4.x (scripts/install-criu.sh)", criu, v))
+		case cerr != nil:
+			missing = append(missing, fmt.Sprintf("%s check fails: %s", criu, lastLine(string(chk))))
+		default:
+			have = append(have, fmt.Sprintf("CRIU %s at %s (criu check: %s)", v, criu, lastLine(string(chk))))
+		}
+	}
+	switch {
+	case isSim(cfg):
+		have = append(have, "driver API not checked (GPUs simulated)")
+	case !kernel:
+		have = append(have, "driver API not checked (no kernel driver)")
+	default:
+		lib := ""
+		if inv, err := driver.Discover(driver.Options{Root: cfg.DriverRoot, DevRoot: cfg.DevRoot}); err == nil {
+			for _, l := range inv.Libraries {
+				if l.SONAME == "libcuda.so.1" && l.Capability != driver.Compat32 {
+					lib = l.HostPath
+					break
+				}
+			}
+		}
+		if _, err := cudackpt.Supported(lib, false); err != nil {
+			missing = append(missing, "CUDA process checkpoint API: "+err.Error())
+		} else if _, err := cudackpt.Supported(lib, true); err != nil {
+			have = append(have, "the CUDA process checkpoint API, without GPU remapping ("+err.Error()+")")
+		} else {
+			have = append(have, "the CUDA process checkpoint API with GPU remapping")
+		}
+	}
+	if len(missing) > 0 {
+		return info(CheckContainerCheckpoint, "GPU containers cannot be checkpointed: %s%s", strings.Join(missing, "; "), suffix(have))
+	}
+	return pass(CheckContainerCheckpoint, "%s", strings.Join(have, "; "))
+}
+
+func lastLine(s string) string {
+	ls := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(ls[len(ls)-1])
+}
+
+func suffix(have []string) string {
+	if len(have) == 0 {
+		return ""
+	}
+	return " (found: " + strings.Join(have, "; ") + ")"
+}

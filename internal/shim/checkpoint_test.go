@@ -1,0 +1,421 @@
+package shim
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-gpu/gantry/internal/ctrckpt"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/gpu/sim"
+)
+
+// counterSrc is the container's CUDA program: it loads libcuda.so.1 (the
+// fake driver's, whose copy in the process holds its checkpoint state) and
+// counts, writing the count to /tmp/count, until killed.
+const counterSrc = `#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+	dlopen("libcuda.so.1", RTLD_NOW); /* none in a container without GPUs */
+	for (unsigned long n = 1;; n++) {
+		char b[32];
+		int len = snprintf(b, sizeof b, "%lu\n", n);
+		int fd = open("/tmp/count.new", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd >= 0) { (void)!write(fd, b, len); close(fd); rename("/tmp/count.new", "/tmp/count"); }
+		usleep(20000);
+	}
+}
+`
+
+// criuWorks reports why checkpoints cannot run here, or "".
+func criuWorks() string {
+	p, err := exec.LookPath("criu")
+	if err != nil {
+		return "criu not installed (scripts/install-criu.sh installs CRIU 4.x)"
+	}
+	out, err := exec.Command(p, "--version").CombinedOutput()
+	v := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "Version: "))
+	if err != nil || v == "" || v[0] < '4' || len(strings.SplitN(v, ".", 2)[0]) != 1 {
+		return "criu " + v + " is not CRIU 4.x (Debian 12's 3.17 fails on current kernels; scripts/install-criu.sh installs 4.x)"
+	}
+	if out, err := exec.Command(p, "check").CombinedOutput(); err != nil {
+		return "criu check fails here: " + strings.TrimSpace(string(out))
+	}
+	return ""
+}
+
+// ckptContainer is a GPU container running counterSrc on a fake driver
+// whose libcuda records its checkpoint calls in ckdir.
+type ckptContainer struct {
+	*container
+	ckdir, image, work string
+	spec               []byte // config.json as the engine wrote it
+}
+
+func newCkptContainer(t *testing.T) *ckptContainer {
+	t.Helper()
+	if why := criuWorks(); why != "" {
+		t.Skip(why)
+	}
+	dir := t.TempDir()
+	ckdir := filepath.Join(dir, "cuda-calls")
+	if err := os.Mkdir(ckdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	drv, err := fakedriver.Build(filepath.Join(dir, "driver"), fakedriver.Options{GPUs: 8, DeviceNodes: true, Version: "580.159.04", CheckpointDir: ckdir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "counter.c")
+	if err := os.WriteFile(src, []byte(counterSrc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newContainer(t, opts{
+		env:  []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
+		args: []string{"/bin/counter"},
+		mutate: func(rootfs string) {
+			if err := run("gcc", "-O2", "-o", filepath.Join(rootfs, "bin/counter"), src, "-ldl"); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	cfg, err := os.ReadFile(c.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := "driver-root = " + strconv.Quote(c.f.driver.Root)
+	if !strings.Contains(string(cfg), old) {
+		t.Fatalf("no %s in %s", old, cfg)
+	}
+	cfg = []byte(strings.Replace(string(cfg), old, "driver-root = "+strconv.Quote(drv.Root), 1))
+	if err := os.WriteFile(c.config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k := &ckptContainer{container: c, ckdir: ckdir, image: filepath.Join(dir, "image"), work: filepath.Join(dir, "work"),
+		spec: c.configJSON()}
+	t.Cleanup(func() { c.runtime("delete", "--force", c.id) })
+	return k
+}
+
+// start runs the container detached, its stdio on /dev/null (CRIU dumps a
+// file outside the container's mounts only as a file it cannot find again;
+// runc hands its own stdio to a restore).
+func (k *ckptContainer) start() {
+	k.t.Helper()
+	cmd := exec.Command(k.f.runtime, "--root", k.state, "run", "--detach", "--bundle", k.bundle, k.id)
+	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+k.config, ServerSocketEnv+"="+filepath.Join(k.f.dir, "no-create-server.sock"))
+	if err := cmd.Run(); err != nil {
+		k.t.Fatalf("gantry-runtime run --detach: %v (run it by hand for runc's message)", err)
+	}
+	k.waitCount(3)
+}
+
+func (k *ckptContainer) count() int {
+	b, _ := os.ReadFile(filepath.Join(k.rootfs, "tmp/count"))
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// waitCount waits until the container counted to at least n.
+func (k *ckptContainer) waitCount(n int) int {
+	k.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if c := k.count(); c >= n {
+			return c
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	k.t.Fatalf("the container did not count to %d in 60 s (at %d)", n, k.count())
+	return 0
+}
+
+func (k *ckptContainer) status() string {
+	out, _, err := k.runtime("state", k.id)
+	if err != nil {
+		return "gone"
+	}
+	var s struct{ Status string }
+	json.Unmarshal([]byte(out), &s)
+	return s.Status
+}
+
+func (k *ckptContainer) initPID() int {
+	out, _, err := k.runtime("state", k.id)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	var s struct{ Pid int }
+	json.Unmarshal([]byte(out), &s)
+	return s.Pid
+}
+
+// calls returns the fake driver's record since the last call, and resets it.
+func (k *ckptContainer) calls() string {
+	p := filepath.Join(k.ckdir, "calls")
+	b, _ := os.ReadFile(p)
+	os.Remove(p)
+	return string(b)
+}
+
+func (k *ckptContainer) fail(line string) {
+	p := filepath.Join(k.ckdir, "fail")
+	if line == "" {
+		os.Remove(p)
+		return
+	}
+	if err := os.WriteFile(p, []byte(line+"\n"), 0o644); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+func (k *ckptContainer) checkpoint(extra ...string) (string, error) {
+	args := append([]string{"checkpoint", "--image-path", k.image, "--work-path", k.work}, extra...)
+	_, stderr, err := k.runtime(append(args, k.id)...)
+	return stderr + criuLog(k.work, "dump.log"), err
+}
+
+// criuLog is the end of CRIU's log, when there is one, for a failure's message.
+func criuLog(dir, name string) string {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return ""
+	}
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "Error") || strings.Contains(l, "rror (") {
+			keep = append(keep, l)
+		}
+	}
+	ls := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(ls) > 15 {
+		ls = ls[len(ls)-15:]
+	}
+	return "\n" + name + " errors:\n" + strings.Join(keep, "\n") + "\n" + name + " end:\n" + strings.Join(ls, "\n")
+}
+
+func (k *ckptContainer) restore() (string, error) {
+	_, stderr, err := k.runtime("restore", "--detach", "--bundle", k.bundle, "--image-path", k.image, "--work-path", k.work, k.id)
+	if err != nil {
+		stderr += criuLog(k.work, "restore.log")
+	}
+	return stderr, err
+}
+
+// setRequest puts the engine's config.json back with another GPU request,
+// as an engine hands a restore its own bundle.
+func (k *ckptContainer) setRequest(devices string) {
+	s := strings.Replace(string(k.spec), "NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_VISIBLE_DEVICES="+devices, 1)
+	if err := os.WriteFile(filepath.Join(k.bundle, "config.json"), []byte(s), 0o644); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+func lines(pid int, ops ...string) string {
+	var b strings.Builder
+	for _, op := range ops {
+		b.WriteString(op[:strings.IndexByte(op, ' ')] + " " + strconv.Itoa(pid) + op[strings.IndexByte(op, ' '):] + "\n")
+	}
+	return b.String()
+}
+
+func uuidHex(t *testing.T, minor int) string {
+	sys, err := sim.Load("h100x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range sys.Devices {
+		if d.Minor == minor {
+			return strings.ReplaceAll(strings.TrimPrefix(d.UUID, "GPU-"), "-", "")
+		}
+	}
+	t.Fatalf("no minor %d", minor)
+	return ""
+}
+
+// TestCheckpointRestoreGPUContainer checkpoints and restores a GPU
+// container through gantry-runtime with real runc and CRIU, the CUDA step
+// against the fake driver's libcuda, which keeps each process's state in
+// the process (so it goes through CRIU) and records every call:
+//   - a CUDA checkpoint that fails after the lock is undone (unlock), runc
+//     is not run, and the container goes on counting;
+//   - a checkpoint with --leave-running: lock, checkpoint, runc checkpoint,
+//     restore, unlock; the container goes on; the image is root's only;
+//   - a checkpoint that stops the container: lock and checkpoint only;
+//   - a restore whose request names two GPUs is refused before runc runs;
+//   - a restore onto another GPU of the same model: runc restore, then
+//     restore (with the GPU UUID pair) and unlock of the restored process,
+//     which counts on from where it was.
+func TestCheckpointRestoreGPUContainer(t *testing.T) {
+	k := newCkptContainer(t)
+	k.start()
+	pid := k.initPID()
+
+	k.fail("checkpoint")
+	stderr, err := k.checkpoint("--leave-running")
+	if err == nil || !strings.Contains(stderr, "CUDA checkpoint") {
+		t.Fatalf("checkpoint with a failing CUDA checkpoint: %v\n%s", err, stderr)
+	}
+	if got, want := k.calls(), lines(pid, "lock ok timeout=30000", "checkpoint fail injected", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of the failed checkpoint:\n%s\nwant:\n%s", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(k.image, "inventory.img")); err == nil {
+		t.Error("runc checkpoint ran after the CUDA checkpoint failed")
+	}
+	n := k.count()
+	k.waitCount(n + 5)
+	if s := k.status(); s != "running" {
+		t.Fatalf("after the failed checkpoint the container is %s", s)
+	}
+	k.fail("")
+
+	stderr, err = k.checkpoint("--leave-running")
+	if err != nil {
+		t.Fatalf("checkpoint --leave-running: %v\n%s", err, stderr)
+	}
+	if got, want := k.calls(), lines(pid, "lock ok timeout=30000", "checkpoint ok", "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of checkpoint --leave-running:\n%s\nwant:\n%s", got, want)
+	}
+	k.waitCount(k.count() + 5)
+	checkSealed(t, k.image)
+	rec, found, err := ctrckpt.ReadRecord(k.image)
+	if err != nil || !found || rec.CUDAProcesses != 1 || len(rec.GPUs) != 1 || rec.GPUs[0].Minor != 1 {
+		t.Errorf("record %+v %v %v: want 1 CUDA process, GPU minor 1", rec, found, err)
+	}
+	os.RemoveAll(k.image)
+	os.RemoveAll(k.work)
+
+	stderr, err = k.checkpoint()
+	if err != nil {
+		t.Fatalf("checkpoint: %v\n%s", err, stderr)
+	}
+	if got, want := k.calls(), lines(pid, "lock ok timeout=30000", "checkpoint ok"); got != want {
+		t.Errorf("CUDA calls of checkpoint:\n%s\nwant:\n%s", got, want)
+	}
+	if s := k.status(); s != "gone" && s != "stopped" {
+		t.Fatalf("after checkpoint the container is %s", s)
+	}
+	k.runtime("delete", k.id)
+	at := k.count()
+	checkSealed(t, k.image)
+
+	k.setRequest("2,3")
+	stderr, err = k.restore()
+	if err == nil || !strings.Contains(stderr, "refusing to restore") || !strings.Contains(stderr, "2 (") {
+		t.Fatalf("restore onto two GPUs: %v\n%s", err, stderr)
+	}
+	if s := k.status(); s != "gone" {
+		t.Errorf("a refused restore left the container %s", s)
+	}
+	if got := k.calls(); got != "" {
+		t.Errorf("a refused restore made CUDA calls:\n%s", got)
+	}
+
+	k.setRequest("2")
+	stderr, err = k.restore()
+	if err != nil {
+		t.Fatalf("restore: %v\n%s", err, stderr)
+	}
+	npid := k.initPID()
+	pair := "pairs=" + uuidHex(t, 1) + ">" + uuidHex(t, 2)
+	if got, want := k.calls(), lines(npid, "restore ok "+pair, "unlock ok"); got != want {
+		t.Errorf("CUDA calls of restore:\n%s\nwant:\n%s", got, want)
+	}
+	if c := k.waitCount(at + 5); c < at {
+		t.Errorf("restored container counts from %d, was at %d", c, at)
+	}
+	spec := string(k.configJSON())
+	if !strings.Contains(spec, `"/dev/nvidia2"`) || strings.Contains(spec, `"/dev/nvidia1"`) {
+		t.Errorf("the restored container's config.json does not have exactly the requested GPU 2")
+	}
+}
+
+// checkSealed checks the image directory is root's alone.
+func checkSealed(t *testing.T, dir string) {
+	t.Helper()
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		if perm := fi.Mode().Perm(); fi.IsDir() && perm != 0o700 || !fi.IsDir() && fi.Mode().IsRegular() && perm != 0o600 {
+			t.Errorf("%s: mode %v, want 0700 directories and 0600 files", p, perm)
+		}
+		return nil
+	})
+}
+
+// A container without GPUs goes through untouched: runc's checkpoint and
+// restore, no CUDA call, no record.
+func TestCheckpointWithoutGPU(t *testing.T) {
+	k := newCkptContainer(t)
+	k.spec = []byte(strings.Replace(string(k.spec), "NVIDIA_VISIBLE_DEVICES=1", "HOME=/", 1))
+	k.setRequest("")
+	k.start()
+	if stderr, err := k.checkpoint(); err != nil {
+		t.Fatalf("checkpoint: %v\n%s", err, stderr)
+	}
+	k.runtime("delete", k.id)
+	if _, err := os.Stat(filepath.Join(k.image, ctrckpt.RecordFile)); err == nil {
+		t.Error("a checkpoint of a container without GPUs has a GPU record")
+	}
+	at := k.count()
+	if stderr, err := k.restore(); err != nil {
+		t.Fatalf("restore: %v\n%s", err, stderr)
+	}
+	k.waitCount(at + 3)
+	if got := k.calls(); got != "" {
+		t.Errorf("CUDA calls for a container without GPUs:\n%s", got)
+	}
+}
+
+// A restore without --detach (runc then waits for the container): the CUDA
+// restore happens once runc has restored the processes (its pid file), and
+// gantry-runtime returns when the container ends.
+func TestRestoreForeground(t *testing.T) {
+	k := newCkptContainer(t)
+	k.start()
+	if stderr, err := k.checkpoint(); err != nil {
+		t.Fatalf("checkpoint: %v\n%s", err, stderr)
+	}
+	k.runtime("delete", k.id)
+	k.calls()
+	at := k.count()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := k.runtime("restore", "--bundle", k.bundle, "--image-path", k.image, "--work-path", k.work, k.id)
+		done <- err
+	}()
+	k.waitCount(at + 5)
+	// The fake driver does not stop the process while it is checkpointed:
+	// wait for the calls.
+	callsFile := filepath.Join(k.ckdir, "calls")
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if b, _ := os.ReadFile(callsFile); strings.Contains(string(b), "unlock") {
+			break
+		}
+	}
+	npid := k.initPID()
+	if got, want := k.calls(), lines(npid, "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of a foreground restore:\n%s\nwant:\n%s", got, want)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("restore returned while the container runs: %v", err)
+	default:
+	}
+	k.runtime("kill", k.id, "KILL")
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("restore did not return after the container was killed")
+	}
+}
