@@ -32,8 +32,10 @@ const (
 	// maxCompatNote bounds the note (its JSON is some 100 bytes).
 	maxCompatNote = 64 << 10
 	// maxCompatRead is the most readCompatNote reads of a file in all: the
-	// header, the largest table, name table and note allowed above.
-	maxCompatRead = 64 + maxCompatSections*maxCompatShentsize + maxCompatStrtab + maxCompatNote
+	// identification bytes (read first, to learn the class and byte order),
+	// the header (64 bytes in a 64-bit file, 52 in a 32-bit one), and the
+	// largest table, name table and note allowed above.
+	maxCompatRead = elf.EI_NIDENT + 64 + maxCompatSections*maxCompatShentsize + maxCompatStrtab + maxCompatNote
 )
 
 // errCompatRead is returned when the reads would exceed maxCompatRead (not

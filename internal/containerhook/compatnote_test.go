@@ -203,6 +203,52 @@ func TestCompatNoteBounded(t *testing.T) {
 	}
 }
 
+// A file at every per-part limit (1024 section headers of 256 bytes, a
+// 64 KiB name table, a 64 KiB note) is read whole within maxCompatRead: the
+// budget counts the 16 identification bytes read before the header.
+func TestCompatNoteAtEveryLimit(t *testing.T) {
+	const shnum, shent = maxCompatSections, maxCompatShentsize
+	le := binary.LittleEndian
+	strtabOff := int64(64)
+	strtab := make([]byte, maxCompatStrtab)
+	copy(strtab[1:], compatNoteSection+"\x00")
+	copy(strtab[1+len(compatNoteSection)+1:], ".shstrtab\x00")
+	noteOff := strtabOff + int64(len(strtab))
+	desc := `{"CUDA Version":"13.0","Driver":[535]}`
+	note := make([]byte, maxCompatNote)
+	le.PutUint32(note[0:], 19)
+	le.PutUint32(note[4:], uint32(len(desc)))
+	le.PutUint32(note[8:], 1)
+	copy(note[12:], "NVIDIA Corporation\x00")
+	copy(note[32:], desc)
+	shoff := noteOff + int64(len(note))
+	buf := make([]byte, shoff+shnum*shent)
+	copy(buf, elf.ELFMAG)
+	buf[elf.EI_CLASS], buf[elf.EI_DATA], buf[elf.EI_VERSION] = byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)
+	le.PutUint64(buf[0x28:], uint64(shoff))
+	le.PutUint16(buf[0x3a:], shent)
+	le.PutUint16(buf[0x3c:], shnum)
+	le.PutUint16(buf[0x3e:], 2)
+	copy(buf[strtabOff:], strtab)
+	copy(buf[noteOff:], note)
+	sh := func(i int, name uint32, typ elf.SectionType, off, size uint64) {
+		b := buf[shoff+int64(i*shent):]
+		le.PutUint32(b[0:], name)
+		le.PutUint32(b[4:], uint32(typ))
+		le.PutUint64(b[24:], off)
+		le.PutUint64(b[32:], size)
+	}
+	sh(1, 1, elf.SHT_NOTE, uint64(noteOff), uint64(len(note)))
+	sh(2, uint32(1+len(compatNoteSection)+1), elf.SHT_STRTAB, uint64(strtabOff), uint64(len(strtab)))
+	n, read, err := parseCounted(buf)
+	if err != nil || n == nil || n.CUDAVersion != "13.0" {
+		t.Fatalf("a file within every limit: %+v, %v; want the note", n, err)
+	}
+	if read != maxCompatRead {
+		t.Errorf("read %d bytes; the budget is %d (the limits add up to it exactly)", read, maxCompatRead)
+	}
+}
+
 // The attack end to end: the hook binary under NVIDIA's name runs
 // enable-cuda-compat on an image whose compat libcuda is hostileCompatLib,
 // with its data limited to 256 MiB (RLIMIT_DATA: a Go program reserves more
