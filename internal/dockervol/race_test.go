@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gantry-gpu/gantry/internal/drivervol"
 )
 
 // The attack of issue 27: while Docker's Mount and Remove calls come and go,
@@ -17,9 +19,32 @@ import (
 // opens the served path's lib64 over and over and asks its mount whether it
 // is read-only (fstatfs of the very directory it opened), during Mount and
 // Remove cycles, one after another and racing: every tree it finds there
-// must be read-only.
+// must be read-only. Mount-only cycles are the same attack without the
+// tree ever going away (each Mount must find the tree protected, not mount
+// it again). Each runs on the kernel's mount API and as on a kernel before
+// Linux 5.8 (no mount_setattr, no STATX_MNT_ID: drivervol.LegacyKernel).
 func TestServedTreeNeverWritable(t *testing.T) {
 	needRoot(t)
+	for _, kernel := range []struct {
+		name   string
+		legacy bool
+	}{{"mount API", false}, {"before Linux 5.8", true}} {
+		for _, remove := range []bool{true, false} {
+			name := kernel.name + "/Mount and Remove"
+			if !remove {
+				name = kernel.name + "/Mount only"
+			}
+			t.Run(name, func(t *testing.T) {
+				drivervol.LegacyKernel.Store(kernel.legacy)
+				// Cleanups run last first: the plugin stops before this.
+				t.Cleanup(func() { drivervol.LegacyKernel.Store(false) })
+				servedTreeNeverWritable(t, remove)
+			})
+		}
+	}
+}
+
+func servedTreeNeverWritable(t *testing.T, remove bool) {
 	const version = "580.159.04"
 	inv := fakeDriver(t, version)
 	store := newStore(t)
@@ -59,8 +84,10 @@ func TestServedTreeNeverWritable(t *testing.T) {
 	cycle := func(id string) {
 		var m mountReply
 		c.call("VolumeDriver.Mount", map[string]string{"Name": vol, "ID": id}, &m)
-		var e errReply
-		c.call("VolumeDriver.Remove", name{vol}, &e)
+		if remove {
+			var e errReply
+			c.call("VolumeDriver.Remove", name{vol}, &e)
+		}
 	}
 	for i := 0; i < 40; i++ {
 		cycle(fmt.Sprint(i))

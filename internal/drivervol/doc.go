@@ -69,7 +69,9 @@
 // files then live in <Store.Dir>/.served-<version>, and <Store.Dir>/<version>
 // is only the mount point of a read-only bind of them, attached already
 // read-only (open_tree, mount_setattr, move_mount; kernels before 5.12 bind
-// and then remount): whoever looks at the served path sees no tree, an empty
+// the files at the private mount point <Store.Dir>/.ro-<version>, remount
+// that read-only, bind it at the served path, read-only from the start, and
+// detach the private one): whoever looks at the served path sees no tree, an empty
 // directory or the read-only tree, never the writable one. Serve builds a
 // tree straight into that layout. Remove takes the mount off first, leaving
 // the empty mount point, and removes both directories.

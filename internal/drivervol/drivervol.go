@@ -1,6 +1,7 @@
 package drivervol
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"debug/elf"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -455,46 +457,141 @@ func (s Store) protect(version string, inv *driver.Inventory) error {
 	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("protecting %s: %w", p, err)
 	}
-	if err := attachReadOnly(h, p); err != nil {
+	if err := attachReadOnly(h, p, s.staging(version)); err != nil {
 		return fmt.Errorf("making %s read-only: %w (run as root)", p, err)
 	}
 	return nil
 }
 
+// stagingPrefix starts the name of the private mount point where, on
+// kernels without mount_setattr, the read-only bind of a tree is made
+// before it is bound at the served path: <Dir>/.ro-<version>.
+const stagingPrefix = ".ro-"
+
+func (s Store) staging(version string) string {
+	return filepath.Join(s.dir(), stagingPrefix+version)
+}
+
+// LegacyKernel makes this package take the paths it takes on kernels
+// before Linux 5.8 even on a newer one: no mount_setattr (5.12) in
+// attachReadOnly, no STATX_MNT_ID (5.8) in isMount. Only tests set it (of
+// this package and of the volume plugin), before serving a tree.
+var LegacyKernel atomic.Bool
+
 // attachReadOnly mounts a read-only, nosuid, nodev bind of dir at p. With
 // the mount API of Linux 5.12 the bind is made read-only before it is
-// attached; older kernels bind, then remount read-only.
-func attachReadOnly(dir, p string) error {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-	if err == nil {
-		defer unix.Close(fd)
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-		if err = unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err == nil {
-			return unix.MoveMount(fd, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
-		}
+// attached (open_tree, mount_setattr, move_mount). Older kernels bind dir
+// at the private mount point staging and remount that read-only, then bind
+// it at p (a bind copies its source's read-only, nosuid and nodev flags,
+// so p is read-only from the moment it is mounted), then detach staging:
+// the writable tree is never mounted at p.
+func attachReadOnly(dir, p, staging string) error {
+	err := error(unix.ENOSYS)
+	if !LegacyKernel.Load() {
+		err = attachMountAPI(dir, p)
 	}
 	if !errors.Is(err, unix.ENOSYS) {
 		return err
 	}
-	if err := unix.Mount(dir, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	detach(staging)
+	if err := os.Mkdir(staging, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	defer os.Remove(staging)
+	if err := unix.Mount(dir, staging, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind mount: %w", err)
 	}
-	if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		unix.Unmount(p, unix.MNT_DETACH)
+	defer detach(staging)
+	if err := unix.Mount("", staging, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("remount: %w", err)
+	}
+	var st unix.Statfs_t
+	const want = unix.ST_RDONLY | unix.ST_NOSUID | unix.ST_NODEV
+	if err := unix.Statfs(staging, &st); err != nil || st.Flags&want != want {
+		return fmt.Errorf("remount of %s: not read-only, nosuid, nodev (%v)", staging, err)
+	}
+	if err := unix.Mount(staging, p, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind mount: %w", err)
 	}
 	return nil
 }
 
+// attachMountAPI is attachReadOnly with the mount API; ENOSYS where the
+// kernel lacks it.
+func attachMountAPI(dir, p string) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return err
+	}
+	return unix.MoveMount(fd, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
 // isMount says whether p is a mount point (its mount differs from its
-// parent's).
+// parent's): by the mount ids of statx, or, before Linux 5.8 (no
+// STATX_MNT_ID), by whether /proc/self/mountinfo lists a mount at p.
 func isMount(p string) bool {
-	var a, b unix.Statx_t
-	if unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &a) != nil ||
-		unix.Statx(unix.AT_FDCWD, filepath.Dir(p), 0, unix.STATX_MNT_ID, &b) != nil {
+	if !LegacyKernel.Load() {
+		var a, b unix.Statx_t
+		if unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &a) != nil ||
+			unix.Statx(unix.AT_FDCWD, filepath.Dir(p), 0, unix.STATX_MNT_ID, &b) != nil {
+			return false
+		}
+		if a.Mask&b.Mask&unix.STATX_MNT_ID != 0 {
+			return a.Mnt_id != b.Mnt_id
+		}
+	}
+	return inMountinfo(p)
+}
+
+// inMountinfo says whether /proc/self/mountinfo lists a mount at p.
+func inMountinfo(p string) bool {
+	abs, err := filepath.EvalSymlinks(p)
+	if err != nil {
 		return false
 	}
-	return a.Mask&unix.STATX_MNT_ID != 0 && a.Mnt_id != b.Mnt_id
+	if abs, err = filepath.Abs(abs); err != nil {
+		return false
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mount-point options ...
+		fields := strings.SplitN(sc.Text(), " ", 6)
+		if len(fields) == 6 && unescapeMountinfo(fields[4]) == abs {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space,
+// \011, \012, \134).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // protectMu serialises protect and Remove.
@@ -522,6 +619,8 @@ func (s Store) Remove(version string) error {
 	defer protectMu.Unlock()
 	p, h := s.Path(version), s.hidden(version)
 	detach(p)
+	detach(s.staging(version)) // left by a process killed in attachReadOnly
+	os.Remove(s.staging(version))
 	gone, err := os.MkdirTemp(s.dir(), ".remove-")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
