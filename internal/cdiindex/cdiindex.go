@@ -9,11 +9,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 
+	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
@@ -35,7 +38,7 @@ const (
 	// maxIndexSize bounds the index file read back.
 	maxIndexSize = 16 << 20
 	// indexFormat changes whenever the index's meaning does.
-	indexFormat = 1
+	indexFormat = 2
 )
 
 // Options say where the specs are and where the index is kept.
@@ -95,6 +98,10 @@ type file struct {
 	Devices  []string `json:"d,omitempty"` // qualified names
 	// Skipped says why the file was not read or not usable ("" if it was).
 	Skipped string `json:"k,omitempty"`
+	// Bound says the file was skipped for a limit (count, size, total):
+	// it may define devices, so none is taken from a file of its
+	// priority or lower.
+	Bound bool `json:"b,omitempty"`
 }
 
 // index is what the index file holds.
@@ -105,7 +112,10 @@ type index struct {
 	MaxSpecSize int64
 	MaxTotal    int64
 	DirStamps   []stamp
-	Files       []file
+	// Files are every *.json and *.yaml entry of the directories, also
+	// those that are no spec file (missing, a dangling link, a directory:
+	// no devices), so that one becoming a spec changes its stamp.
+	Files []file
 	// DirNotes are the directories' own skips (too many files).
 	DirNotes []string `json:",omitempty"`
 
@@ -140,7 +150,23 @@ func Devices(o Options, names []string) ([]*cdi.Device, error) {
 var errStale = errors.New("the CDI index is stale")
 
 // lookup resolves names through idx, parsing only the files that hold them.
+// A file's priority is its directory's position in o.Dirs (checked, not
+// taken from the index file). A device is refused when a file of its
+// priority or higher was skipped for a limit: that file may define it too,
+// and the library, reading it, would take its definition or call it a
+// conflict.
 func lookup(o Options, idx *index, names []string) ([]*cdi.Device, error) {
+	prio := make([]int, len(idx.Files))
+	bound := -1 // the highest-priority file skipped for a limit
+	for i, f := range idx.Files {
+		if f.Priority < 0 || f.Priority >= len(o.Dirs) || filepath.Dir(f.Path) != filepath.Clean(o.Dirs[f.Priority]) {
+			return nil, fmt.Errorf("%w: %s is not in directory %d of %s", errStale, f.Path, f.Priority, strings.Join(o.Dirs, ", "))
+		}
+		prio[i] = f.Priority
+		if f.Bound && (bound < 0 || prio[i] > prio[bound]) {
+			bound = i
+		}
+	}
 	type owner struct {
 		file     int
 		conflict []string
@@ -150,16 +176,16 @@ func lookup(o Options, idx *index, names []string) ([]*cdi.Device, error) {
 		for _, d := range f.Devices {
 			prev := owners[d]
 			switch {
-			case prev == nil || idx.Files[prev.file].Priority < f.Priority:
+			case prev == nil || prio[prev.file] < prio[i]:
 				owners[d] = &owner{file: i}
-			case idx.Files[prev.file].Priority == f.Priority:
+			case prio[prev.file] == prio[i]:
 				prev.conflict = append(prev.conflict, f.Path)
 			}
 		}
 	}
 	specs := map[int]*cdi.Spec{}
 	var out []*cdi.Device
-	var missing, conflicts []string
+	var missing, conflicts, unsure []string
 	for _, n := range names {
 		w := owners[n]
 		if w == nil {
@@ -170,6 +196,10 @@ func lookup(o Options, idx *index, names []string) ([]*cdi.Device, error) {
 			conflicts = append(conflicts, fmt.Sprintf("%s (defined in %s and %s)", n, idx.Files[w.file].Path, strings.Join(w.conflict, ", ")))
 			continue
 		}
+		if bound >= 0 && prio[bound] >= prio[w.file] {
+			unsure = append(unsure, fmt.Sprintf("%s (defined in %s)", n, idx.Files[w.file].Path))
+			continue
+		}
 		spec := specs[w.file]
 		if spec == nil {
 			spec = idx.parsed[idx.Files[w.file].Path]
@@ -177,7 +207,7 @@ func lookup(o Options, idx *index, names []string) ([]*cdi.Device, error) {
 		if spec == nil {
 			f := idx.Files[w.file]
 			var err error
-			if spec, err = readSpec(f.Path, f.Priority, o.MaxSpecSize); err != nil {
+			if spec, _, err = readSpec(f.Path, prio[w.file], o.MaxSpecSize); err != nil {
 				return nil, fmt.Errorf("%w: %v", errStale, err)
 			}
 			specs[w.file] = spec
@@ -185,12 +215,17 @@ func lookup(o Options, idx *index, names []string) ([]*cdi.Device, error) {
 		kind, name, _ := strings.Cut(n, "=")
 		d := spec.GetDevice(name)
 		if d == nil || spec.Kind != kind {
-			return nil, fmt.Errorf("%w: %s no longer defines %s", errStale, spec.GetPath(), n)
+			return nil, fmt.Errorf("%w: %s no longer defines %s", errStale, idx.Files[w.file].Path, n)
 		}
 		out = append(out, d)
 	}
 	if len(conflicts) > 0 {
 		return nil, fmt.Errorf("CDI devices defined twice in one spec directory: %s: remove one of the files", strings.Join(conflicts, "; "))
+	}
+	if len(unsure) > 0 {
+		b := idx.Files[bound]
+		return nil, fmt.Errorf("CDI devices %s: %s was not read (%s) and, in a directory of the same or a higher priority, may define them too: shrink or remove it",
+			strings.Join(unsure, ", "), b.Path, b.Skipped)
 	}
 	if len(missing) > 0 {
 		return nil, &NotFoundError{Names: missing, Dirs: idx.Dirs, Skipped: skippedFor(idx, missing)}
@@ -241,74 +276,212 @@ func skippedFor(idx *index, names []string) []string {
 	return out
 }
 
-// readSpec reads the spec at p if it is a regular file of at most max
-// bytes, with the library's parser and checks.
-func readSpec(p string, priority int, max int64) (*cdi.Spec, error) {
-	st := stampOf(p)
-	if st.Absent || st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return nil, fmt.Errorf("%s: not a regular file", p)
+// errNotRegular is readBounded's refusal of what is not a regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// overError is readBounded's refusal of a file larger than its limit.
+type overError struct {
+	Size  int64 // what fstat said, or the bytes read when it grew since
+	Limit int64
+}
+
+func (e *overError) Error() string {
+	return fmt.Sprintf("%d bytes, over the %d-byte limit", e.Size, e.Limit)
+}
+
+// beforeRead, when set (by tests), is called by readBounded with the path
+// it checked, just before it reads the file's bytes.
+var beforeRead func(p string)
+
+// readBounded reads the file at p once: opened without waiting for a
+// writer (O_NONBLOCK: a FIFO swapped in after a stat is not waited on),
+// checked through that descriptor (fstat) to be a regular file of at most
+// limit bytes, and read for at most limit+1 bytes, so that a file grown
+// since is refused, not read whole. st is the stamp of the file opened.
+func readBounded(p string, limit int64) (data []byte, st stamp, err error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, stamp{Absent: true}, &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	if st.Size > max {
-		return nil, fmt.Errorf("%s: %d bytes, over the %d-byte limit", p, st.Size, max)
+	defer unix.Close(fd)
+	var fs unix.Stat_t
+	if err := unix.Fstat(fd, &fs); err != nil {
+		return nil, stamp{Absent: true}, &os.PathError{Op: "fstat", Path: p, Err: err}
+	}
+	st = stamp{Dev: uint64(fs.Dev), Ino: fs.Ino, Size: fs.Size, Mode: fs.Mode,
+		Mtime: fs.Mtim.Nano(), Ctime: fs.Ctim.Nano()}
+	if fs.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, st, errNotRegular
+	}
+	if fs.Size > limit {
+		return nil, st, &overError{Size: fs.Size, Limit: limit}
+	}
+	if beforeRead != nil {
+		beforeRead(p)
+	}
+	want := limit + 1 // a byte over the limit: a file grown since the fstat shows
+	data = make([]byte, 0, min(fs.Size+1, want))
+	for int64(len(data)) < want {
+		if len(data) == cap(data) {
+			data = slices.Grow(data, int(min(want-int64(len(data)), 64<<10)))
+		}
+		n, err := unix.Read(fd, data[len(data):min(int64(cap(data)), want)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, st, &os.PathError{Op: "read", Path: p, Err: err}
+		}
+		if n == 0 {
+			return data, st, nil
+		}
+		data = data[:len(data)+n]
+	}
+	return nil, st, &overError{Size: int64(len(data)), Limit: limit}
+}
+
+// parseSpec parses and checks the bytes of the spec file p with the
+// library's parser and checks. The library reads specs only from a path, so
+// the bytes (read once, bounded) go to a sealed memfd that it reads through
+// /proc/self/fd: the file itself is never read again. The Spec's GetPath
+// is then that of the memfd, not p; errors name p.
+func parseSpec(p string, data []byte, priority int) (*cdi.Spec, error) {
+	fd, err := unix.MemfdCreate("cdi-spec", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	for b := data; len(b) > 0; {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: copying to a memfd: %w", p, err)
+		}
+		b = b[n:]
+	}
+	const seals = unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, seals); err != nil {
+		return nil, fmt.Errorf("%s: sealing its memfd: %w", p, err)
+	}
+	fdPath := "/proc/self/fd/" + strconv.Itoa(fd)
+	spec, err := cdi.ReadSpec(fdPath, priority)
+	if err != nil {
+		return nil, errors.New(strings.ReplaceAll(err.Error(), fdPath, p))
+	}
+	return spec, nil
+}
+
+// readSpec reads the spec at p, a regular file of at most max bytes, once
+// (readBounded), with the library's parser and checks (parseSpec).
+func readSpec(p string, priority int, max int64) (*cdi.Spec, stamp, error) {
+	data, st, err := readBounded(p, max)
+	if err != nil {
+		return nil, st, err
 	}
 	specReads.Add(1)
-	return cdi.ReadSpec(p, priority)
+	spec, err := parseSpec(p, data, priority)
+	return spec, st, err
 }
 
 // specReads counts the spec files parsed, for the tests.
 var specReads atomic.Int64
 
-// build reads the directories into an index, within o's limits.
+// build reads the directories into an index, within o's limits. The total
+// budget is spent on the highest-priority directory first: a limit skips
+// the files of lower priority before those that override them.
 func build(o Options) *index {
 	idx := &index{Format: indexFormat, Dirs: o.Dirs, MaxSpecs: o.MaxSpecs, MaxSpecSize: o.MaxSpecSize, MaxTotal: o.MaxTotal,
-		parsed: map[string]*cdi.Spec{}}
+		DirStamps: make([]stamp, len(o.Dirs)), parsed: map[string]*cdi.Spec{}}
+	files := make([][]file, len(o.Dirs))
+	notes := make([][]string, len(o.Dirs))
 	total := int64(0)
-	for prio, dir := range o.Dirs {
-		idx.DirStamps = append(idx.DirStamps, stampOf(dir))
+	for prio := len(o.Dirs) - 1; prio >= 0; prio-- {
+		dir := o.Dirs[prio]
+		idx.DirStamps[prio] = stampOf(dir)
 		names, more := listSpecs(dir)
 		if more {
 			note := fmt.Sprintf("%s: over %d entries, the rest not looked at", dir, maxNames)
-			idx.DirNotes = append(idx.DirNotes, note)
+			notes[prio] = append(notes[prio], note)
 			o.Warn("CDI spec directory " + note)
 		}
 		read := 0
 		for _, n := range names {
 			p := filepath.Join(dir, n)
-			f := file{Path: p, Priority: prio, Stamp: stampOf(p)}
-			switch {
-			case f.Stamp.Absent:
-				continue
-			case f.Stamp.Mode&syscall.S_IFMT == syscall.S_IFDIR:
-				continue // as the library does
-			case f.Stamp.Mode&syscall.S_IFMT != syscall.S_IFREG:
-				f.Skipped = "not a regular file"
-			case read >= o.MaxSpecs:
-				f.Skipped = fmt.Sprintf("over %d spec files in %s", o.MaxSpecs, dir)
-			case f.Stamp.Size > o.MaxSpecSize:
-				f.Skipped = fmt.Sprintf("%d bytes, over the %d-byte limit of a spec file", f.Stamp.Size, o.MaxSpecSize)
-			case total+f.Stamp.Size > o.MaxTotal:
-				f.Skipped = fmt.Sprintf("over %d bytes of spec files in all", o.MaxTotal)
-			default:
-				read++
-				total += f.Stamp.Size
-				specReads.Add(1)
-				spec, err := cdi.ReadSpec(p, prio)
-				if err != nil {
-					f.Skipped = "unusable: " + err.Error()
-					break
-				}
-				idx.parsed[p] = spec
-				for _, name := range sortedDevices(spec) {
-					f.Devices = append(f.Devices, spec.Kind+"="+name)
-				}
-			}
-			if f.Skipped != "" && !strings.HasPrefix(f.Skipped, "unusable") {
-				o.Warn(fmt.Sprintf("CDI spec %s not read: %s", p, f.Skipped))
-			}
-			idx.Files = append(idx.Files, f)
+			files[prio] = append(files[prio], buildFile(o, p, prio, &read, &total, idx.parsed))
 		}
 	}
+	for prio := range o.Dirs {
+		idx.Files = append(idx.Files, files[prio]...)
+		idx.DirNotes = append(idx.DirNotes, notes[prio]...)
+	}
 	return idx
+}
+
+// buildFile is build's entry for the spec file p, read if within the limits
+// (read files of its directory so far, total bytes so far).
+func buildFile(o Options, p string, prio int, read *int, total *int64, parsed map[string]*cdi.Spec) file {
+	f := file{Path: p, Priority: prio, Stamp: stampOf(p)}
+	sizeSkip := func(size int64) {
+		f.Skipped = fmt.Sprintf("%d bytes, over the %d-byte limit of a spec file", size, o.MaxSpecSize)
+		f.Bound = true
+	}
+	totalSkip := func() {
+		f.Skipped = fmt.Sprintf("over %d bytes of spec files in all", o.MaxTotal)
+		f.Bound = true
+	}
+	switch {
+	case f.Stamp.Absent, f.Stamp.Mode&syscall.S_IFMT == syscall.S_IFDIR:
+		// Missing (a dangling link) or a directory: no spec, as the
+		// library has it, but kept with its stamp, so that a spec
+		// appearing there is seen.
+	case f.Stamp.Mode&syscall.S_IFMT != syscall.S_IFREG:
+		f.Skipped = errNotRegular.Error()
+	case *read >= o.MaxSpecs:
+		f.Skipped = fmt.Sprintf("over %d spec files in %s", o.MaxSpecs, filepath.Dir(p))
+		f.Bound = true
+	case f.Stamp.Size > o.MaxSpecSize:
+		sizeSkip(f.Stamp.Size)
+	case *total+f.Stamp.Size > o.MaxTotal:
+		totalSkip()
+	default:
+		*read++
+		data, st, err := readBounded(p, min(o.MaxSpecSize, o.MaxTotal-*total))
+		if !st.Absent || errors.Is(err, os.ErrNotExist) {
+			f.Stamp = st
+		}
+		*total += int64(len(data))
+		var over *overError
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			// Gone since the stat: recorded absent.
+		case errors.As(err, &over) && over.Size > o.MaxSpecSize:
+			sizeSkip(over.Size)
+		case over != nil:
+			totalSkip()
+		case err != nil:
+			f.Skipped = err.Error()
+			if !errors.Is(err, errNotRegular) {
+				f.Skipped = "unusable: " + f.Skipped
+			}
+		default:
+			specReads.Add(1)
+			spec, err := parseSpec(p, data, prio)
+			if err != nil {
+				f.Skipped = "unusable: " + err.Error()
+				break
+			}
+			parsed[p] = spec
+			for _, name := range sortedDevices(spec) {
+				f.Devices = append(f.Devices, spec.Kind+"="+name)
+			}
+		}
+	}
+	if f.Skipped != "" && !strings.HasPrefix(f.Skipped, "unusable") {
+		o.Warn(fmt.Sprintf("CDI spec %s not read: %s", p, f.Skipped))
+	}
+	return f
 }
 
 func sortedDevices(spec *cdi.Spec) []string {
@@ -384,7 +557,7 @@ func loadIndex(o Options) (*index, bool) {
 	if o.CacheDir == "" {
 		return nil, false
 	}
-	f, err := os.Open(indexPath(o))
+	f, err := os.OpenFile(indexPath(o), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, false
 	}

@@ -21,12 +21,16 @@ func TestInjectCDIBounds(t *testing.T) {
 	dir := t.TempDir()
 	small := "cdiVersion: \"0.6.0\"\nkind: example.com/fpga\ndevices:\n- name: f0\n  containerEdits:\n    env: [\"FPGA=f0\"]\n    hooks:\n    - hookName: createContainer\n      path: /usr/bin/true\n"
 	big := "cdiVersion: \"0.6.0\"\nkind: example.com/big\ndevices:\n- name: b0\n  containerEdits:\n    env: [\"BIG=b0\"]\n# " + strings.Repeat("x", cdiindex.DefaultMaxSpecSize) + "\n"
-	for name, s := range map[string]string{"fpga.yaml": small, "big.yaml": big} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+	// The oversized spec in the lower-priority directory (as /etc/cdi
+	// under /var/run/cdi): a device of a higher one is still served (one
+	// of the same or a lower priority is refused, cdiindex TestBoundRefusal).
+	low := t.TempDir()
+	for p, s := range map[string]string{filepath.Join(dir, "fpga.yaml"): small, filepath.Join(low, "big.yaml"): big} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	o := cdiindex.Options{Dirs: []string{dir}, CacheDir: t.TempDir()}
+	o := cdiindex.Options{Dirs: []string{low, dir}, CacheDir: t.TempDir()}
 	spec := &ocispecs.Spec{Process: &ocispecs.Process{}}
 	if err := injectCDI(spec, o, []string{"example.com/fpga=f0"}); err != nil {
 		t.Fatal(err)
@@ -35,7 +39,7 @@ func TestInjectCDIBounds(t *testing.T) {
 		t.Errorf("the device's edits: env %q, hooks %+v", spec.Process.Env, spec.Hooks)
 	}
 	err := injectCDI(&ocispecs.Spec{Process: &ocispecs.Process{}}, o, []string{"example.com/big=b0"})
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "big.yaml")) {
-		t.Errorf("a device of an oversized spec: %v; want an error naming %s", err, filepath.Join(dir, "big.yaml"))
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(low, "big.yaml")) {
+		t.Errorf("a device of an oversized spec: %v; want an error naming %s", err, filepath.Join(low, "big.yaml"))
 	}
 }
