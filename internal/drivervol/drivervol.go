@@ -533,15 +533,20 @@ func attachMountAPI(dir, p string) error {
 
 // isMount says whether p is a mount point (its mount differs from its
 // parent's): by the mount ids of statx, or, before Linux 5.8 (no
-// STATX_MNT_ID), by whether /proc/self/mountinfo lists a mount at p.
+// STATX_MNT_ID; no statx before 4.11), by whether /proc/self/mountinfo
+// lists a mount at p.
 func isMount(p string) bool {
 	if !LegacyKernel.Load() {
 		var a, b unix.Statx_t
-		if unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &a) != nil ||
-			unix.Statx(unix.AT_FDCWD, filepath.Dir(p), 0, unix.STATX_MNT_ID, &b) != nil {
-			return false
+		err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &a)
+		if err == nil {
+			err = unix.Statx(unix.AT_FDCWD, filepath.Dir(p), 0, unix.STATX_MNT_ID, &b)
 		}
-		if a.Mask&b.Mask&unix.STATX_MNT_ID != 0 {
+		switch {
+		case errors.Is(err, unix.ENOSYS): // no statx (before 4.11)
+		case err != nil:
+			return false
+		case a.Mask&b.Mask&unix.STATX_MNT_ID != 0:
 			return a.Mnt_id != b.Mnt_id
 		}
 	}
