@@ -140,9 +140,7 @@ flags (-l ADDR, -d VOLUMES-DIR, -s PLUGIN-DIR, -v).`,
 // on errc.
 func serveVolumePlugin(e *env, inv *driver.Inventory, api http.Handler, pluginDir, volumesDir string, errc chan<- error) (*http.Server, error) {
 	store := drivervol.Store{Dir: filepath.Join(volumesDir, dockervol.DriverVolume)}
-	if t, err := store.Ensure(inv); err != nil {
-		fmt.Fprintf(e.stderr, "gantry serve: warning: volume %s: %v\n", dockervol.VolumeName(inv.Version), err)
-	} else if err := store.Protect(inv.Version); err != nil {
+	if t, err := store.Serve(inv); err != nil {
 		fmt.Fprintf(e.stderr, "gantry serve: warning: volume %s: %v\n", dockervol.VolumeName(inv.Version), err)
 	} else {
 		fmt.Fprintf(e.stderr, "gantry serve: volume %s at %s\n", dockervol.VolumeName(inv.Version), t.Path)

@@ -3,9 +3,7 @@ package containerhook
 import (
 	"bytes"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -202,61 +200,6 @@ func EnableCUDACompat(root *rootfs.Root, dir, hostDriver, hostCUDA string, warn 
 		return "", fmt.Errorf("writing the container's %s: %w", conf, err)
 	}
 	return conf, nil
-}
-
-// compatNote is the JSON description of libcuda's .note.cuda.fwd_compatibility.
-type compatNote struct {
-	CUDAVersion string `json:"CUDA Version"`
-	Driver      []int  `json:"Driver"`
-}
-
-// readCompatNote reads the fwd_compatibility note of the library at lib, or
-// nil when it has none.
-func readCompatNote(root *rootfs.Root, lib string) (*compatNote, error) {
-	f, err := root.OpenFile(lib)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	ef, err := elf.NewFile(f)
-	if err != nil {
-		return nil, fmt.Errorf("not an ELF file: %w", err)
-	}
-	s := ef.Section(".note.cuda.fwd_compatibility")
-	if s == nil || s.Type != elf.SHT_NOTE {
-		return nil, nil
-	}
-	if s.Size > 1<<16 {
-		return nil, fmt.Errorf("its .note.cuda.fwd_compatibility is %d bytes, too large", s.Size)
-	}
-	data, err := s.Data()
-	if err != nil {
-		return nil, err
-	}
-	// An ELF note: name size, description size, type, then the name and
-	// the description, each padded to 4 bytes.
-	if len(data) < 12 {
-		return nil, nil
-	}
-	namesz := ef.ByteOrder.Uint32(data[0:4])
-	descsz := ef.ByteOrder.Uint32(data[4:8])
-	if namesz == 0 || descsz == 0 {
-		return nil, nil
-	}
-	nameEnd := 12 + uint64(namesz)
-	descStart := 12 + (uint64(namesz)+3)&^3
-	if nameEnd > uint64(len(data)) || descStart+uint64(descsz) > uint64(len(data)) {
-		return nil, errors.New("truncated .note.cuda.fwd_compatibility")
-	}
-	if string(bytes.TrimRight(data[12:nameEnd], "\x00")) != "NVIDIA Corporation" {
-		return nil, nil
-	}
-	var n compatNote
-	desc := bytes.TrimRight(data[descStart:descStart+uint64(descsz)], "\x00")
-	if err := json.Unmarshal(desc, &n); err != nil {
-		return nil, fmt.Errorf("its .note.cuda.fwd_compatibility is not JSON: %w", err)
-	}
-	return &n, nil
 }
 
 // useCompat is NVIDIA's rule (see the enable-cuda-compat help).

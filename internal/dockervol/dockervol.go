@@ -202,10 +202,7 @@ func (s *Server) create(q request) any {
 	if v != s.current() {
 		return errReply{fmt.Sprintf("%v: %s (this host's driver is %s: use %s)", ErrVersion, q.Name, s.current(), VolumeName(s.current()))}
 	}
-	if _, err := s.opts.Store.Ensure(s.opts.Driver); err != nil {
-		return errReply{fmt.Sprintf("creating %s: %v", q.Name, err)}
-	}
-	if err := s.opts.Store.Protect(v); err != nil {
+	if _, err := s.opts.Store.Serve(s.opts.Driver); err != nil {
 		return errReply{fmt.Sprintf("creating %s: %v", q.Name, err)}
 	}
 	return errReply{}
@@ -222,16 +219,24 @@ func (s *Server) remove(q request) any {
 	return errReply{}
 }
 
-// lookup returns the tree's path; with build, this host's version is
-// built again when it is missing.
-func (s *Server) lookup(name string, build bool) (string, error) {
+// lookup returns the tree's path; with serve, once it is a read-only mount
+// there (drivervol's Protect), this host's version built again when it is
+// missing (Serve: never at the path without that mount).
+func (s *Server) lookup(name string, serve bool) (string, error) {
 	v, err := parse(name)
 	if err != nil {
 		return "", err
 	}
-	t, err := s.opts.Store.Load(v)
-	if errors.Is(err, drivervol.ErrNotFound) && build && v == s.current() {
-		t, err = s.opts.Store.Ensure(s.opts.Driver)
+	var t *drivervol.Tree
+	switch {
+	case serve && v == s.current():
+		t, err = s.opts.Store.Serve(s.opts.Driver)
+	case serve:
+		if err = s.opts.Store.Protect(v); err == nil {
+			t, err = s.opts.Store.Load(v)
+		}
+	default:
+		t, err = s.opts.Store.Load(v)
 	}
 	if errors.Is(err, drivervol.ErrNotFound) {
 		return "", fmt.Errorf("%w: %s", ErrNotFound, name)
@@ -250,10 +255,6 @@ func (s *Server) mount(q request) any {
 	p, err := s.lookup(q.Name, true)
 	if err != nil {
 		return mountReply{Err: err.Error()}
-	}
-	v, _ := parse(q.Name)
-	if err := s.opts.Store.Protect(v); err != nil {
-		return mountReply{Err: fmt.Sprintf("%s: %v", q.Name, err)}
 	}
 	return mountReply{Mountpoint: p}
 }

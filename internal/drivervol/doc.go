@@ -63,10 +63,18 @@
 // per-version tree (Ensure, the Docker volume) stays nvidia-docker 1.0's:
 // programs and libraries only.
 //
-// Protect makes a tree a read-only, nosuid, nodev mount of its own (as
-// root): a bind of it stays read-only even when made without ro, so no
-// container given the tree can write through its hard links to the host's
-// driver files. Remove takes that mount off first.
+// Protect makes a tree a read-only, nosuid, nodev mount (as root): a bind
+// of it stays read-only even when made without ro, so no container given the
+// tree can write through its hard links to the host's driver files. The
+// files then live in <Store.Dir>/.served-<version>, and <Store.Dir>/<version>
+// is only the mount point of a read-only bind of them, attached already
+// read-only (open_tree, mount_setattr, move_mount; kernels before 5.12 bind
+// the files at the private mount point <Store.Dir>/.ro-<version>, remount
+// that read-only, bind it at the served path, read-only from the start, and
+// detach the private one): whoever looks at the served path sees no tree, an empty
+// directory or the read-only tree, never the writable one. Serve builds a
+// tree straight into that layout. Remove takes the mount off first, leaving
+// the empty mount point, and removes both directories.
 //
 // Two consumers share a tree: the Docker volume plugin (package dockervol)
 // hands its path to Docker as the volume's mountpoint, and a runtime can bind

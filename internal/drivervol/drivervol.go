@@ -1,6 +1,7 @@
 package drivervol
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"debug/elf"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -146,7 +148,31 @@ func (s Store) Ensure(inv *driver.Inventory) (*Tree, error) {
 		return nil, err
 	}
 	// The full tree is nvidia-docker 1.0's volume: programs and libraries.
-	return s.build(&driver.Inventory{Root: inv.Root, Version: inv.Version, Binaries: inv.Binaries, Libraries: inv.Libraries}, "")
+	return s.build(fullTree(inv), "", s.Path(inv.Version))
+}
+
+// fullTree is what a full tree holds of inv: nvidia-docker 1.0's volume,
+// programs and libraries.
+func fullTree(inv *driver.Inventory) *driver.Inventory {
+	return &driver.Inventory{Root: inv.Root, Version: inv.Version, Binaries: inv.Binaries, Libraries: inv.Libraries}
+}
+
+// Serve returns the full tree of inv's driver version as the Docker volume
+// plugin serves it: at Path, read-only (Protect), built when there is none.
+// A tree it builds is never at Path without the read-only mount: it is
+// built under a temporary name, renamed to the hidden directory, and
+// mounted read-only at Path in one step.
+func (s Store) Serve(inv *driver.Inventory) (*Tree, error) {
+	if inv == nil {
+		return nil, errors.New("no driver inventory")
+	}
+	if err := checkVersion(inv.Version); err != nil {
+		return nil, err
+	}
+	if err := s.protect(inv.Version, inv); err != nil {
+		return nil, err
+	}
+	return s.Load(inv.Version)
 }
 
 // SetsDir is the directory below a Store's Dir that holds the trees of
@@ -236,10 +262,12 @@ func (s Store) EnsureSet(inv *driver.Inventory, hostPaths []string) (*Tree, erro
 		return nil, fmt.Errorf("none of the %d files asked for is a program, library, firmware or configuration file of the driver %s under %s", len(hostPaths), inv.Version, inv.Root)
 	}
 	from := ""
-	if st, err := os.Lstat(s.Path(inv.Version)); err == nil && st.IsDir() {
-		from = s.Path(inv.Version)
+	if d := s.data(inv.Version); d != s.Path(inv.Version) || !isMount(d) {
+		if st, err := os.Lstat(d); err == nil && st.IsDir() {
+			from = d
+		}
 	}
-	return set.build(sub, from)
+	return set.build(sub, from, set.Path(inv.Version))
 }
 
 // Load reads the tree of version.
@@ -247,8 +275,8 @@ func (s Store) Load(version string) (*Tree, error) {
 	if err := checkVersion(version); err != nil {
 		return nil, err
 	}
-	p := s.Path(version)
-	st, err := os.Lstat(p)
+	p, d := s.Path(version), s.data(version)
+	st, err := os.Lstat(d)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", p, ErrNotFound)
 	}
@@ -256,7 +284,7 @@ func (s Store) Load(version string) (*Tree, error) {
 		return nil, err
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory (remove it, and the tree will be built again)", p)
+		return nil, fmt.Errorf("%s is not a directory (remove it, and the tree will be built again)", d)
 	}
 	if b, err := os.ReadFile(s.manifest(version)); err == nil {
 		var t Tree
@@ -265,7 +293,32 @@ func (s Store) Load(version string) (*Tree, error) {
 			return &t, nil
 		}
 	}
-	return scan(version, p)
+	t, err := scan(version, d)
+	if err != nil {
+		return nil, err
+	}
+	t.Path = p
+	return t, nil
+}
+
+// servedPrefix starts the name of the directory that holds the files of a
+// tree served read-only (Serve, Protect): <Dir>/.served-<version>. The
+// tree's path (Path) is then only the mount point of a read-only bind of
+// it, an empty directory while that is not mounted (after a reboot), so
+// the hard links to the driver's files are never reachable there writable.
+const servedPrefix = ".served-"
+
+func (s Store) hidden(version string) string {
+	return filepath.Join(s.dir(), servedPrefix+version)
+}
+
+// data is where the files of version's tree are: the hidden directory of a
+// served tree, else Path.
+func (s Store) data(version string) string {
+	if st, err := os.Lstat(s.hidden(version)); err == nil && st.IsDir() {
+		return s.hidden(version)
+	}
+	return s.Path(version)
 }
 
 // scan reads a tree without its manifest.
@@ -344,59 +397,213 @@ func (s Store) Versions() ([]string, error) {
 	}
 	var out []string
 	for _, e := range ents {
-		if e.IsDir() && driver.IsVersion(e.Name()) {
-			out = append(out, e.Name())
+		v := strings.TrimPrefix(e.Name(), servedPrefix)
+		if e.IsDir() && driver.IsVersion(v) {
+			out = append(out, v)
 		}
 	}
 	slices.Sort(out)
-	return out, nil
+	return slices.Compact(out), nil
 }
 
-// Protect makes the tree of version a read-only mount of its own (a bind
-// mount of the directory onto itself, remounted ro, nosuid, nodev), unless
-// it is read-only already. A bind of a read-only mount is read-only too, so
-// whoever binds the tree into a container, even without asking for ro,
-// cannot write to it, and so cannot write to the host's driver files that
-// the tree's hard links are. It needs CAP_SYS_ADMIN in the mount namespace
+// Protect makes the tree of version a read-only mount at Path (ro, nosuid,
+// nodev), unless it is one already. A bind of a read-only mount is
+// read-only too, so whoever binds the tree into a container, even without
+// asking for ro, cannot write to it, and so cannot write to the host's
+// driver files that the tree's hard links are. The tree's files move to a
+// hidden directory first (servedPrefix), and the read-only bind of it
+// appears at Path in one step (open_tree, mount_setattr, move_mount): an
+// observer of Path sees no tree, an empty directory or the read-only tree,
+// never the writable one. It needs CAP_SYS_ADMIN in the mount namespace
 // that the tree's users (Docker) see; the mount lasts until Remove or a
 // reboot, and Protect after a reboot makes it again.
 func (s Store) Protect(version string) error {
 	if err := checkVersion(version); err != nil {
 		return err
 	}
-	// One check-then-mount at a time in this process (the volume plugin
-	// serves Mount requests concurrently): no stacked bind mounts.
+	return s.protect(version, nil)
+}
+
+// protect is Protect, building the tree from inv when there is none.
+func (s Store) protect(version string, inv *driver.Inventory) error {
+	// One at a time in this process (the volume plugin serves Mount and
+	// Remove requests concurrently): no stacked mounts, and no tree
+	// removed while it is being mounted.
 	protectMu.Lock()
 	defer protectMu.Unlock()
-	p := s.Path(version)
+	p, h := s.Path(version), s.hidden(version)
 	const want = unix.ST_RDONLY | unix.ST_NOSUID | unix.ST_NODEV
 	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("%s: %w", p, ErrNotFound)
-		}
-		return fmt.Errorf("protecting %s: %w", p, err)
-	}
-	if st.Flags&want == want {
+	if isMount(p) && unix.Statfs(p, &st) == nil && st.Flags&want == want {
 		return nil
 	}
-	if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("making %s read-only: bind mount: %w (run as root)", p, err)
+	detach(p)
+	if _, err := os.Lstat(h); err != nil {
+		// A tree at Path (built by Ensure, or by an older gantry) moves
+		// to the hidden directory: Path is then absent for a moment.
+		err := os.Rename(p, h)
+		switch {
+		case err == nil:
+		case !errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("protecting %s: %w", p, err)
+		case inv == nil:
+			return fmt.Errorf("%s: %w", p, ErrNotFound)
+		default:
+			if _, err := s.build(fullTree(inv), "", h); err != nil {
+				return err
+			}
+		}
 	}
-	if err := unix.Mount("", p, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		unix.Unmount(p, unix.MNT_DETACH)
-		return fmt.Errorf("making %s read-only: remount: %w", p, err)
+	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("protecting %s: %w", p, err)
+	}
+	if err := attachReadOnly(h, p, s.staging(version)); err != nil {
+		return fmt.Errorf("making %s read-only: %w (run as root)", p, err)
 	}
 	return nil
 }
 
-// unprotect takes Protect's mounts off the tree at p (none: nothing to do).
-// protectMu serialises Protect and Remove's unprotect.
+// stagingPrefix starts the name of the private mount point where, on
+// kernels without mount_setattr, the read-only bind of a tree is made
+// before it is bound at the served path: <Dir>/.ro-<version>.
+const stagingPrefix = ".ro-"
+
+func (s Store) staging(version string) string {
+	return filepath.Join(s.dir(), stagingPrefix+version)
+}
+
+// LegacyKernel makes this package take the paths it takes on kernels
+// before Linux 5.8 even on a newer one: no mount_setattr (5.12) in
+// attachReadOnly, no STATX_MNT_ID (5.8) in isMount. Only tests set it (of
+// this package and of the volume plugin), before serving a tree.
+var LegacyKernel atomic.Bool
+
+// attachReadOnly mounts a read-only, nosuid, nodev bind of dir at p. With
+// the mount API of Linux 5.12 the bind is made read-only before it is
+// attached (open_tree, mount_setattr, move_mount). Older kernels bind dir
+// at the private mount point staging and remount that read-only, then bind
+// it at p (a bind copies its source's read-only, nosuid and nodev flags,
+// so p is read-only from the moment it is mounted), then detach staging:
+// the writable tree is never mounted at p.
+func attachReadOnly(dir, p, staging string) error {
+	err := error(unix.ENOSYS)
+	if !LegacyKernel.Load() {
+		err = attachMountAPI(dir, p)
+	}
+	if !errors.Is(err, unix.ENOSYS) {
+		return err
+	}
+	detach(staging)
+	if err := os.Mkdir(staging, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	defer os.Remove(staging)
+	if err := unix.Mount(dir, staging, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind mount: %w", err)
+	}
+	defer detach(staging)
+	if err := unix.Mount("", staging, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("remount: %w", err)
+	}
+	var st unix.Statfs_t
+	const want = unix.ST_RDONLY | unix.ST_NOSUID | unix.ST_NODEV
+	if err := unix.Statfs(staging, &st); err != nil || st.Flags&want != want {
+		return fmt.Errorf("remount of %s: not read-only, nosuid, nodev (%v)", staging, err)
+	}
+	if err := unix.Mount(staging, p, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind mount: %w", err)
+	}
+	return nil
+}
+
+// attachMountAPI is attachReadOnly with the mount API; ENOSYS where the
+// kernel lacks it.
+func attachMountAPI(dir, p string) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		return err
+	}
+	return unix.MoveMount(fd, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// isMount says whether p is a mount point (its mount differs from its
+// parent's): by the mount ids of statx, or, before Linux 5.8 (no
+// STATX_MNT_ID; no statx before 4.11), by whether /proc/self/mountinfo
+// lists a mount at p.
+func isMount(p string) bool {
+	if !LegacyKernel.Load() {
+		var a, b unix.Statx_t
+		err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &a)
+		if err == nil {
+			err = unix.Statx(unix.AT_FDCWD, filepath.Dir(p), 0, unix.STATX_MNT_ID, &b)
+		}
+		switch {
+		case errors.Is(err, unix.ENOSYS): // no statx (before 4.11)
+		case err != nil:
+			return false
+		case a.Mask&b.Mask&unix.STATX_MNT_ID != 0:
+			return a.Mnt_id != b.Mnt_id
+		}
+	}
+	return inMountinfo(p)
+}
+
+// inMountinfo says whether /proc/self/mountinfo lists a mount at p.
+func inMountinfo(p string) bool {
+	abs, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return false
+	}
+	if abs, err = filepath.Abs(abs); err != nil {
+		return false
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mount-point options ...
+		fields := strings.SplitN(sc.Text(), " ", 6)
+		if len(fields) == 6 && unescapeMountinfo(fields[4]) == abs {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space,
+// \011, \012, \134).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// protectMu serialises protect and Remove.
 var protectMu sync.Mutex
 
-func unprotect(p string) {
-	protectMu.Lock()
-	defer protectMu.Unlock()
+// detach takes every mount off p (none: nothing to do).
+func detach(p string) {
 	for i := 0; i < 16; i++ {
 		if unix.Unmount(p, unix.MNT_DETACH) != nil {
 			return
@@ -404,34 +611,47 @@ func unprotect(p string) {
 	}
 }
 
-// Remove deletes the tree of version. The tree is first renamed away, so
-// that it disappears whole: no half-removed tree is ever listed. Its
-// read-only mount (Protect) is detached first; containers that have it
-// keep their view. The trees of file sets of that version (EnsureSet, in
-// their own stores) stay.
+// Remove deletes the tree of version. Its read-only mount (Protect) is
+// detached first, leaving the empty mount point; containers that have it
+// keep their view. The tree is then renamed away, so that it disappears
+// whole: no half-removed tree is ever listed. The trees of file sets of
+// that version (EnsureSet, in their own stores) stay.
 func (s Store) Remove(version string) error {
 	if err := checkVersion(version); err != nil {
 		return err
 	}
-	p := s.Path(version)
-	unprotect(p)
+	protectMu.Lock()
+	defer protectMu.Unlock()
+	p, h := s.Path(version), s.hidden(version)
+	detach(p)
+	detach(s.staging(version)) // left by a process killed in attachReadOnly
+	os.Remove(s.staging(version))
 	gone, err := os.MkdirTemp(s.dir(), ".remove-")
 	if err != nil {
-		return fmt.Errorf("removing %s: %w", p, err)
-	}
-	defer os.RemoveAll(gone)
-	if err := os.Rename(p, filepath.Join(gone, version)); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("%s: %w", p, ErrNotFound)
 		}
 		return fmt.Errorf("removing %s: %w", p, err)
+	}
+	defer os.RemoveAll(gone)
+	found := false
+	// The hidden files first: the mount point left at p is empty.
+	for i, d := range []string{h, p} {
+		err := os.Rename(d, filepath.Join(gone, strconv.Itoa(i)))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing %s: %w", d, err)
+		}
+		found = found || err == nil
+	}
+	if !found {
+		return fmt.Errorf("%s: %w", p, ErrNotFound)
 	}
 	os.Remove(s.manifest(version))
 	return os.RemoveAll(gone)
 }
 
 // build makes the tree in a new directory and renames it into place.
-func (s Store) build(inv *driver.Inventory, from string) (t *Tree, err error) {
+func (s Store) build(inv *driver.Inventory, from, final string) (t *Tree, err error) {
 	if err := os.MkdirAll(s.dir(), 0o755); err != nil {
 		return nil, fmt.Errorf("creating the driver tree directory: %w", err)
 	}
@@ -491,7 +711,6 @@ func (s Store) build(inv *driver.Inventory, from string) (t *Tree, err error) {
 	if err := syncDir(tmp); err != nil {
 		return nil, err
 	}
-	final := s.Path(inv.Version)
 	// The manifest first: a tree in place always has the manifest of what
 	// it holds (a manifest without its tree is ignored and rewritten).
 	t, err = scan(inv.Version, tmp)

@@ -378,12 +378,42 @@ func statDev(p string, st *unix.Stat_t) error { return unix.Stat(p, st) }
 // TestProtect: a protected tree cannot be written, not even through a bind
 // mount made without ro, and so not through its hard links to the driver;
 // Remove takes the mount off and deletes the tree.
+// TestProtect runs on the kernel's mount API and on the paths of kernels
+// before 5.8 (bind then remount a private mount point; mountinfo for
+// whether the served path is a mount).
 func TestProtect(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to mount")
 	}
+	bothKernels(t, testProtect)
+}
+
+// bothKernels runs test with the kernel's mount API and as on a kernel
+// before Linux 5.8 (LegacyKernel).
+func bothKernels(t *testing.T, test func(t *testing.T)) {
+	t.Run("mount API", test)
+	t.Run("before Linux 5.8", func(t *testing.T) {
+		LegacyKernel.Store(true)
+		defer LegacyKernel.Store(false)
+		test(t)
+	})
+}
+
+// mountID is the unique id of the mount at p (statx on this host's kernel:
+// the plain mount id of a detached mount is given to the next one).
+func mountID(t *testing.T, p string) uint64 {
+	t.Helper()
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID_UNIQUE, &st); err != nil || st.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+		t.Skipf("statx gives no unique mount id here (%v): Linux 6.8 or later needed to check", err)
+	}
+	return st.Mnt_id
+}
+
+func testProtect(t *testing.T) {
 	_, inv := fakeRoot(t, fakedriver.Options{Version: "580.159.04"})
-	s := Store{Dir: t.TempDir()}
+	// A space in the path: mountinfo writes it \040.
+	s := Store{Dir: filepath.Join(t.TempDir(), "driver trees")}
 	tree, err := s.Ensure(inv)
 	if err != nil {
 		t.Fatal(err)
@@ -392,8 +422,17 @@ func TestProtect(t *testing.T) {
 	if err := s.Protect("580.159.04"); err != nil {
 		t.Fatal(err)
 	}
+	first := mountID(t, tree.Path)
 	if err := s.Protect("580.159.04"); err != nil {
 		t.Fatalf("second Protect: %v", err)
+	}
+	// A tree protected already is left mounted: detaching it for a moment
+	// would fail a container binding it then.
+	if again := mountID(t, tree.Path); again != first {
+		t.Errorf("the second Protect mounted the tree again (mount %d, then %d)", first, again)
+	}
+	if _, err := os.Lstat(s.staging("580.159.04")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the private mount point is left: %v", err)
 	}
 	if f, err := os.OpenFile(lib, os.O_WRONLY, 0); err == nil {
 		f.Close()

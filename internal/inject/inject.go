@@ -8,6 +8,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gantry-gpu/gantry/internal/cdiindex"
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
@@ -72,8 +73,10 @@ type Plan struct {
 	// and applied.
 	Record *Record
 
-	cdiDirs []string
-	opts    Options
+	// cdi finds other vendors' CDI devices (spec-dirs, the index in
+	// runtime.cache-dir).
+	cdi  cdiindex.Options
+	opts Options
 	// inTree are the driver files the driver tree's mount provides
 	// (runtime.driver-layout = "tree").
 	inTree []edits.Provided
@@ -114,7 +117,9 @@ func ReadRequest(spec *ocispecs.Spec, cfg config.Config, rec *Record) (*request.
 // plan without edits. req may be changed (CDI names of our kind move into
 // its devices).
 func Prepare(cfg config.Config, req *request.Request, opts Options, rec *Record) (*Plan, error) {
-	p := &Plan{Request: req, Record: rec, cdiDirs: cfg.CDI.SpecDirs, opts: opts, noCgroups: cfg.Runtime.NoCgroups}
+	p := &Plan{Request: req, Record: rec, opts: opts, noCgroups: cfg.Runtime.NoCgroups,
+		cdi: cdiindex.Options{Dirs: cfg.CDI.SpecDirs, CacheDir: cfg.Runtime.CacheDir}}
+	p.cdi.Warn = func(s string) { rec.Notes = append(rec.Notes, s) }
 	rec.Changed, rec.Source = true, req.Source
 	if opts.CDI {
 		// Names of our own kind are device IDs; other kinds go to the CDI registry.
@@ -185,7 +190,7 @@ func (p *Plan) ApplyToSpec(spec *ocispecs.Spec) error {
 		spec.Annotations[edits.InjectedAnnotation] = p.Injected()
 	}
 	if len(p.CDI) > 0 {
-		if err := injectCDI(spec, p.cdiDirs, p.CDI); err != nil {
+		if err := injectCDI(spec, p.cdi, p.CDI); err != nil {
 			return err
 		}
 		p.Record.CDI = p.CDI
@@ -226,7 +231,11 @@ func ownCDINames(req *request.Request, kind string) ([]string, error) {
 	return others, nil
 }
 
-// injectCDI resolves CDI names of other vendors through the CDI registry.
+// injectCDI resolves CDI names of other vendors through the spec
+// directories (package cdiindex: bounded, and indexed in runtime.cache-dir so
+// that a create parses only the specs that define its devices) and applies
+// their edits as the CDI library's Cache.InjectDevices does: each spec's
+// own edits once, then each device's.
 //
 // A hook of those specs that has no env of its own gets edits.HookEnv
 // before it is injected: runc and crun run a createContainer hook whose env
@@ -234,19 +243,24 @@ func ownCDINames(req *request.Request, kind string) ([]string, error) {
 // (by another vendor's tool, or by an older gantry) would hand the image's
 // LD_PRELOAD to a root process that still sees the host. A hook that has an
 // env keeps it: the spec's author chose it.
-func injectCDI(spec *ocispecs.Spec, dirs []string, names []string) error {
-	cache, _ := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
-	for _, n := range names {
-		// The cache is this call's own: its devices can be edited in place.
-		if d := cache.GetDevice(n); d != nil {
-			setHookEnv(d.ContainerEdits.Hooks)
-			setHookEnv(d.GetSpec().ContainerEdits.Hooks)
-		}
+func injectCDI(spec *ocispecs.Spec, o cdiindex.Options, names []string) error {
+	devs, err := cdiindex.Devices(o, names)
+	if err != nil {
+		return err
 	}
-	if unresolved, err := cache.InjectDevices(spec, names...); err != nil {
-		if len(unresolved) > 0 {
-			return fmt.Errorf("CDI devices %s are not in any spec under %s: generate one (gantry cdi generate) or fix the names", strings.Join(unresolved, ", "), strings.Join(dirs, ", "))
+	// The devices are this call's own copies: they can be edited in place.
+	all := &cdi.ContainerEdits{ContainerEdits: &cdispecs.ContainerEdits{}}
+	seen := map[*cdi.Spec]bool{}
+	for _, d := range devs {
+		if s := d.GetSpec(); !seen[s] {
+			seen[s] = true
+			setHookEnv(s.ContainerEdits.Hooks)
+			all.Append(&cdi.ContainerEdits{ContainerEdits: &s.ContainerEdits})
 		}
+		setHookEnv(d.ContainerEdits.Hooks)
+		all.Append(&cdi.ContainerEdits{ContainerEdits: &d.ContainerEdits})
+	}
+	if err := all.Apply(spec); err != nil {
 		return fmt.Errorf("injecting CDI devices %s: %w", strings.Join(names, ", "), err)
 	}
 	return nil
