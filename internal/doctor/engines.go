@@ -250,16 +250,17 @@ func checkCRIO(opts Options) Check {
 	return c
 }
 
-// defaultServicePATH is systemd's PATH for services, which dockerd gets
+// DefaultServicePATH is systemd's PATH for services, which dockerd gets
 // when it is started by its unit without an Environment= line.
-const defaultServicePATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const DefaultServicePATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // dockerdPATH returns the PATH of the running dockerd, read from
 // /proc/PID/environ, and where it came from. docker run --gpus makes dockerd
 // put the hook's path in the spec after a lookup in dockerd's own PATH, so
 // doctor's PATH (a login shell's, or sudo's secure_path) proves nothing.
-// Without a running dockerd it is systemd's default service PATH.
-func dockerdPATH(proc string) (path, source string) {
+// Without a running dockerd it is servicePATH, systemd's default service
+// PATH (Options.ServicePATH).
+func dockerdPATH(proc, servicePATH string) (path, source string) {
 	entries, _ := os.ReadDir(proc)
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
@@ -283,14 +284,14 @@ func dockerdPATH(proc string) (path, source string) {
 		// the hook up with an empty PATH, so nothing is found.
 		return "", "dockerd (pid " + e.Name() + ") has no PATH in " + envFile
 	}
-	return defaultServicePATH, "no running dockerd in " + proc + "; systemd's default service PATH"
+	return servicePATH, "no running dockerd in " + proc + "; systemd's default service PATH"
 }
 
 const hookName = "nvidia-container-runtime-hook"
 
 // hookUsable says whether docker run --gpus finds the hook.
 func hookUsable(opts Options) bool {
-	path, _ := dockerdPATH(opts.Proc)
+	path, _ := dockerdPATH(opts.Proc, opts.ServicePATH)
 	_, ok := lookPathIn(hookName, path)
 	return ok
 }
@@ -314,7 +315,7 @@ func lookPathIn(file, path string) (string, bool) {
 // runtimeOK says Docker's other GPU path, --runtime nvidia, works: then a
 // missing hook is INFO (only --gpus is unavailable), not a failure.
 func checkHook(opts Options, docker, runtimeOK bool) Check {
-	path, source := dockerdPATH(opts.Proc)
+	path, source := dockerdPATH(opts.Proc, opts.ServicePATH)
 	if p, ok := lookPathIn(hookName, path); ok {
 		evidence := fmt.Sprintf("%s (on %s)", p, source)
 		if gantryProgram(p) {
