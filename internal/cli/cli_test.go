@@ -389,3 +389,42 @@ func TestCommandGroups(t *testing.T) {
 		}
 	}
 }
+
+// A mistyped command, subcommand or flag is answered with the closest
+// one, and each suggestion is a command line gantry accepts.
+func TestDidYouMean(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    string
+		suggest []string // the suggested command line, run to see it accepted
+	}{
+		{[]string{"cdi", "generat"}, `unknown subcommand "generat" (did you mean "gantry cdi generate"?)`, []string{"cdi", "generate", "--help"}},
+		{[]string{"cdi", "lsit"}, `(did you mean "gantry cdi list"?)`, []string{"cdi", "list", "--help"}},
+		{[]string{"-v"}, `unknown flag "-v" (did you mean "--version"?)`, []string{"--version"}},
+		{[]string{"infp"}, `unknown command "infp" (did you mean "info"?)`, []string{"info", "--help"}},
+		{[]string{"--gpus", "sim:h100x8", "doctr"}, `(did you mean "doctor"?)`, []string{"doctor", "--help"}},
+		{[]string{"runtime", "configur"}, `(did you mean "gantry runtime configure"?)`, []string{"runtime", "configure", "--help"}},
+	} {
+		var out, errb strings.Builder
+		if code := Main(tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("gantry %q: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
+		out.Reset()
+		errb.Reset()
+		if code := Main(tc.suggest, &out, &errb); code != 0 {
+			t.Errorf("the suggestion gantry %q: exit %d: %s", tc.suggest, code, errb.String())
+		}
+	}
+	// Nothing near: no guess.
+	var out, errb strings.Builder
+	if Main([]string{"frobnicate"}, &out, &errb); strings.Contains(errb.String(), "did you mean") {
+		t.Errorf("gantry frobnicate: %q guesses", errb.String())
+	}
+	for _, tc := range []struct{ word, want string }{
+		{"generat", "generate"}, {"lsit", "list"}, {"v", "version"}, {"x", ""}, {"conifg", "config"}, {"d", ""},
+	} {
+		if got := closest(tc.word, []string{"generate", "list", "version", "config", "debug", "driver-root", "dev-root"}); got != tc.want {
+			t.Errorf("closest(%q) = %q, want %q", tc.word, got, tc.want)
+		}
+	}
+}
