@@ -12,6 +12,7 @@
 package cdicmd
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -191,9 +192,12 @@ func ParseCapabilities(s string) ([]driver.Capability, error) {
 	return caps, nil
 }
 
+// ErrNoDevices is List's error when the spec directories name no device.
+var ErrNoDevices = errors.New("no CDI devices")
+
 // List prints the fully qualified device names of every CDI spec in
 // specDirs, one per line, sorted; errors in spec files are warnings on
-// stderr. No device at all is an error naming the fix.
+// stderr. No device at all is an error (ErrNoDevices) naming the fix.
 func List(specDirs []string, stdout, stderr io.Writer) error {
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(specDirs...), cdi.WithAutoRefresh(false))
 	if err != nil {
@@ -211,7 +215,7 @@ func List(specDirs []string, stdout, stderr io.Writer) error {
 	}
 	names := cache.ListDevices()
 	if len(names) == 0 {
-		return fmt.Errorf("no CDI devices in %s: run `gantry cdi generate --output /var/run/cdi/nvidia.yaml`", strings.Join(specDirs, ", "))
+		return fmt.Errorf("%w in %s: run `gantry cdi generate --output /var/run/cdi/nvidia.yaml`", ErrNoDevices, strings.Join(specDirs, ", "))
 	}
 	sort.Strings(names)
 	for _, n := range names {
