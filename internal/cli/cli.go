@@ -32,6 +32,19 @@ type env struct {
 	cfg            config.Config
 	cfgPath        string
 	log            *slog.Logger
+	// flagNames are the names the command line used for some of the
+	// command's flags, when it came under another program's grammar
+	// (nvidia-docker-plugin's -s for --plugin-dir), so that messages name
+	// the flag the user can give.
+	flagNames map[string]string
+}
+
+// flag is how the user names the command's flag name ("--plugin-dir").
+func (e *env) flag(name string) string {
+	if n, ok := e.flagNames[name]; ok {
+		return n
+	}
+	return name
 }
 
 type command struct {
@@ -68,6 +81,12 @@ func register(c *command) { commands = append(commands, c) }
 
 // Main runs gantry with args (without the program name) and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
+	return mainAs(args, stdout, stderr, nil)
+}
+
+// mainAs is Main for a command line translated from another program's
+// grammar: flagNames maps gantry's flag names to the ones the user gave.
+func mainAs(args []string, stdout, stderr io.Writer, flagNames map[string]string) int {
 	// gantry-runtime, built without NVML, asks gantry for NVML's GPUs
 	// (package discover): a command of the binaries', not listed, reading
 	// no configuration.
@@ -163,6 +182,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return cmd.failCode()
 		}
 	}
+	e.flagNames = flagNames
 	if err := run(e, fs.Args()); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {

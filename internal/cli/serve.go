@@ -139,7 +139,7 @@ func serveVolumePlugin(e *env, inv *driver.Inventory, pluginDir, volumesDir stri
 	}
 	ln, err := dockervol.Listen(pluginDir)
 	if err != nil {
-		return nil, fmt.Errorf("volume plugin: %w (give another --plugin-dir, or run as root)", err)
+		return nil, fmt.Errorf("volume plugin: %w (give another %s, or run as root)", err, e.flag("--plugin-dir"))
 	}
 	ps := dockervol.NewHTTPServer(dockervol.New(dockervol.Options{Store: store, Driver: inv, Logger: e.log}))
 	fmt.Fprintf(e.stderr, "gantry serve: volume plugin %s on unix://%s\n", dockervol.PluginName, ln.Addr())
