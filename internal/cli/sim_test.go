@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gantry-gpu/gantry/internal/gpu"
 )
 
 // gantry sim driver-root, without --gpus as a newcomer runs it, makes a
@@ -96,5 +98,45 @@ func TestSimDriverRootAdvice(t *testing.T) {
 	// A profile that does not exist is an error, not a root of made-up GPUs.
 	if _, errOut, code := run("--gpus", "sim:h100x9", "sim", "driver-root", filepath.Join(dir, "other")); code == 0 || !strings.Contains(errOut, "h100x9") {
 		t.Errorf("sim driver-root for sim:h100x9: exit %d, %s", code, errOut)
+	}
+}
+
+// The advice an error gives when there is no driver (simulate GPUs) is
+// taken by the commands that print it: nvidia-ctk, which has no --gpus
+// flag, through the configuration file; gantry through its flags too.
+func TestSimulateAdviceAccepted(t *testing.T) {
+	root := fakeRoot(t)
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.MkdirAll(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	noDriver := filepath.Join(dir, "nodriver.toml")
+	if err := os.WriteFile(noDriver, []byte("driver-root = \""+empty+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GANTRY_CONFIG", noDriver)
+	var out, errb strings.Builder
+	if code := NVIDIACTKMain([]string{"cdi", "generate", "--output", filepath.Join(dir, "a.yaml")}, &out, &errb); code == 0 || !strings.Contains(errb.String(), gpu.SimulateAdvice) {
+		t.Fatalf("nvidia-ctk cdi generate without a driver: exit %d, %q; want the advice %q", code, errb.String(), gpu.SimulateAdvice)
+	}
+	if _, errOut, code := run("info"); code == 0 || !strings.Contains(errOut, gpu.SimulateAdvice) {
+		t.Fatalf("gantry info without a driver: exit %d, %q", code, errOut)
+	}
+	// The configuration as advised (gpus), with the fake driver's root.
+	sim := filepath.Join(dir, "sim.toml")
+	if err := os.WriteFile(sim, []byte("gpus = \"sim:h100x8\"\ndriver-root = \""+root+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GANTRY_CONFIG", sim)
+	out.Reset()
+	errb.Reset()
+	if code := NVIDIACTKMain([]string{"cdi", "generate", "--output", filepath.Join(dir, "b.yaml")}, &out, &errb); code != 0 {
+		t.Errorf("nvidia-ctk cdi generate with gpus = \"sim:h100x8\" in the configuration: exit %d, %s", code, errb.String())
+	}
+	// The flag, for gantry.
+	t.Setenv("GANTRY_CONFIG", noDriver)
+	if _, errOut, code := run("--gpus", "sim:h100x8", "--driver-root", root, "info"); code != 0 {
+		t.Errorf("gantry --gpus sim:h100x8 info: exit %d, %s", code, errOut)
 	}
 }
