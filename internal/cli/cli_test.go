@@ -174,7 +174,7 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"unknown backend", []string{"--gpus", "cuda", "cdi", "generate"}, 1, `"cuda" is not a GPU backend: use nvml, sim:PROFILE`, false},
 		{"unknown profile", []string{"--gpus", "sim:h100x9", "cdi", "generate"}, 1, `unknown simulated GPU profile "h100x9": use one of`, false},
-		{"missing driver", []string{"--gpus", "sim:h100x1", "--driver-root", "/nonexistent", "cdi", "generate"}, 1, "no NVIDIA driver found under /nonexistent: pass --driver-root", false},
+		{"missing driver", []string{"--gpus", "sim:h100x1", "--driver-root", "/nonexistent", "cdi", "generate"}, 1, "no NVIDIA driver found under /nonexistent: set driver-root", false},
 		{"partial driver", []string{"--gpus", "sim:h100x1", "--driver-root", partial, "cdi", "generate"}, 1, "is incomplete (libcuda.so missing): reinstall the driver or fix --driver-root", false},
 		{"unreadable config", []string{"--config", "/nonexistent/config.toml", "info"}, 1, "reading config /nonexistent/config.toml", false},
 		{"unknown config key", []string{"--config", badConfig, "info"}, 1, "unknown key driver_root", false},
