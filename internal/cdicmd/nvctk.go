@@ -190,6 +190,9 @@ func NVGenerate(f Values, debug bool, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if debug {
+		o.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	return Generate(cfg, o, stdout, stderr)
 }
 

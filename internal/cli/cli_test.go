@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/gpu/sim"
 )
 
 var (
@@ -426,5 +428,37 @@ func TestDidYouMean(t *testing.T) {
 		if got := closest(tc.word, []string{"generate", "list", "version", "config", "debug", "driver-root", "dev-root"}); got != tc.want {
 			t.Errorf("closest(%q) = %q, want %q", tc.word, got, tc.want)
 		}
+	}
+}
+
+// --debug says what cdi generate decided and why, one line each: the
+// request, the driver, each GPU, each spec device, node, mount and hook.
+func TestCDIGenerateDebug(t *testing.T) {
+	root := fakeRoot(t)
+	out := filepath.Join(t.TempDir(), "nvidia.yaml")
+	_, errOut, code := run("--debug", "--gpus", "sim:h100x8", "--driver-root", root, "cdi", "generate",
+		"--hook-path", "/usr/bin/gantry-cdi-hook", "--output", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	sys, err := sim.Load("h100x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"msg=request kind=nvidia.com/gpu devices=all", "msg=driver version=580.159.04",
+		"msg=\"spec device\" name=\"nvidia.com/gpu=all\"", "msg=node path=/dev/nvidiactl", "msg=mount hostPath=" + root,
+		"libcuda.so.", "msg=hook hookName=createContainer path=/usr/bin/gantry-cdi-hook"}
+	for _, d := range sys.Devices {
+		want = append(want, "msg=gpu index="+strconv.Itoa(d.Index)+" uuid="+d.UUID)
+	}
+	for _, w := range want {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("--debug output lacks %q:\n%s", w, errOut)
+		}
+	}
+	// Without --debug: only the note naming the file.
+	if _, errOut, _ := run("--gpus", "sim:h100x8", "--driver-root", root, "cdi", "generate",
+		"--hook-path", "/usr/bin/gantry-cdi-hook", "--output", out); strings.Contains(errOut, "level=DEBUG") {
+		t.Errorf("debug lines without --debug: %s", errOut)
 	}
 }
