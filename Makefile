@@ -157,6 +157,15 @@ install: build build-device-plugin
 	  ln -sfn gantry-cdi-hook $(DESTDIR)$(PREFIX)/bin/$$n && echo "$(PREFIX)/bin/$$n -> gantry-cdi-hook"; done
 	@$(MAKE) --no-print-directory install-cdi-fix
 	@$(MAKE) --no-print-directory install-systemd
+	@# A newcomer without a GPU: how to point what was installed at simulated GPUs.
+	@if [ ! -e /proc/driver/nvidia/version ]; then \
+	  echo "No NVIDIA driver on this host. To run the installed stack on simulated GPUs:"; \
+	  echo "  sudo $(PREFIX)/bin/gantry sim driver-root /var/lib/gantry/sim-driver   # a fake driver root for 8 simulated H100s"; \
+	  echo "  then put the two lines it prints in /etc/gantry/config.toml:"; \
+	  echo '    gpus = "sim:h100x8"'; \
+	  echo '    driver-root = "/var/lib/gantry/sim-driver"'; \
+	  echo "  gantry info, gantry cdi generate, gantry-runtime and the hook then use them (docs/guide.md, Simulated GPUs)"; \
+	fi
 
 # CDI specs written before gantry-cdi-hook existed run the dynamically linked
 # gantry as a root hook with no env: an engine that injects one (containerd,

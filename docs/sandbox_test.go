@@ -387,7 +387,7 @@ sleep 600 & echo $! > `+pidFile+`
 		if err != nil || strings.Contains(string(st), ") Z ") {
 			break
 		}
-		if i == 100 {
+		if i == 600 { // a minute
 			t.Fatalf("the block's background process %s outlived it: %s", pid, st)
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -66,4 +66,8 @@ container_demo() {
 }
 container_demo
 echo
+if [ ${#args[@]} -gt 0 ]; then
+  echo "To run an installed Gantry (sudo make install) on simulated GPUs: sudo gantry sim driver-root /var/lib/gantry/sim-driver,"
+  echo "then the two lines it prints in /etc/gantry/config.toml: gpus = \"sim:h100x8\" and driver-root = \"/var/lib/gantry/sim-driver\"."
+fi
 echo "Next: make test (the test suite), $g --help (every command)."

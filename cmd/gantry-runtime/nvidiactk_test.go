@@ -84,7 +84,7 @@ func TestNVIDIACTKExecsGantry(t *testing.T) {
 	}
 	empty := t.TempDir()
 	stderr, code, argv := run("/usr/bin:/bin", "cdi", "list", "--spec-dir="+empty)
-	if argv != nil || code != 1 || !strings.HasPrefix(stderr, "nvidia-ctk cdi list: no CDI devices in "+empty) {
+	if argv != nil || code != 0 || !strings.HasPrefix(stderr, "Found 0 CDI devices (no CDI devices in "+empty) {
 		t.Errorf("cdi list: exit %d, stderr %q, gantry ran with %q; want gantry-runtime's own answer", code, stderr, argv)
 	}
 	stderr, code, argv = run("/usr/bin:/bin", "cdi", "generate", "--driver-root="+empty)

@@ -12,8 +12,11 @@
 package cdicmd
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -55,6 +58,10 @@ type GenerateOptions struct {
 	DeviceIDs []string
 	// LibrarySearchPaths are added to the configuration's.
 	LibrarySearchPaths []string
+	// Log, when set, is told at debug level what was decided and why:
+	// the request, the driver and GPUs found, and each device, mount,
+	// device node and hook of the spec (--debug).
+	Log *slog.Logger
 }
 
 // Generate writes the CDI spec of the host cfg describes, as o asks: to
@@ -113,6 +120,9 @@ func Generate(cfg config.Config, o GenerateOptions, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if o.Log != nil {
+		logDecisions(o.Log, o, kind, hook, caps, sys, inv, spec)
+	}
 	if o.NoAllDevice {
 		kept := spec.Devices[:0]
 		for _, d := range spec.Devices {
@@ -123,6 +133,52 @@ func Generate(cfg config.Config, o GenerateOptions, stdout, stderr io.Writer) er
 		spec.Devices = kept
 	}
 	return writeSpec(stdout, stderr, spec, o.Output, o.Format, "driver "+inv.Version)
+}
+
+// logDecisions logs, at debug level, what a generated spec holds and
+// where each part came from, one line each (as NVIDIA's --debug does).
+func logDecisions(log *slog.Logger, o GenerateOptions, kind, hook string, caps []driver.Capability, sys *gpu.System, inv *driver.Inventory, spec *specs.Spec) {
+	ctx := context.Background()
+	if !log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	capNames := "all"
+	if len(caps) > 0 {
+		names := make([]string, len(caps))
+		for i, c := range caps {
+			names[i] = string(c)
+		}
+		capNames = strings.Join(names, ",")
+	}
+	ids := "all"
+	if len(o.DeviceIDs) > 0 {
+		ids = strings.Join(o.DeviceIDs, ",")
+	}
+	log.Debug("request", "kind", kind, "devices", ids, "capabilities", capNames, "hook", hook, "allDevice", !o.NoAllDevice)
+	log.Debug("driver", "version", inv.Version, "root", inv.Root, "libraries", len(inv.Libraries), "binaries", len(inv.Binaries),
+		"firmware", len(inv.Firmware), "configs", len(inv.Configs), "sockets", len(inv.Sockets), "missing", strings.Join(inv.Missing, ","))
+	for _, d := range sys.Devices {
+		log.Debug("gpu", "index", d.Index, "uuid", d.UUID, "minor", d.Minor, "name", d.Name, "pciBusID", d.PCIBusID, "migDevices", len(d.MIGDevices))
+	}
+	for _, d := range spec.Devices {
+		nodes := make([]string, len(d.ContainerEdits.DeviceNodes))
+		for i, n := range d.ContainerEdits.DeviceNodes {
+			nodes[i] = n.Path
+		}
+		log.Debug("spec device", "name", kind+"="+d.Name, "nodes", strings.Join(nodes, ","), "mounts", len(d.ContainerEdits.Mounts))
+	}
+	for _, n := range spec.ContainerEdits.DeviceNodes {
+		log.Debug("node", "path", n.Path, "hostPath", n.HostPath, "why", "every device: a control node of the driver")
+	}
+	for _, m := range spec.ContainerEdits.Mounts {
+		log.Debug("mount", "hostPath", m.HostPath, "containerPath", m.ContainerPath, "options", strings.Join(m.Options, ","))
+	}
+	for _, h := range spec.ContainerEdits.Hooks {
+		log.Debug("hook", "hookName", h.HookName, "path", h.Path, "args", strings.Join(h.Args, " "))
+	}
+	for _, e := range spec.ContainerEdits.Env {
+		log.Debug("env", "value", e)
+	}
 }
 
 // Host discovers the GPUs (light: from procfs where that is enough) and the
@@ -191,9 +247,12 @@ func ParseCapabilities(s string) ([]driver.Capability, error) {
 	return caps, nil
 }
 
+// ErrNoDevices is List's error when the spec directories name no device.
+var ErrNoDevices = errors.New("no CDI devices")
+
 // List prints the fully qualified device names of every CDI spec in
 // specDirs, one per line, sorted; errors in spec files are warnings on
-// stderr. No device at all is an error naming the fix.
+// stderr. No device at all is an error (ErrNoDevices) naming the fix.
 func List(specDirs []string, stdout, stderr io.Writer) error {
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(specDirs...), cdi.WithAutoRefresh(false))
 	if err != nil {
@@ -211,7 +270,7 @@ func List(specDirs []string, stdout, stderr io.Writer) error {
 	}
 	names := cache.ListDevices()
 	if len(names) == 0 {
-		return fmt.Errorf("no CDI devices in %s: run `gantry cdi generate --output /var/run/cdi/nvidia.yaml`", strings.Join(specDirs, ", "))
+		return fmt.Errorf("%w in %s: run `gantry cdi generate --output /var/run/cdi/nvidia.yaml`", ErrNoDevices, strings.Join(specDirs, ", "))
 	}
 	sort.Strings(names)
 	for _, n := range names {

@@ -190,6 +190,9 @@ func NVGenerate(f Values, debug bool, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if debug {
+		o.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	return Generate(cfg, o, stdout, stderr)
 }
 
@@ -231,7 +234,14 @@ func NVList(f Values, debug bool, stdout, stderr io.Writer) error {
 	if !ok {
 		dirs = cfg.CDI.SpecDirs
 	}
-	return List(dirs, stdout, stderr)
+	// NVIDIA's lists nothing and exits 0 when there is no spec ("Found 0
+	// CDI devices"): scripts that run it before generating one go on.
+	if err := List(dirs, stdout, stderr); errors.Is(err, ErrNoDevices) {
+		fmt.Fprintf(stderr, "Found 0 CDI devices (%v)\n", err)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // Lean runs nvidia-ctk cdi generate and nvidia-ctk cdi list (args without

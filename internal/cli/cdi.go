@@ -51,7 +51,7 @@ gantry-runtime links none of this CLI's other packages.`,
 				return cdicmd.Generate(e.cfg, cdicmd.GenerateOptions{
 					Output: *output, Format: *format, Kind: *kind, Capabilities: *capsFlag, HookPath: *hookPath,
 					AllowPartial: *allowPartial, NoAllDevice: *noAll, IMEX: *imex,
-					DeviceIDs: ids, LibrarySearchPaths: libPaths,
+					DeviceIDs: ids, LibrarySearchPaths: libPaths, Log: e.log,
 				}, e.stdout, e.stderr)
 			}
 		},

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 
@@ -32,6 +33,19 @@ type env struct {
 	cfg            config.Config
 	cfgPath        string
 	log            *slog.Logger
+	// flagNames are the names the command line used for some of the
+	// command's flags, when it came under another program's grammar
+	// (nvidia-docker-plugin's -s for --plugin-dir), so that messages name
+	// the flag the user can give.
+	flagNames map[string]string
+}
+
+// flag is how the user names the command's flag name ("--plugin-dir").
+func (e *env) flag(name string) string {
+	if n, ok := e.flagNames[name]; ok {
+		return n
+	}
+	return name
 }
 
 type command struct {
@@ -68,6 +82,12 @@ func register(c *command) { commands = append(commands, c) }
 
 // Main runs gantry with args (without the program name) and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
+	return mainAs(args, stdout, stderr, nil)
+}
+
+// mainAs is Main for a command line translated from another program's
+// grammar: flagNames maps gantry's flag names to the ones the user gave.
+func mainAs(args []string, stdout, stderr io.Writer, flagNames map[string]string) int {
 	// gantry-runtime, built without NVML, asks gantry for NVML's GPUs
 	// (package discover): a command of the binaries', not listed, reading
 	// no configuration.
@@ -93,7 +113,20 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		// runtime --help"): list the group's commands.
 		if group := groupCommands(args[0]); len(group) > 0 {
 			w, code := stdout, 0
-			if len(args) == 1 || !isHelp(args[1]) {
+			switch {
+			case len(args) > 1 && !isHelp(args[1]) && !strings.HasPrefix(args[1], "-"):
+				// A subcommand that is none: "gantry cdi generat".
+				subs := make([]string, len(group))
+				for i, c := range group {
+					subs[i] = strings.Fields(c.name)[1]
+				}
+				w, code = stderr, 2
+				hint := ""
+				if c := closest(args[1], subs); c != "" {
+					hint = fmt.Sprintf(" (did you mean \"gantry %s %s\"?)", args[0], c)
+				}
+				fmt.Fprintf(w, "gantry %s: unknown subcommand %q%s\n\n", args[0], args[1], hint)
+			case len(args) == 1 || !isHelp(args[1]):
 				w, code = stderr, 2
 				fmt.Fprintf(w, "gantry %s: name a subcommand\n\n", args[0])
 			}
@@ -104,7 +137,23 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(w, "\nSee gantry %s SUBCOMMAND --help.\n", args[0])
 			return code
 		}
-		fmt.Fprintf(stderr, "gantry: unknown command %q\n\n", strings.Join(leadingWords(args), " "))
+		if len(rest) == 0 || strings.HasPrefix(rest[0], "-") {
+			// Flags only, one of them no global flag: "gantry -v".
+			bad := firstUnknownFlag(args)
+			if bad == "" {
+				fmt.Fprintf(stderr, "gantry: name a command\n\n")
+				printOverview(stderr)
+				return 2
+			}
+			fmt.Fprintf(stderr, "gantry: unknown flag %q%s (see gantry --help)\n", bad,
+				didYouMean(bad, []string{"--version", "--help", "--config", "--gpus", "--driver-root", "--dev-root", "--debug"}))
+			return 2
+		}
+		if hint := didYouMean(rest[0], topWords()); hint != "" {
+			fmt.Fprintf(stderr, "gantry: unknown command %q%s (see gantry --help)\n", rest[0], hint)
+			return 2
+		}
+		fmt.Fprintf(stderr, "gantry: unknown command %q\n\n", strings.Join(leadingWords(rest), " "))
 		printOverview(stderr)
 		return 2
 	}
@@ -139,6 +188,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return cmd.failCode()
 		}
 	}
+	e.flagNames = flagNames
 	if err := run(e, fs.Args()); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
@@ -153,6 +203,41 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return cmd.failCode()
 	}
 	return 0
+}
+
+// topWords are the words a gantry command line can start with: each
+// command's first word, and version and help.
+func topWords() []string {
+	words := []string{"version", "help"}
+	for _, c := range commands {
+		if w := strings.Fields(c.name)[0]; !slices.Contains(words, w) {
+			words = append(words, w)
+		}
+	}
+	return words
+}
+
+// firstUnknownFlag is the first of args that is a flag but none of the
+// global flags (nor a global flag's value).
+func firstUnknownFlag(args []string) string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch name {
+		case "config", "gpus", "driver-root", "dev-root":
+			if !hasVal {
+				i++ // its value
+			}
+			continue
+		case "debug":
+			continue
+		}
+		return a
+	}
+	return ""
 }
 
 // exitCode lets a command end with a given code after printing its own output.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/gpu/sim"
 )
 
 var (
@@ -174,7 +176,7 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"unknown backend", []string{"--gpus", "cuda", "cdi", "generate"}, 1, `"cuda" is not a GPU backend: use nvml, sim:PROFILE`, false},
 		{"unknown profile", []string{"--gpus", "sim:h100x9", "cdi", "generate"}, 1, `unknown simulated GPU profile "h100x9": use one of`, false},
-		{"missing driver", []string{"--gpus", "sim:h100x1", "--driver-root", "/nonexistent", "cdi", "generate"}, 1, "no NVIDIA driver found under /nonexistent: pass --driver-root", false},
+		{"missing driver", []string{"--gpus", "sim:h100x1", "--driver-root", "/nonexistent", "cdi", "generate"}, 1, "no NVIDIA driver found under /nonexistent: set driver-root", false},
 		{"partial driver", []string{"--gpus", "sim:h100x1", "--driver-root", partial, "cdi", "generate"}, 1, "is incomplete (libcuda.so missing): reinstall the driver or fix --driver-root", false},
 		{"unreadable config", []string{"--config", "/nonexistent/config.toml", "info"}, 1, "reading config /nonexistent/config.toml", false},
 		{"unknown config key", []string{"--config", badConfig, "info"}, 1, "unknown key driver_root", false},
@@ -387,5 +389,76 @@ func TestCommandGroups(t *testing.T) {
 		if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.want) {
 			t.Errorf("gantry %q: exit %d, output %q; want exit %d and %q", tc.args, code, out.String()+errb.String(), tc.code, tc.want)
 		}
+	}
+}
+
+// A mistyped command, subcommand or flag is answered with the closest
+// one, and each suggestion is a command line gantry accepts.
+func TestDidYouMean(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    string
+		suggest []string // the suggested command line, run to see it accepted
+	}{
+		{[]string{"cdi", "generat"}, `unknown subcommand "generat" (did you mean "gantry cdi generate"?)`, []string{"cdi", "generate", "--help"}},
+		{[]string{"cdi", "lsit"}, `(did you mean "gantry cdi list"?)`, []string{"cdi", "list", "--help"}},
+		{[]string{"-v"}, `unknown flag "-v" (did you mean "--version"?)`, []string{"--version"}},
+		{[]string{"infp"}, `unknown command "infp" (did you mean "info"?)`, []string{"info", "--help"}},
+		{[]string{"--gpus", "sim:h100x8", "doctr"}, `(did you mean "doctor"?)`, []string{"doctor", "--help"}},
+		{[]string{"runtime", "configur"}, `(did you mean "gantry runtime configure"?)`, []string{"runtime", "configure", "--help"}},
+	} {
+		var out, errb strings.Builder
+		if code := Main(tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("gantry %q: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
+		out.Reset()
+		errb.Reset()
+		if code := Main(tc.suggest, &out, &errb); code != 0 {
+			t.Errorf("the suggestion gantry %q: exit %d: %s", tc.suggest, code, errb.String())
+		}
+	}
+	// Nothing near: no guess.
+	var out, errb strings.Builder
+	if Main([]string{"frobnicate"}, &out, &errb); strings.Contains(errb.String(), "did you mean") {
+		t.Errorf("gantry frobnicate: %q guesses", errb.String())
+	}
+	for _, tc := range []struct{ word, want string }{
+		{"generat", "generate"}, {"lsit", "list"}, {"v", "version"}, {"x", ""}, {"conifg", "config"}, {"d", ""},
+	} {
+		if got := closest(tc.word, []string{"generate", "list", "version", "config", "debug", "driver-root", "dev-root"}); got != tc.want {
+			t.Errorf("closest(%q) = %q, want %q", tc.word, got, tc.want)
+		}
+	}
+}
+
+// --debug says what cdi generate decided and why, one line each: the
+// request, the driver, each GPU, each spec device, node, mount and hook.
+func TestCDIGenerateDebug(t *testing.T) {
+	root := fakeRoot(t)
+	out := filepath.Join(t.TempDir(), "nvidia.yaml")
+	_, errOut, code := run("--debug", "--gpus", "sim:h100x8", "--driver-root", root, "cdi", "generate",
+		"--hook-path", "/usr/bin/gantry-cdi-hook", "--output", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	sys, err := sim.Load("h100x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"msg=request kind=nvidia.com/gpu devices=all", "msg=driver version=580.159.04",
+		"msg=\"spec device\" name=\"nvidia.com/gpu=all\"", "msg=node path=/dev/nvidiactl", "msg=mount hostPath=" + root,
+		"libcuda.so.", "msg=hook hookName=createContainer path=/usr/bin/gantry-cdi-hook"}
+	for _, d := range sys.Devices {
+		want = append(want, "msg=gpu index="+strconv.Itoa(d.Index)+" uuid="+d.UUID)
+	}
+	for _, w := range want {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("--debug output lacks %q:\n%s", w, errOut)
+		}
+	}
+	// Without --debug: only the note naming the file.
+	if _, errOut, _ := run("--gpus", "sim:h100x8", "--driver-root", root, "cdi", "generate",
+		"--hook-path", "/usr/bin/gantry-cdi-hook", "--output", out); strings.Contains(errOut, "level=DEBUG") {
+		t.Errorf("debug lines without --debug: %s", errOut)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -104,9 +105,21 @@ func NVIDIACTKMain(args []string, stdout, stderr io.Writer) int {
 	if c == nil {
 		if group := nvGroup(args[0]); len(group) > 0 {
 			w, code := stderr, 2
-			if len(args) > 1 && isHelp(args[1]) {
+			switch {
+			case len(args) > 1 && isHelp(args[1]):
 				w, code = stdout, 0
-			} else {
+			case len(args) > 1 && !strings.HasPrefix(args[1], "-"):
+				// A subcommand that is none: "nvidia-ctk cdi generat".
+				var subs []string
+				for _, g := range group {
+					subs = append(subs, strings.TrimPrefix(g.words, args[0]+" "))
+				}
+				hint := ""
+				if c := closest(args[1], subs); c != "" {
+					hint = fmt.Sprintf(" (did you mean \"nvidia-ctk %s %s\"?)", args[0], c)
+				}
+				fmt.Fprintf(w, "nvidia-ctk %s: unknown subcommand %q%s\n\n", args[0], args[1], hint)
+			default:
 				fmt.Fprintf(w, "nvidia-ctk %s: name a subcommand\n\n", args[0])
 			}
 			fmt.Fprintf(w, "Subcommands of nvidia-ctk %s:\n", args[0])
@@ -115,7 +128,13 @@ func NVIDIACTKMain(args []string, stdout, stderr io.Writer) int {
 			}
 			return code
 		}
-		fmt.Fprintf(stderr, "nvidia-ctk: unknown command %q (see nvidia-ctk --help)\n", args[0])
+		var top []string
+		for _, c := range nvCommands {
+			if w := strings.Fields(c.words)[0]; !slices.Contains(top, w) {
+				top = append(top, w)
+			}
+		}
+		fmt.Fprintf(stderr, "nvidia-ctk: unknown command %q%s (see nvidia-ctk --help)\n", args[0], didYouMean(args[0], append(top, "hook")))
 		return 2
 	}
 	ctx := &nvCtx{stdout: stdout, stderr: stderr, debug: debug, name: "nvidia-ctk " + c.words}

@@ -271,6 +271,15 @@ func TestNVCTKCDIGenerate(t *testing.T) {
 	if code != 0 || out != "example.com/gpu=0\nexample.com/gpu=3\n"+"example.com/gpu="+names[2]+"\n"+"example.com/gpu="+names[3]+"\n" && !strings.Contains(out, "example.com/gpu=3\n") {
 		t.Errorf("cdi list: exit %d\n%s%s", code, out, errOut)
 	}
+	// No spec: nothing listed, exit 0 (as NVIDIA's), the fix on stderr;
+	// gantry cdi list keeps calling it an error.
+	empty := t.TempDir()
+	if out, errOut, code := ctk("cdi", "list", "--spec-dir", empty); code != 0 || out != "" || !strings.Contains(errOut, "Found 0 CDI devices") || !strings.Contains(errOut, "gantry cdi generate") {
+		t.Errorf("cdi list of an empty directory: exit %d, stdout %q, stderr %q; want exit 0, nothing listed, the fix on stderr", code, out, errOut)
+	}
+	if _, errOut, code := run("cdi", "list", "--spec-dirs", empty); code != 1 || !strings.Contains(errOut, "no CDI devices") {
+		t.Errorf("gantry cdi list of an empty directory: exit %d, stderr %q; want exit 1", code, errOut)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -642,5 +651,21 @@ func TestRuntimeConfigureConfigHint(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(daemon); string(b) != `{"debug": true}` {
 		t.Errorf("daemon.json changed: %s", b)
+	}
+}
+
+// nvidia-ctk's mistyped commands get the closest one too.
+func TestNVCTKDidYouMean(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"cdi", "generat"}, `unknown subcommand "generat" (did you mean "nvidia-ctk cdi generate"?)`},
+		{[]string{"runtim", "configure"}, `unknown command "runtim" (did you mean "runtime"?)`},
+	} {
+		var out, errb strings.Builder
+		if code := NVIDIACTKMain(tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("nvidia-ctk %q: exit %d, stderr %q; want exit 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
 	}
 }

@@ -57,5 +57,5 @@ Other flags are gantry serve's: see gantry serve --help.
 			serve = append(serve, args[i])
 		}
 	}
-	return Main(serve, stdout, stderr)
+	return mainAs(serve, stdout, stderr, map[string]string{"--plugin-dir": "-s", "--volumes-dir": "-d", "--listen": "-l"})
 }

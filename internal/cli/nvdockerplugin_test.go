@@ -104,3 +104,35 @@ func TestNVIDIADockerPluginFlags(t *testing.T) {
 		t.Errorf("-l 0.0.0.0:3476: %d %q", code, errOut.String())
 	}
 }
+
+// A plugin already running on the socket: the error names the flag
+// nvidia-docker-plugin takes for the socket's directory (-s), not gantry
+// serve's --plugin-dir.
+func TestNVIDIADockerPluginAlreadyRunning(t *testing.T) {
+	root := fakeRoot(t)
+	dir := t.TempDir()
+	sockDir, volDir := filepath.Join(dir, "plugins"), filepath.Join(dir, "volumes")
+	t.Cleanup(func() { drivervol.Store{Dir: filepath.Join(volDir, "nvidia_driver")}.Remove("580.159.04") })
+	if err := os.MkdirAll(sockDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Join(sockDir, "nvidia-docker.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	var out, errOut strings.Builder
+	code := NVIDIADockerPluginMain([]string{"-l", "127.0.0.1:0", "-s", sockDir, "-d", volDir, "--gpus", "sim:h100x8", "--driver-root", root}, &out, &errOut)
+	if code == 0 || !strings.Contains(errOut.String(), "another plugin listens there") || !strings.Contains(errOut.String(), "give another -s") || strings.Contains(errOut.String(), "--plugin-dir") {
+		t.Errorf("exit %d, stderr %q; want an error naming -s", code, errOut.String())
+	}
+}

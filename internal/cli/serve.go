@@ -147,7 +147,7 @@ func serveVolumePlugin(e *env, inv *driver.Inventory, api http.Handler, pluginDi
 	}
 	ln, err := dockervol.Listen(pluginDir)
 	if err != nil {
-		return nil, fmt.Errorf("volume plugin: %w (give another --plugin-dir, or run as root)", err)
+		return nil, fmt.Errorf("volume plugin: %w (give another %s, or run as root)", err, e.flag("--plugin-dir"))
 	}
 	ps := dockervol.NewHTTPServer(dockervol.New(dockervol.Options{Store: store, Driver: inv, DockerCLI: api, Logger: e.log}))
 	fmt.Fprintf(e.stderr, "gantry serve: volume plugin %s on unix://%s\n", dockervol.PluginName, ln.Addr())

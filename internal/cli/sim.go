@@ -3,12 +3,17 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
 )
+
+// defaultSimGPUs is the simulated host sim driver-root makes a driver
+// root for when --gpus names none.
+const defaultSimGPUs = "sim:h100x8"
 
 func init() {
 	register(&command{
@@ -53,20 +58,28 @@ Needs gcc and ldconfig.
 					return usagef("need exactly one argument, the directory to build in")
 				}
 				v, n := *version, *count
+				// The simulated GPUs the root is made for: those of --gpus
+				// (or the configuration's gpus) when simulated, else
+				// h100x8's, so that its fake nvidia-smi -L, gantry info and
+				// the CDI spec name the same GPUs.
+				gpus := e.cfg.GPUs
+				if !strings.HasPrefix(gpus, "sim:") {
+					gpus = defaultSimGPUs
+				}
+				sys, err := sim.Load(strings.TrimPrefix(gpus, "sim:"))
+				if err != nil {
+					return err
+				}
+				if v == "" {
+					v = sys.DriverVersion
+				}
+				if n == 0 {
+					n = len(sys.Devices)
+				}
+				// The fake nvidia-smi -L names the profile's GPUs.
 				var ids []fakedriver.Identity
-				if spec, ok := strings.CutPrefix(e.cfg.GPUs, "sim:"); ok {
-					if sys, err := sim.Load(spec); err == nil {
-						if v == "" {
-							v = sys.DriverVersion
-						}
-						if n == 0 {
-							n = len(sys.Devices)
-						}
-						// The fake nvidia-smi -L names the profile's GPUs.
-						for _, d := range sys.Devices {
-							ids = append(ids, fakedriver.Identity{Minor: d.Minor, UUID: d.UUID, Name: d.Name})
-						}
-					}
+				for _, d := range sys.Devices {
+					ids = append(ids, fakedriver.Identity{Minor: d.Minor, UUID: d.UUID, Name: d.Name})
 				}
 				if v == "" {
 					v = "580.159.04"
@@ -86,6 +99,17 @@ Needs gcc and ldconfig.
 					nodes = "regular files standing in for device nodes (not root)"
 				}
 				fmt.Fprintf(e.stdout, "built fake driver %s (%s layout, %d GPUs, %s) in %s\n", v, *layout, n, nodes, args[0])
+				for _, d := range sys.Devices {
+					fmt.Fprintf(e.stdout, "GPU %d: %s (UUID: %s)\n", d.Index, d.Name, d.UUID)
+				}
+				dir, err := filepath.Abs(args[0])
+				if err != nil {
+					return err
+				}
+				if e.cfg.GPUs != gpus || e.cfg.DriverRoot != dir {
+					fmt.Fprintf(e.stdout, "\nTo use it: gantry --gpus %s --driver-root %s info\n", gpus, dir)
+					fmt.Fprintf(e.stdout, "For the installed stack (gantry-runtime, the hook, nvidia-ctk, cdi generate), in %s:\n  gpus = %q\n  driver-root = %q\n", config.DefaultPath, gpus, dir)
+				}
 				return nil
 			}
 		},

@@ -64,7 +64,7 @@ func TestObservabilityFrontEnd(t *testing.T) {
 
 	// Labels.
 	var labels []byte
-	for i := 0; i < 200; i++ {
+	for deadline := time.Now().Add(waitFor); time.Now().Before(deadline); {
 		if labels, _ = os.ReadFile(features); len(labels) > 0 {
 			break
 		}
@@ -80,7 +80,7 @@ func TestObservabilityFrontEnd(t *testing.T) {
 	if err := health.InjectSim(sock, "xid "+uuid+" 79"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitFor)
 	for {
 		healthy, xids := scrape(t, addr, uuid)
 		if healthy == 0 && xids == 1 {

@@ -63,7 +63,7 @@ func startCreateServer(t *testing.T, rt, sock string) (*exec.Cmd, *lockedBuffer)
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(time.Minute):
 			cmd.Process.Kill()
 		}
 	})
@@ -71,16 +71,16 @@ func startCreateServer(t *testing.T, rt, sock string) (*exec.Cmd, *lockedBuffer)
 		if _, err := os.Stat(sock); err == nil {
 			return cmd, out
 		}
-		if i == 200 {
-			t.Fatalf("no create server socket in 10s: %s", out)
+		if i == 1200 {
+			t.Fatalf("no create server socket in 60s: %s", out)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-// gone waits up to 10s for process pid to end (or be a zombie).
+// gone waits up to 60s for process pid to end (or be a zombie).
 func gone(pid int) bool {
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 1200; i++ {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil || bytes.Contains(b, []byte(") Z ")) {
 			return true

@@ -139,6 +139,10 @@ type Options struct {
 	// /run/gantry/runtime.sock, as gantry-runtime looks for it. Empty
 	// (only where defaults did not run) leaves the server unchecked.
 	RuntimeSocket string
+	// ServicePATH is the PATH dockerd runs with when none runs now to read
+	// it from (DefaultServicePATH: systemd's PATH for services), where
+	// docker run --gpus will look for the hook.
+	ServicePATH string
 
 	// serverPings holds each ping's answer by socket and runtime, so
 	// that the engine checks ask once: a ping of a new build, after an
@@ -168,6 +172,7 @@ func (o *Options) defaults() {
 	def(&o.ContainerdState, DefaultContainerdState)
 	def(&o.RuncRoot, DefaultRuncRoot)
 	def(&o.PodmanStorage, DefaultPodmanStorage)
+	def(&o.ServicePATH, DefaultServicePATH)
 	def(&o.RuntimeSocket, os.Getenv(shim.ServerSocketEnv))
 	def(&o.RuntimeSocket, shim.DefaultServerSocket)
 	if o.serverPings == nil {

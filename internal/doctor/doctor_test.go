@@ -70,6 +70,10 @@ func newHost(t *testing.T) *host {
 		KubeletDir:       filepath.Join(dir, "kubelet"),      // not a Kubernetes node
 		RuntimeSocket:    filepath.Join(dir, "runtime.sock"), // no create server; never the host's
 		PodmanStorage:    filepath.Join(dir, "containers/storage"),
+		// Where dockerd would look for the hook when none runs: never the
+		// host's /usr/bin, which has one where Gantry or NVIDIA's toolkit
+		// is installed.
+		ServicePATH: filepath.Join(dir, "service/sbin") + ":" + filepath.Join(dir, "service/bin"),
 	}
 	// A running dockerd whose PATH has the hook: doctor looks the hook up
 	// there, not in its own PATH.
@@ -475,10 +479,12 @@ func TestHookLookedUpOnDockerdPATH(t *testing.T) {
 	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "PATH="+other+"\x00")
 	expect(t, Run(h.opts), CheckHook, Pass, []string{other, "dockerd's PATH", "100/environ"}, "")
 
-	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "PATH=/usr/sbin:/usr/bin\x00")
-	// doctor's own PATH (h.bin) has the hook; dockerd's does not.
+	// doctor's own PATH (h.bin) has the hook; dockerd's does not. Not the
+	// host's /usr/bin: it has the hook where Gantry is installed.
+	dockerdPath := filepath.Join(h.dir, "usr/sbin") + ":" + filepath.Join(h.dir, "usr/bin")
+	h.write(t, filepath.Join(h.opts.Proc, "100/environ"), "PATH="+dockerdPath+"\x00")
 	h.write(t, h.opts.DockerConfig, `{}`)
-	expect(t, Run(h.opts), CheckHook, Fail, []string{`"/usr/sbin:/usr/bin"`, "dockerd's PATH"}, "dockerd's PATH")
+	expect(t, Run(h.opts), CheckHook, Fail, []string{`"` + dockerdPath + `"`, "dockerd's PATH"}, "dockerd's PATH")
 }
 
 // A corrupt host ld.so.cache, or one without the driver's libraries: the
@@ -592,4 +598,17 @@ func TestDriverLibraryVersionMismatch(t *testing.T) {
 		!strings.Contains(c.Fix, "reboot") {
 		t.Fatalf("%+v", c)
 	}
+}
+
+// With no dockerd running, the hook is looked up on the PATH dockerd will
+// get (Options.ServicePATH, systemd's default), not doctor's own PATH and
+// not the host's /usr/bin when a test names another.
+func TestHookOnServicePATHWithoutDockerd(t *testing.T) {
+	h := newHost(t)
+	if err := os.RemoveAll(filepath.Join(h.opts.Proc, "100")); err != nil {
+		t.Fatal(err)
+	}
+	svc := filepath.Join(h.dir, "service/bin")
+	h.write(t, filepath.Join(svc, hookName), "#!/bin/sh\n")
+	expect(t, Run(h.opts), CheckHook, Pass, []string{filepath.Join(svc, hookName), "systemd's default service PATH"}, "")
 }

@@ -35,16 +35,17 @@ type engineProcess struct {
 
 // enginePATH returns the PATH of the running daemon p (its
 // /proc/PID/environ) and where it came from; without a running daemon on
-// p's socket, systemd's default service PATH.
-func enginePATH(proc string, p engineProcess) (path, source string) {
+// p's socket, servicePATH (Options.ServicePATH: systemd's default service
+// PATH unless a test names its own).
+func enginePATH(proc, servicePATH string, p engineProcess) (path, source string) {
 	pid, note := findDaemon(proc, p)
 	if pid == "" {
-		return defaultServicePATH, note + "; systemd's default service PATH"
+		return servicePATH, note + "; systemd's default service PATH"
 	}
 	envFile := filepath.Join(proc, pid, "environ")
 	env, err := os.ReadFile(envFile)
 	if err != nil {
-		return defaultServicePATH, fmt.Sprintf("%s (pid %s): %v; systemd's default service PATH", p.comm, pid, err)
+		return servicePATH, fmt.Sprintf("%s (pid %s): %v; systemd's default service PATH", p.comm, pid, err)
 	}
 	for _, kv := range strings.Split(string(env), "\x00") {
 		if v, ok := strings.CutPrefix(kv, "PATH="); ok {

@@ -53,20 +53,20 @@ func TestEnginePATHPicksTheDaemonOnTheSocket(t *testing.T) {
 	fakeDaemon(t, proc, "100", "dockerd", "/a/bin", a, "1111")
 	fakeDaemon(t, proc, "200", "dockerd", "/b/bin", b, "2222")
 	for sock, want := range map[string]string{a: "/a/bin", b: "/b/bin"} {
-		path, source := enginePATH(proc, engineProcess{comm: "dockerd", socket: sock})
+		path, source := enginePATH(proc, DefaultServicePATH, engineProcess{comm: "dockerd", socket: sock})
 		if path != want || !strings.Contains(source, "dockerd's PATH from ") {
 			t.Errorf("socket %s: PATH %q (%s), want %q", sock, path, source, want)
 		}
 	}
 	// A third socket nobody listens on: systemd's default, not either PATH.
-	path, source := enginePATH(proc, engineProcess{comm: "dockerd", socket: filepath.Join(sockDir, "c.sock")})
-	if path != defaultServicePATH || !strings.Contains(source, "no running dockerd listens on") || !strings.Contains(source, "100, 200") {
+	path, source := enginePATH(proc, DefaultServicePATH, engineProcess{comm: "dockerd", socket: filepath.Join(sockDir, "c.sock")})
+	if path != DefaultServicePATH || !strings.Contains(source, "no running dockerd listens on") || !strings.Contains(source, "100, 200") {
 		t.Errorf("socket nobody listens on: %q (%s)", path, source)
 	}
 	// The -H flag, where the open files do not say (a socket in another
 	// net namespace's table).
 	fakeDaemon(t, proc, "300", "dockerd", "/c/bin", "", "", "-H", "unix://"+filepath.Join(sockDir, "c.sock"))
-	if path, _ := enginePATH(proc, engineProcess{comm: "dockerd", socket: filepath.Join(sockDir, "c.sock")}); path != "/c/bin" {
+	if path, _ := enginePATH(proc, DefaultServicePATH, engineProcess{comm: "dockerd", socket: filepath.Join(sockDir, "c.sock")}); path != "/c/bin" {
 		t.Errorf("by -H: %q", path)
 	}
 	// One dockerd whose sockets cannot be read (doctor not root): it.
@@ -75,7 +75,7 @@ func TestEnginePATHPicksTheDaemonOnTheSocket(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(one, "400", "fd")); err != nil {
 		t.Fatal(err)
 	}
-	if path, _ := enginePATH(one, engineProcess{comm: "dockerd", socket: a}); path != "/d/bin" {
+	if path, _ := enginePATH(one, DefaultServicePATH, engineProcess{comm: "dockerd", socket: a}); path != "/d/bin" {
 		t.Errorf("the only dockerd, sockets unreadable: %q", path)
 	}
 }
@@ -146,7 +146,7 @@ func TestEnginePATHBySocketPeer(t *testing.T) {
 	defer l.Close()
 	fakeDaemon(t, proc, "1", "dockerd", "/first/bin", "", "") // sorts first
 	fakeDaemon(t, proc, strconv.Itoa(os.Getpid()), "dockerd", "/peer/bin", "", "")
-	if path, source := enginePATH(proc, engineProcess{comm: "dockerd", socket: sock}); path != "/peer/bin" {
+	if path, source := enginePATH(proc, DefaultServicePATH, engineProcess{comm: "dockerd", socket: sock}); path != "/peer/bin" {
 		t.Fatalf("PATH %q (%s), want the socket's listener's", path, source)
 	}
 }

@@ -31,7 +31,7 @@ type registered = engineconfig.Runtime
 func judgeRuntimes(opts Options, name, file, configure, reinstall string, all []registered) Check {
 	var names, gpuRuntimes, missing, noHelper, gantryRuntimes, fixes []string
 	// The engine runs the program: judged with its PATH and the file's mode.
-	enginePath, source := enginePATH(opts.Proc, engineFor(opts, name))
+	enginePath, source := enginePATH(opts.Proc, opts.ServicePATH, engineFor(opts, name))
 	for _, r := range all {
 		names = append(names, r.Name)
 		if !runtimeBinaries[filepath.Base(r.Program)] {
@@ -258,17 +258,17 @@ func checkCRIO(opts Options) Check {
 	return c
 }
 
-// defaultServicePATH is systemd's PATH for services, which dockerd gets
+// DefaultServicePATH is systemd's PATH for services, which dockerd gets
 // when it is started by its unit without an Environment= line.
-const defaultServicePATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const DefaultServicePATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // dockerdPATH returns the PATH of the running dockerd that listens on
 // the socket doctor was pointed at (enginePATH), and where it came from.
 // docker run --gpus makes dockerd put the hook's path in the spec after a
 // lookup in dockerd's own PATH, so doctor's PATH proves nothing. Without a
-// running dockerd it is systemd's default service PATH.
+// running dockerd it is Options.ServicePATH (systemd's default service PATH).
 func dockerdPATH(opts Options) (path, source string) {
-	return enginePATH(opts.Proc, dockerdProcess(opts))
+	return enginePATH(opts.Proc, opts.ServicePATH, dockerdProcess(opts))
 }
 
 const hookName = "nvidia-container-runtime-hook"

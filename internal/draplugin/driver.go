@@ -119,9 +119,12 @@ type Driver struct {
 	progEnv                         []string
 	mpsInterval, mpsTimeout         time.Duration
 	mpsShmSize                      int64
-	runCtx                          context.Context
-	mpsRuns                         map[string]*mpsRun
-	mpsWG                           sync.WaitGroup
+	// mpsAnswerWait, when set, bounds the wait for a started daemon to
+	// answer instead of mpsTimeout (tests of a daemon that never does).
+	mpsAnswerWait time.Duration
+	runCtx        context.Context
+	mpsRuns       map[string]*mpsRun
+	mpsWG         sync.WaitGroup
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)

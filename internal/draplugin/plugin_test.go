@@ -121,7 +121,10 @@ func (e *testEnv) options() Options {
 		NodeName: testNode, System: e.sys, Inventory: inv,
 		CDIRoot: e.cdiRoot, Checkpoint: filepath.Join(e.pluginDir, CheckpointFile),
 		HookPath: testHook, DevRoot: e.devRoot, Health: e.health,
-		NvidiaSMI: e.smi, MPSControl: e.mpsControl, MPSCheckInterval: e.mpsInterval, MPSTimeout: 5 * time.Second,
+		NvidiaSMI: e.smi, MPSControl: e.mpsControl, MPSCheckInterval: e.mpsInterval,
+		// Generous: it bounds each run of a fake nvidia-smi or control
+		// program, which a busy machine may take seconds to start.
+		MPSTimeout: 2 * time.Minute,
 		MPSShmSize: e.mpsShmSize,
 	}
 }

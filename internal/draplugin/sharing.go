@@ -288,7 +288,7 @@ type mpsRun struct {
 // gives it the claim's shm directory as /dev/shm.
 func (d *Driver) daemon(m *preparedMPS) *mps.Daemon {
 	return &mps.Daemon{
-		Pipe: m.pipe(), Log: m.log(), GPUs: m.UUIDs, Control: d.hostPath(d.mpsControl), Env: d.progEnv, Timeout: d.mpsTimeout,
+		Pipe: m.pipe(), Log: m.log(), GPUs: m.UUIDs, Control: d.hostPath(d.mpsControl), Env: d.progEnv, Timeout: d.mpsTimeout, AnswerWait: d.mpsAnswerWait,
 		Cmd: func(ctx context.Context, env []string, args ...string) *exec.Cmd {
 			if slices.Equal(args, []string{"-d"}) {
 				return d.launchCmd(ctx, m, env)

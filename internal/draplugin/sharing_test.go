@@ -186,10 +186,10 @@ func mpsEnv(t *testing.T, profile string) (*testEnv, *fakeSMI) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute) // however busy the machine
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
+			t.Fatalf("not within a minute: %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -376,7 +376,10 @@ func TestMPSStartFailures(t *testing.T) {
 		t.Run(filepath.Base(tc.control), func(t *testing.T) {
 			f.reset()
 			e := newEnvSetup(t, "h100x8", func(e *testEnv, _ string) { e.smi, e.mpsControl = f.path, tc.control })
-			e.drv.mpsTimeout = 500 * time.Millisecond
+			// Only the wait for an answer is short (the silent daemon
+			// never gives one); each run of the scripts keeps the
+			// generous bound, so a busy machine changes no outcome.
+			e.drv.mpsAnswerWait = 500 * time.Millisecond
 			c := e.configure(e.claim("mpsfail", "gpu-4"),
 				opaque(resourceapi.AllocationConfigSourceClaim, DefaultDriverName, gpuConfig+`,"sharing":{"strategy":"MPS"}}`))
 			r := e.prepare(c).Claims[string(c.UID)]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/gpu"
 )
 
 // buildRoot makes a fake driver root, skipping when gcc is missing. The
@@ -321,7 +322,7 @@ func TestDiscoverNoDriver(t *testing.T) {
 	if !errors.Is(err, driver.ErrNoDriver) {
 		t.Fatalf("Discover(empty root) error = %v, want ErrNoDriver", err)
 	}
-	want := "no NVIDIA driver found under " + root + ": pass --driver-root where the driver is installed (e.g. /run/nvidia/driver or /usr/local/nvidia), or use --gpus sim:h100x8 to simulate"
+	want := "no NVIDIA driver found under " + root + ": set driver-root in the Gantry configuration (/etc/gantry/config.toml; --driver-root for gantry and its plugins) to where the driver is installed (e.g. /run/nvidia/driver or /usr/local/nvidia), or, " + gpu.SimulateAdvice
 	if err.Error() != want {
 		t.Errorf("error = %q\nwant    %q", err, want)
 	}

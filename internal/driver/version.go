@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/gpu"
 )
 
 // ErrNoDriver is returned by Discover when no NVIDIA driver version can be
@@ -100,7 +102,7 @@ func versionFromFiles(root string) (string, string, error) {
 
 // noDriverError is the one-line error for a root without a driver.
 func noDriverError(root string) error {
-	return fmt.Errorf("%w under %s: pass --driver-root where the driver is installed (e.g. /run/nvidia/driver or /usr/local/nvidia), or use --gpus sim:h100x8 to simulate", ErrNoDriver, root)
+	return fmt.Errorf("%w under %s: set driver-root in the Gantry configuration (/etc/gantry/config.toml; --driver-root for gantry and its plugins) to where the driver is installed (e.g. /run/nvidia/driver or /usr/local/nvidia), or, %s", ErrNoDriver, root, gpu.SimulateAdvice)
 }
 
 // CurrentVersion returns the driver version a discovery under root would

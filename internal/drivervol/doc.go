@@ -34,9 +34,11 @@
 // programs and libraries one container is given (those of its
 // NVIDIA_DRIVER_CAPABILITIES), so that a container asking for compute
 // finds no graphics library in its tree. Each set has its store below
-// <Store.Dir>/.sets/<key>, key a short hash of the set's host paths
-// (SetKey), with one tree per driver version as above: containers given
-// the same files share one tree. .sets is no version, so the sets never
+// <Store.Dir>/.sets/<key>, key a short hash of the set's host paths and
+// each file's identity (SetKey: device, inode, size, modification time),
+// with one tree per driver version as above: containers given the same
+// files share one tree, and a file replaced under the same path and
+// version makes a new one. .sets is no version, so the sets never
 // show as volumes. A set's file that cannot be hard-linked from the driver
 // is hard-linked from the version's full tree when that has it with the
 // same bytes, and copied otherwise.

@@ -183,13 +183,19 @@ const SetsDir = ".sets"
 
 // setFormat changes whenever what a set's tree holds for the same host
 // paths changes, so that a tree of the old meaning is never taken for one
-// of the new (SetKey). 2: firmware and configuration files in FilesDir (1
-// held programs and libraries only).
-const setFormat = "2"
+// of the new (SetKey). 3: the key holds each file's identity; 2: firmware
+// and configuration files in FilesDir (1 held programs and libraries only).
+const setFormat = "3"
 
-// SetKey names a set of driver files: the first 6 bytes, in hex, of the
-// SHA-256 of the set format (setFormat) and their host paths, sorted, each
-// ended by a NUL. The order and repetitions of hostPaths do not matter.
+// SetKey names a set of driver files as they are now: the first 6 bytes,
+// in hex, of the SHA-256 of the set format (setFormat) and their host
+// paths, sorted, each with its identity (device, inode, size and
+// modification time; "absent" when it cannot be read), each field ended by
+// a NUL. A file replaced or rewritten under the same path and driver
+// version (a driver reinstalled, a fake driver root made again) gives the
+// set a new key, so a new tree: a tree never serves a file's old content.
+// The change time is left out: making the tree hard-links the files, which
+// changes theirs. The order and repetitions of hostPaths do not matter.
 func SetKey(hostPaths []string) string {
 	sorted := slices.Clone(hostPaths)
 	slices.Sort(sorted)
@@ -200,8 +206,21 @@ func SetKey(hostPaths []string) string {
 	for _, p := range sorted {
 		h.Write([]byte(p))
 		h.Write([]byte{0})
+		h.Write([]byte(fileIdentity(p)))
+		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil)[:6])
+}
+
+// fileIdentity is what a stat says of the file at p that changes when its
+// content is replaced: device, inode, size and modification time.
+func fileIdentity(p string) string {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return "absent"
+	}
+	return strconv.FormatUint(st.Dev, 10) + ":" + strconv.FormatUint(st.Ino, 10) + ":" +
+		strconv.FormatInt(st.Size, 10) + ":" + strconv.FormatInt(st.Mtim.Nano(), 10)
 }
 
 // Set is the store of the file set key names (SetKey): <Dir>/.sets/<key>,

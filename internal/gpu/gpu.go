@@ -83,3 +83,10 @@ type NVLink struct {
 	Switch bool `json:"switch,omitempty"`
 	Links  int  `json:"links"`
 }
+
+// SimulateAdvice is what an error about a missing driver or NVML says to
+// do without a GPU, in words every front end accepts: each reads the
+// Gantry configuration file (gantry-runtime, the hook, nvidia-ctk and
+// nvidia-container-cli take no --gpus flag), and gantry and its plugins
+// also take the flag.
+const SimulateAdvice = `to simulate GPUs, set gpus = "sim:h100x8" in the Gantry configuration (/etc/gantry/config.toml, or the file $GANTRY_CONFIG names), or give gantry and its plugins --gpus sim:h100x8`

@@ -48,8 +48,9 @@ func TestHookRefusesOtherProcesses(t *testing.T) {
 	if victim <= 0 {
 		t.Fatalf("no pid in runc state: %s", out)
 	}
-	// Give unshare a moment to enter its namespace.
-	for i := 0; i < 50; i++ {
+	// Give unshare time to enter its namespace (up to a minute on a busy
+	// machine).
+	for i := 0; i < 3000; i++ {
 		a, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", ownNS))
 		b, _ := os.Readlink("/proc/self/ns/mnt")
 		if a != "" && a != b {

@@ -461,3 +461,74 @@ func filesLinked(t *testing.T, tree, files *Plan, at string) []string {
 	slices.Sort(linked)
 	return linked
 }
+
+// A driver library replaced under the same path and driver version (a
+// driver reinstalled, `gantry sim driver-root` run again over the same
+// directory): the next container gets a tree holding the new file, not the
+// cached tree of the old one. The tree's key holds each file's identity.
+func TestTreeFollowsReplacedDriverFile(t *testing.T) {
+	cfg := treeConfig(t, fakedriver.LayoutStandard)
+	prepare := func() (tree string) {
+		t.Helper()
+		req, err := request.Parse(request.Input{Env: []string{"NVIDIA_VISIBLE_DEVICES=0"}}, discover.RequestOptions(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := NewRecord(FrontEndRuntime, "c", "")
+		p, err := Prepare(cfg, req, Options{}, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Layout != config.DriverLayoutTree {
+			t.Fatalf("layout %q, notes %v: want the tree", rec.Layout, rec.Notes)
+		}
+		for _, m := range p.Edits.Mounts {
+			if m.ContainerPath == cfg.Runtime.DriverTreePath {
+				return m.HostPath
+			}
+		}
+		t.Fatalf("no tree mount at %s in %v", cfg.Runtime.DriverTreePath, p.Edits.Mounts)
+		return ""
+	}
+	inv, err := discover.Driver(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lib string
+	for _, f := range inv.Libraries {
+		if strings.HasPrefix(filepath.Base(f.HostPath), "libcuda.so.") {
+			lib = f.HostPath
+		}
+	}
+	if lib == "" {
+		t.Fatal("no libcuda in the fake driver")
+	}
+	first := prepare()
+	if again := prepare(); again != first { // from the cache: the same tree
+		t.Fatalf("second container's tree %s, the first's %s", again, first)
+	}
+	old, err := os.ReadFile(filepath.Join(first, "lib64", filepath.Base(lib)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replaced as a package manager replaces it: a new file renamed over
+	// the old one, same path, same version, other bytes.
+	updated := append(slices.Clone(old), []byte("rebuilt")...)
+	if err := os.WriteFile(lib+".new", updated, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(lib+".new", lib); err != nil {
+		t.Fatal(err)
+	}
+	second := prepare()
+	got, err := os.ReadFile(filepath.Join(second, "lib64", filepath.Base(lib)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(updated) {
+		t.Fatalf("after %s was replaced, the container's tree %s holds its old content (%d bytes, want %d)", lib, second, len(got), len(updated))
+	}
+	if second == first {
+		t.Errorf("the replaced file's tree is the old tree %s", first)
+	}
+}

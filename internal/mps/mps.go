@@ -43,8 +43,11 @@ type Daemon struct {
 	// otherwise only the MPS variables (pipe, log, CUDA_VISIBLE_DEVICES).
 	Env []string
 	// Timeout bounds each run of the control program, and the wait for a
-	// started daemon to answer; 0 means 10s.
+	// started daemon to answer unless AnswerWait is set; 0 means 10s.
 	Timeout time.Duration
+	// AnswerWait, when set, bounds the wait for a started daemon to
+	// answer instead of Timeout.
+	AnswerWait time.Duration
 	// Cmd, when set, makes the exec.Cmd that runs the control program with
 	// args (["-d"] to start the daemon; none to send commands), for a
 	// caller that runs it in another root or mount namespace. It must set
@@ -164,14 +167,18 @@ func (d *Daemon) Start(ctx context.Context, before func(context.Context) error) 
 		return false, fmt.Errorf("%s -d: %v: %s", d.control(), err, strings.TrimSpace(string(out)))
 	}
 	// -d returns once the daemon forked; it answers a moment later.
-	deadline := time.Now().Add(d.timeout())
+	wait := d.timeout()
+	if d.AnswerWait > 0 {
+		wait = d.AnswerWait
+	}
+	deadline := time.Now().Add(wait)
 	for {
 		err := d.Check(ctx)
 		if err == nil {
 			return false, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false, fmt.Errorf("the daemon started but does not answer within %v: %w (see its log in %s)", d.timeout(), err, d.Log)
+			return false, fmt.Errorf("the daemon started but does not answer within %v: %w (see its log in %s)", wait, err, d.Log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

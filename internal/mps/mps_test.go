@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +24,7 @@ func TestDaemonStartAdoptQuit(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	d := &mps.Daemon{Pipe: filepath.Join(dir, "pipe"), Log: filepath.Join(dir, "log"), GPUs: []string{"GPU-a", "GPU-b"},
-		Control: mpstest.BuildFake(t), Timeout: 5 * time.Second}
+		Control: mpstest.BuildFake(t), Timeout: 2 * time.Minute}
 	for _, p := range []string{d.Pipe, d.Log} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			t.Fatal(err)
@@ -66,16 +68,30 @@ func TestDaemonStartAdoptQuit(t *testing.T) {
 func TestDaemonStartOutputHeld(t *testing.T) {
 	dir := t.TempDir()
 	control := filepath.Join(dir, "control")
-	if err := os.WriteFile(control, []byte("#!/bin/sh\nsleep 5 &\nexit 0\n"), 0o755); err != nil {
+	// The output is held for a minute: far longer than Start takes on a
+	// busy machine, so a Start that waited for it is told apart.
+	pids := filepath.Join(dir, "pids")
+	if err := os.WriteFile(control, []byte("#!/bin/sh\nsleep 60 &\necho $! >>"+pids+"\nexit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	d := &mps.Daemon{Pipe: filepath.Join(dir, "pipe"), Log: filepath.Join(dir, "log"), Control: control, Timeout: time.Second}
+	t.Cleanup(func() {
+		b, _ := os.ReadFile(pids)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	// Each run of the program has a generous bound; only the wait for an
+	// answer is short, and the daemon never answers.
+	d := &mps.Daemon{Pipe: filepath.Join(dir, "pipe"), Log: filepath.Join(dir, "log"), Control: control,
+		Timeout: 2 * time.Minute, AnswerWait: time.Second}
 	start := time.Now()
 	_, err := d.Start(context.Background(), nil)
-	if err == nil || !strings.Contains(err.Error(), "does not answer within") || strings.Contains(err.Error(), "WaitDelay") {
+	if err == nil || !strings.Contains(err.Error(), "does not answer within 1s") || strings.Contains(err.Error(), "WaitDelay") {
 		t.Errorf("Start: %v, want the daemon that does not answer", err)
 	}
-	if time.Since(start) > 4*time.Second {
+	if time.Since(start) > 45*time.Second {
 		t.Errorf("Start took %v: it waited for the held output", time.Since(start))
 	}
 }
@@ -92,7 +108,7 @@ func TestDaemonControlLinkRefused(t *testing.T) {
 	control := mpstest.BuildFake(t)
 	mk := func(name string) *mps.Daemon {
 		d := &mps.Daemon{Pipe: filepath.Join(dir, name, "pipe"), Log: filepath.Join(dir, name, "log"), GPUs: []string{"GPU-" + name},
-			Control: control, Timeout: 5 * time.Second}
+			Control: control, Timeout: 2 * time.Minute}
 		for _, p := range []string{d.Pipe, d.Log} {
 			if err := os.MkdirAll(p, 0o755); err != nil {
 				t.Fatal(err)

@@ -45,7 +45,7 @@ func startServer(t *testing.T, runtime string) (string, *exec.Cmd, string) {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
-		case <-time.After(10 * time.Second):
+		case <-time.After(time.Minute):
 			cmd.Process.Kill()
 			t.Errorf("the create server did not stop on SIGTERM")
 		}
@@ -57,9 +57,9 @@ func startServer(t *testing.T, runtime string) (string, *exec.Cmd, string) {
 			}
 			return sock, cmd, out
 		}
-		if i == 200 {
+		if i == 1200 {
 			b, _ := os.ReadFile(out)
-			t.Fatalf("the create server made no socket in 10s:\n%s", b)
+			t.Fatalf("the create server made no socket in 60s:\n%s", b)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

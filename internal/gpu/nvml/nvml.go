@@ -59,7 +59,7 @@ func open(root string) (nvml.Interface, error) {
 		case nvml.ERROR_LIBRARY_NOT_FOUND:
 			continue
 		case nvml.ERROR_DRIVER_NOT_LOADED:
-			return nil, fmt.Errorf("%w: NVML (%s) cannot initialise; load it (modprobe nvidia) or use --gpus sim:h100x8 to simulate GPUs", ErrDriverNotLoaded, where(p))
+			return nil, fmt.Errorf("%w: NVML (%s) cannot initialise; load it (modprobe nvidia), or %s", ErrDriverNotLoaded, where(p), gpu.SimulateAdvice)
 		default:
 			return nil, fmt.Errorf("initialising NVML (%s): %s; check the driver with nvidia-smi", where(p), nvml.ErrorString(ret))
 		}
@@ -362,4 +362,4 @@ func archName(a nvml.DeviceArchitecture) string {
 }
 
 // errNoNVML is the one-line error for a host without libnvidia-ml.so.1.
-var errNoNVML = fmt.Errorf("%w: no NVIDIA driver is installed here, or it is under a different --driver-root; use --gpus sim:h100x8 to simulate GPUs", ErrNoNVML)
+var errNoNVML = fmt.Errorf("%w: no NVIDIA driver is installed here, or it is under another driver root (driver-root in the Gantry configuration); %s", ErrNoNVML, gpu.SimulateAdvice)

@@ -17,5 +17,5 @@ const Linked = false
 // Discover cannot load NVML in a binary built without cgo or with the
 // nonvml tag; it says so.
 func Discover(opts Options) (*gpu.System, error) {
-	return nil, fmt.Errorf("%w: this binary was built without NVML (without cgo, or with the nonvml tag); use the gantry binary, rebuild it with cgo, or use --gpus sim:h100x8 to simulate GPUs", ErrNoNVML)
+	return nil, fmt.Errorf("%w: this binary was built without NVML (without cgo, or with the nonvml tag); use the gantry binary, rebuild it with cgo, or %s", ErrNoNVML, gpu.SimulateAdvice)
 }

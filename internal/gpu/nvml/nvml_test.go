@@ -82,7 +82,7 @@ func TestDiscoverNoNVML(t *testing.T) {
 	if errors.Is(err, ErrDriverNotLoaded) {
 		t.Skipf("NVML is installed but the driver is not loaded: %v", err)
 	}
-	const want = "NVML (libnvidia-ml.so.1) not found: no NVIDIA driver is installed here, or it is under a different --driver-root; use --gpus sim:h100x8 to simulate GPUs"
+	const want = "NVML (libnvidia-ml.so.1) not found: no NVIDIA driver is installed here, or it is under another driver root (driver-root in the Gantry configuration); " + gpu.SimulateAdvice
 	if !errors.Is(err, ErrNoNVML) || err.Error() != want {
 		t.Errorf("err = %v, want %q", err, want)
 	}

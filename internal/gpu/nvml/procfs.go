@@ -43,7 +43,7 @@ func DiscoverProcfs(procRoot string) (*gpu.System, error) {
 	vfile := filepath.Join(base, "version")
 	vdata, err := os.ReadFile(vfile)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s is missing; load it (modprobe nvidia) or use --gpus sim:h100x8 to simulate GPUs", ErrDriverNotLoaded, vfile)
+		return nil, fmt.Errorf("%w: %s is missing; load it (modprobe nvidia), or %s", ErrDriverNotLoaded, vfile, gpu.SimulateAdvice)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the driver version: %w", err)
