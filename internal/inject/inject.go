@@ -2,6 +2,7 @@ package inject
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
@@ -234,11 +235,22 @@ func ownCDINames(req *request.Request, kind string) ([]string, error) {
 // (by another vendor's tool, or by an older gantry) would hand the image's
 // LD_PRELOAD to a root process that still sees the host. A hook that has an
 // env keeps it: the spec's author chose it.
+//
+// A hook named by a relative path is refused: runc and crun run hooks with
+// the container's root filesystem as their working directory, so the image's
+// file of that name would run as root on the host.
 func injectCDI(spec *ocispecs.Spec, dirs []string, names []string) error {
 	cache, _ := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
 	for _, n := range names {
 		// The cache is this call's own: its devices can be edited in place.
 		if d := cache.GetDevice(n); d != nil {
+			for _, hooks := range [][]*cdispecs.Hook{d.ContainerEdits.Hooks, d.GetSpec().ContainerEdits.Hooks} {
+				for _, h := range hooks {
+					if h != nil && !filepath.IsAbs(h.Path) {
+						return fmt.Errorf("refusing CDI device %s: the spec %s has a %s hook with the relative path %q, which a runtime resolves in the container's root filesystem (the image's file would run as root on the host): give the hook an absolute path (gantry doctor names such specs; gantry cdi fix-hooks rewrites Gantry's and NVIDIA's)", n, d.GetSpec().GetPath(), h.HookName, h.Path)
+					}
+				}
+			}
 			setHookEnv(d.ContainerEdits.Hooks)
 			setHookEnv(d.GetSpec().ContainerEdits.Hooks)
 		}
