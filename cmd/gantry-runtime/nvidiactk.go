@@ -21,11 +21,13 @@ import (
 // before 1.2, with the image's environment), is served here with the
 // environment cleared, by the same code as the static gantry-cdi-hook:
 // handed to the dynamically linked gantry, the image's LD_PRELOAD would run
-// in its loader as host root.
+// in its loader as host root. Global flags may come first (nvidia-ctk
+// --debug hook ...). Whatever else is handed to gantry goes without the
+// loader's variables (cdicmd.ExecGantry).
 func nvidiaCTK(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "hook" {
+	if i := cdicmd.HookAt(args); i >= 0 {
 		os.Clearenv()
-		return containerhook.Main(append([]string{"nvidia-ctk hook"}, args[1:]...), os.Stdin, stdout, stderr)
+		return containerhook.Main(append([]string{"nvidia-ctk hook"}, args[i+1:]...), os.Stdin, stdout, stderr)
 	}
 	if code, served := cdicmd.Lean(args, stdout, stderr); served {
 		return code

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gantry-gpu/gantry/internal/containerhook"
 )
 
 // argvEnv names the file this test binary writes its argv (JSON) and
@@ -21,6 +23,7 @@ func recordArgv() {
 	if f := os.Getenv(argvEnv); f != "" {
 		b, _ := json.Marshal(os.Args)
 		os.WriteFile(f, b, 0o644)
+		os.WriteFile(f+".env", []byte(strings.Join(containerhook.LoaderVars(os.Environ()), " ")), 0o644)
 		os.Exit(3)
 	}
 }
@@ -82,6 +85,26 @@ func TestNVIDIACTKExecsGantry(t *testing.T) {
 			t.Errorf("nvidia-ctk %q: exit %d, gantry ran with %q; want exit 3 and %q", args, code, argv, want)
 		}
 	}
+
+	// What gantry-runtime hands to the dynamically linked gantry goes
+	// without the loader's variables (a hook without env on runc 1.1.5 is
+	// handed the image's), and nvidia-ctk hook after global flags is served
+	// here, never by gantry. Review of sec1: both reached gantry.
+	t.Setenv("LD_LIBRARY_PATH", "/nonexistent")
+	t.Setenv("GCONV_PATH", "/nonexistent")
+	if _, code, argv := run("/usr/bin:/bin", "--debug", "info"); code != 3 || len(argv) == 0 {
+		t.Errorf("nvidia-ctk --debug info with loader variables: exit %d, argv %q", code, argv)
+	} else if b, err := os.ReadFile(argvFile + ".env"); err != nil || len(b) != 0 {
+		t.Errorf("gantry ran with the loader's variables %q (%v)", b, err)
+	}
+	for _, args := range [][]string{{"--debug", "hook", "update-ldcache"}, {"-d", "--quiet", "hook", "create-symlinks"}} {
+		if stderr, code, argv := run("/usr/bin:/bin", args...); argv != nil || code == 0 || code == 3 {
+			t.Errorf("nvidia-ctk %q: exit %d, stderr %q, gantry ran with %q; want gantry-runtime's own hook", args, code, stderr, argv)
+		}
+	}
+	os.Unsetenv("LD_LIBRARY_PATH")
+	os.Unsetenv("GCONV_PATH")
+
 	empty := t.TempDir()
 	stderr, code, argv := run("/usr/bin:/bin", "cdi", "list", "--spec-dir="+empty)
 	if argv != nil || code != 0 || !strings.HasPrefix(stderr, "Found 0 CDI devices (no CDI devices in "+empty) {

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/cli"
 	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/nvcli"
@@ -39,8 +40,8 @@ func main() {
 	case "nvidia-container-cli":
 		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	case "nvidia-ctk":
-		if len(os.Args) > 2 && os.Args[1] == "hook" {
-			guardHook("nvidia-ctk hook", os.Args[2:])
+		if i := cdicmd.HookAt(os.Args[1:]) + 1; i > 0 && len(os.Args) > i+1 {
+			guardHook("nvidia-ctk hook", os.Args[i+1:])
 		}
 		os.Exit(cli.NVIDIACTKMain(os.Args[1:], os.Stdout, os.Stderr))
 	case "nvidia-docker":
@@ -48,8 +49,8 @@ func main() {
 	case "nvidia-docker-plugin":
 		os.Exit(cli.NVIDIADockerPluginMain(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	if len(os.Args) > 2 && os.Args[1] == "hook" {
-		guardHook("gantry hook", os.Args[2:])
+	if i := cdicmd.HookAt(os.Args[1:]) + 1; i > 0 && len(os.Args) > i+1 {
+		guardHook("gantry hook", os.Args[i+1:])
 	}
 	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
 }

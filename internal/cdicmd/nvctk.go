@@ -12,6 +12,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/cdispec"
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/containerhook"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/fastpath"
 )
@@ -326,8 +327,11 @@ func GantryPath() (string, error) {
 }
 
 // ExecGantry replaces the process with the gantry binary run under the
-// name name (its argv[0], which chooses what gantry does) with args. It
-// returns only on failure.
+// name name (its argv[0], which chooses what gantry does) with args, in
+// this environment less the dynamic loader's variables (a static caller
+// may have been given an image's environment: gantry is dynamically
+// linked, and its loader would run the image's LD_PRELOAD). It returns
+// only on failure.
 func ExecGantry(name string, args []string) error {
 	p, err := GantryPath()
 	if err != nil {
@@ -337,6 +341,21 @@ func ExecGantry(name string, args []string) error {
 	if err := fastpath.RestoreAffinity(); err != nil {
 		return fmt.Errorf("restoring the CPU affinity before running %s: %w", p, err)
 	}
-	err = syscall.Exec(p, append([]string{name}, args...), os.Environ())
+	err = syscall.Exec(p, append([]string{name}, args...), containerhook.WithoutLoaderVars(os.Environ()))
 	return fmt.Errorf("running %s as %s: %w", p, name, err)
+}
+
+// HookAt returns the index of nvidia-ctk's hook command in args (without
+// the program name) after any global flags (nvidia-ctk --debug hook ...),
+// or -1; a help or version flag before it is not the hook command.
+func HookAt(args []string) int {
+	for i, a := range args {
+		switch {
+		case a == "hook":
+			return i
+		case a == "-h" || a == "--help" || a == "-v" || a == "--version" || a == "-" || a == "--" || !strings.HasPrefix(a, "-"):
+			return -1
+		}
+	}
+	return -1
 }

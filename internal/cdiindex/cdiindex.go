@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
 )
@@ -216,6 +217,9 @@ func lookup(o Options, idx *index, names []string) ([]*cdi.Device, error) {
 		d := spec.GetDevice(name)
 		if d == nil || spec.Kind != kind {
 			return nil, fmt.Errorf("%w: %s no longer defines %s", errStale, idx.Files[w.file].Path, n)
+		}
+		if err := relativeHook(d, idx.Files[w.file].Path); err != nil {
+			return nil, err
 		}
 		out = append(out, d)
 	}
@@ -591,4 +595,19 @@ func saveIndex(o Options, idx *index) {
 		return
 	}
 	_ = atomicfile.Write(indexPath(o), b, atomicfile.Options{Mode: 0o600})
+}
+
+// relativeHook refuses a device whose edits (or its spec's) run a hook
+// named by a relative path: runc and crun run hooks with the container's
+// root filesystem as their working directory, so the image's file of that
+// name would run as root on the host.
+func relativeHook(d *cdi.Device, path string) error {
+	for _, hooks := range [][]*cdispecs.Hook{d.ContainerEdits.Hooks, d.GetSpec().ContainerEdits.Hooks} {
+		for _, h := range hooks {
+			if h != nil && !filepath.IsAbs(h.Path) {
+				return fmt.Errorf("refusing CDI device %s: the spec %s has a %s hook with the relative path %q, which a runtime resolves in the container's root filesystem (the image's file would run as root on the host): give the hook an absolute path (gantry doctor names such specs; gantry cdi fix-hooks rewrites Gantry's and NVIDIA's)", d.GetQualifiedName(), path, h.HookName, h.Path)
+			}
+		}
+	}
+	return nil
 }

@@ -189,7 +189,8 @@ func copyEdits(c specs.ContainerEdits) specs.ContainerEdits {
 // Validate runs the CDI library's checks on spec, the same ones a runtime
 // runs when it loads the file: version and features, vendor and class,
 // spec-wide edits, device names, non-empty and valid device edits, unique
-// names. Errors wrap ErrInvalidSpec.
+// names; and (Gantry's own) hook paths that are absolute. Errors wrap
+// ErrInvalidSpec.
 func Validate(spec *specs.Spec) error {
 	if spec == nil {
 		return fmt.Errorf("%w: nil spec", ErrInvalidSpec)
@@ -225,7 +226,7 @@ func Validate(spec *specs.Spec) error {
 			return fmt.Errorf("%w: device %q: %w", ErrInvalidSpec, d.Name, err)
 		}
 	}
-	return nil
+	return ValidateHookPaths(spec)
 }
 
 func parseKind(kind string) (vendor, class string, err error) {

@@ -33,7 +33,7 @@ func HookGuard(name string, args []string) error {
 		return nil // --help, or a hook this build does not know: the CLI says so
 	}
 	if vars := containerhook.LoaderVars(os.Environ()); len(vars) > 0 {
-		return fmt.Errorf("refusing to run: the environment holds %s, the dynamic loader's variables (an image's, given to a CDI spec's hook that has no env): gantry is dynamically linked, so the loader already acted on them; rewrite the spec to run the static gantry-cdi-hook with an explicit env: sudo gantry cdi fix-hooks", strings.Join(vars, ", "))
+		return fmt.Errorf("refusing to run: the environment holds %s, the dynamic loader's variables (an image's, given to a CDI spec's hook that has no env): gantry is dynamically linked, so the loader already acted on them; rewrite the spec to run the static gantry-cdi-hook with an explicit env: sudo gantry cdi fix-hooks (sudo gantry doctor lists every such spec)", strings.Join(vars, ", "))
 	}
 	exe, err := os.Executable()
 	if err != nil {

@@ -161,7 +161,7 @@ func TestHookRefusesLoaderEnv(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			t.Setenv(v, "/proc/self/cwd/evil")
 			err := HookGuard("update-ldcache", []string{"--folder", "/usr/lib"})
-			if err == nil || !strings.Contains(err.Error(), v) || !strings.Contains(err.Error(), "gantry cdi fix-hooks") {
+			if err == nil || !strings.Contains(err.Error(), v) || !strings.Contains(err.Error(), "gantry cdi fix-hooks") || !strings.Contains(err.Error(), "gantry doctor") {
 				t.Errorf("HookGuard with %s set: %v", v, err)
 			}
 		})

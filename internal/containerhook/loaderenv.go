@@ -27,3 +27,16 @@ func LoaderVars(env []string) []string {
 	}
 	return out
 }
+
+// WithoutLoaderVars returns env less the variables LoaderVars names: what a
+// static program that was handed an image's environment may pass on to a
+// dynamically linked one.
+func WithoutLoaderVars(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if len(LoaderVars([]string{kv})) == 0 {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

@@ -166,9 +166,9 @@ var Checks = []CheckDef{
 		Summary:  "no CDI spec runs the gantry CLI (or nvidia-ctk hook) as a hook without an env",
 		Needs:    []Need{NeedDriver},
 		run:      (*env).oldCDIHooks,
-		Verifies: "No CDI spec of any kind in the configured spec directories has a hook of the forms written before `gantry-cdi-hook` existed: `gantry hook update-ldcache|create-symlinks ...`, or nvidia-ctk's `nvidia-ctk hook ...`, with no `env`. An engine that injects such a spec (containerd, CRI-O, Podman) runs the hook as root on the host with the image's environment on runc before 1.2, and `gantry` is dynamically linked: the image's `LD_PRELOAD` runs as host root before any of Gantry's code (Gantry's own `gantry hook` then refuses to go on, so the container fails).",
+		Verifies: "No CDI spec of any kind in the configured spec directories has a hook of the forms written before `gantry-cdi-hook` existed: `gantry hook update-ldcache|create-symlinks ...`, or nvidia-ctk's `nvidia-ctk hook ...`, with no `env`. An engine that injects such a spec (containerd, CRI-O, Podman) runs the hook as root on the host with the image's environment on runc before 1.2, and `gantry` is dynamically linked: the image's `LD_PRELOAD` runs as host root before any of Gantry's code (Gantry's own `gantry hook` then refuses to go on, so the container fails). Nor a hook named by a relative path, which a runtime resolves in the container's root filesystem: the image's file would run as host root. Specs that are links (NixOS) are read as engines read them, through the link; a spec that cannot be read FAILs too, since its hooks are unknown.",
 		Failures: []FailureDoc{
-			{"a spec has such hooks (the evidence names each file and its hooks)", fixOldCDIHooks},
+			{"a spec has such hooks, or cannot be read (the evidence names each file and its hooks)", fixOldCDIHooks},
 		},
 	},
 	{

@@ -55,3 +55,35 @@ containerEdits:
 		t.Errorf("rewritten spec:\n%s", b)
 	}
 }
+
+// Specs doctor must not pass: an old spec reached through a link (NixOS's
+// /etc/cdi; the CDI library engines use follows it), a hook named by a
+// relative path (runc runs the image's file of that name as host root),
+// and a spec it cannot read (its hooks are unknown). Review of sec1: the
+// link and the unreadable spec passed.
+func TestOldCDIHooksLinksRelativeUnreadable(t *testing.T) {
+	h := newHost(t)
+	dir := h.opts.Config.CDI.SpecDirs[0]
+	spec := func(kind, path, args, env string) string {
+		return "cdiVersion: 0.5.0\nkind: example.com/" + kind + "\ndevices:\n- name: \"0\"\n  containerEdits:\n    deviceNodes:\n    - path: /dev/null\ncontainerEdits:\n  hooks:\n  - hookName: createContainer\n    path: " + path + "\n    args: [" + args + "]\n    env: [" + env + "]\n"
+	}
+	store := filepath.Join(t.TempDir(), "gpu.yaml")
+	if err := os.WriteFile(store, []byte(spec("linked", "/usr/bin/gantry", "gantry, hook, update-ldcache", "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "linked.yaml")
+	if err := os.Symlink(store, link); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, Run(h.opts), CheckOldCDIHooks, Fail, []string{link, "spec-wide createContainer gantry hook update-ldcache"}, "sudo gantry cdi fix-hooks "+link)
+	os.Remove(link)
+
+	rel := filepath.Join(dir, "relative.yaml")
+	h.write(t, rel, spec("relative", "evilhook", "evilhook", "PATH=/bin"))
+	expect(t, Run(h.opts), CheckOldCDIHooks, Fail, []string{rel, "relative path"}, "")
+	os.Remove(rel)
+
+	broken := filepath.Join(dir, "broken.yaml")
+	h.write(t, broken, "not: [a spec")
+	expect(t, Run(h.opts), CheckOldCDIHooks, Fail, []string{broken, "cannot tell whether its hooks are old"}, "")
+}

@@ -243,6 +243,10 @@ func ownCDINames(req *request.Request, kind string) ([]string, error) {
 // (by another vendor's tool, or by an older gantry) would hand the image's
 // LD_PRELOAD to a root process that still sees the host. A hook that has an
 // env keeps it: the spec's author chose it.
+//
+// A hook named by a relative path is refused (cdiindex.Devices): runc and
+// crun run hooks with the container's root filesystem as their working
+// directory, so the image's file of that name would run as root on the host.
 func injectCDI(spec *ocispecs.Spec, o cdiindex.Options, names []string) error {
 	devs, err := cdiindex.Devices(o, names)
 	if err != nil {

@@ -140,6 +140,8 @@ func wrapperMain() int {
 	var errb bytes.Buffer
 	pl := DefaultPlugin // all but the socket as the wrapper has it
 	pl.Socket = os.Getenv("PLUGIN_SOCKET")
+	pl.DevRoots = []string{os.Getenv("PLUGIN_DEV_ROOT")}
+	procDevices = os.Getenv("PROC_DEVICES")
 	code := run(strings.Fields(os.Getenv("WRAPPER_ARGS")), strings.NewReader(""), io.Discard, &errb, pl)
 	fmt.Fprint(os.Stderr, errb.String())
 	return code
@@ -207,7 +209,7 @@ func TestWrapperIgnoresLoopbackImpostor(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "unshare", "--net", "--mount", "--propagation", "private", "--", exe, "-test.run=^TestNVDockerChild$")
 			cmd.Env = append(os.Environ(), "GANTRY_NVD_CHILD=wrapper", "ATTACKER_EXE="+exe, "ATTACK_TCP="+tc.listen,
-				"HOSTS_FILE="+hosts, "PLUGIN_SOCKET="+p.Socket, "WRAPPER_ARGS=run --rm cuda nvidia-smi",
+				"HOSTS_FILE="+hosts, "PLUGIN_SOCKET="+p.Socket, "PLUGIN_DEV_ROOT="+root, "PROC_DEVICES="+procDevices, "WRAPPER_ARGS=run --rm cuda nvidia-smi",
 				"PATH="+bin+":"+os.Getenv("PATH"), "FAKE_DOCKER_LOG="+log, "FAKE_DOCKER_EXIT=0", "NV_GPU=1", "NV_DOCKER=", "DOCKER_HOST=")
 			var out, errb bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
@@ -313,14 +315,17 @@ func TestWrapperRefusesHostileAnswer(t *testing.T) {
 	}
 }
 
+// driverRoots are the dev roots TestCheckArgs allows besides /.
+var driverRoots = []string{"/run/nvidia/driver"}
+
 func TestCheckArgs(t *testing.T) {
 	good := []string{"--volume-driver=nvidia-docker", "--volume=nvidia_driver_580.159.04:/usr/local/nvidia:ro",
 		"--device=/dev/nvidiactl", "--device=/dev/nvidia-uvm", "--device=/dev/nvidia-uvm-tools", "--device=/dev/nvidia7"}
-	if err := CheckArgs(good); err != nil {
+	if err := CheckArgs(good, driverRoots); err != nil {
 		t.Errorf("the plugin's own arguments: %v", err)
 	}
 	if err := CheckArgs([]string{"--volume-driver=nvidia-docker", "--volume=nvidia_driver_550.54:/usr/local/nvidia:ro",
-		"--device=/run/nvidia/driver/dev/nvidiactl:/dev/nvidiactl", "--device=/run/nvidia/driver/dev/nvidia0:/dev/nvidia0"}); err != nil {
+		"--device=/run/nvidia/driver/dev/nvidiactl:/dev/nvidiactl", "--device=/run/nvidia/driver/dev/nvidia0:/dev/nvidia0"}, driverRoots); err != nil {
 		t.Errorf("a driver container's nodes: %v", err)
 	}
 	for _, bad := range []string{
@@ -331,15 +336,18 @@ func TestCheckArgs(t *testing.T) {
 		"--device=/dev/nvidia0 ", "--device=/dev/nvidia0\n--privileged", "--device=/dev/nvidia-caps/nvidia-cap1",
 		"--device=/dev/nvidiactl", // twice, with good's
 		"--cap-add=SYS_ADMIN", "--security-opt=seccomp=unconfined", "",
+		// A dev root no one configured: one another user controls, where
+		// docker would follow their link (review of sec1).
+		"--device=/tmp/attacker/dev/nvidia0:/dev/nvidia0", "--device=/home/u/dev/nvidia1:/dev/nvidia1",
 	} {
-		if err := CheckArgs(append(append([]string{}, good...), bad)); err == nil {
+		if err := CheckArgs(append(append([]string{}, good...), bad), driverRoots); err == nil {
 			t.Errorf("CheckArgs accepted %q", bad)
 		}
 	}
-	if err := CheckArgs(good[2:]); err == nil {
+	if err := CheckArgs(good[2:], driverRoots); err == nil {
 		t.Error("accepted arguments without the volume")
 	}
-	if err := CheckArgs(append([]string{good[1]}, good...)); err == nil {
+	if err := CheckArgs(append([]string{good[1]}, good...), driverRoots); err == nil {
 		t.Error("accepted two volumes")
 	}
 }

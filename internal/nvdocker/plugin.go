@@ -13,11 +13,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gantry-gpu/gantry/internal/config"
 )
 
 // Plugin is where the wrapper looks for nvidia-docker-plugin.
@@ -30,11 +33,35 @@ type Plugin struct {
 	// ([::1] when the API holds 127.0.0.1, either when it was started with
 	// another --listen) and answer --privileged -v /:/host.
 	Socket string
+	// DevRoots are the directories besides / whose dev/nvidia* nodes the
+	// plugin may name as a --device's host path (a driver container's
+	// root); nil is DefaultDevRoots().
+	DevRoots []string
 }
 
 // DefaultPlugin is where nvidia-docker-plugin serves (gantry serve
 // --volume-plugin's default socket).
 var DefaultPlugin = Plugin{Socket: "/run/docker/plugins/nvidia-docker.sock"}
+
+// DefaultDevRoots are the dev roots a plugin may name besides /: the
+// GPU operator's driver container root, /run/nvidia/driver, and the dev
+// root Gantry's configuration names (gantry serve's).
+func DefaultDevRoots() []string {
+	roots := []string{"/run/nvidia/driver"}
+	if cfg, _, err := config.Load(""); err == nil {
+		if r := cfg.EffectiveDevRoot(); filepath.IsAbs(r) && filepath.Clean(r) != "/" {
+			roots = append(roots, filepath.Clean(r))
+		}
+	}
+	return roots
+}
+
+func (p Plugin) devRoots() []string {
+	if p.DevRoots != nil {
+		return p.DevRoots
+	}
+	return DefaultDevRoots()
+}
 
 // APIError says that the plugin runs but could not give arguments that can
 // be used (an older plugin without /docker/cli/json on its socket, a socket
@@ -62,14 +89,28 @@ func trusted(p string) error {
 	if sys.Uid != 0 || st.Mode().Perm()&0o022 != 0 {
 		return fmt.Errorf("%s is owned by uid %d with mode %v: only a socket of root's that no one else may write to is trusted", p, sys.Uid, st.Mode().Perm())
 	}
-	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
-		st, err := os.Stat(d)
+	if err := rootsDirs(filepath.Dir(p)); err != nil {
+		return fmt.Errorf("%w: another user could put a socket at %s", err, p)
+	}
+	return nil
+}
+
+// rootsDirs checks that root owns dir and every directory above it, with
+// links resolved (the walk follows the real parents, not the names), and
+// that no one else may write to them but to sticky ones.
+func rootsDirs(dir string) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return err
+	}
+	for d := real; ; d = filepath.Dir(d) {
+		st, err := os.Lstat(d)
 		if err != nil {
 			return err
 		}
 		sys := st.Sys().(*syscall.Stat_t)
-		if sys.Uid != 0 || st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 {
-			return fmt.Errorf("the directory %s of %s is owned by uid %d with mode %v: another user could put a socket there", d, p, sys.Uid, st.Mode().Perm())
+		if !st.IsDir() || sys.Uid != 0 || st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 {
+			return fmt.Errorf("the directory %s (of %s) is owned by uid %d with mode %v", d, dir, sys.Uid, st.Mode())
 		}
 		if d == "/" || d == "." {
 			return nil
@@ -192,7 +233,7 @@ func (p Plugin) Args(gpus string) ([]string, error) {
 	for _, d := range a.Devices {
 		words = append(words, "--device="+d)
 	}
-	if err := CheckArgs(words); err != nil {
+	if err := CheckArgs(words, p.devRoots()); err != nil {
 		return nil, fmt.Errorf("nvidia-docker-plugin on %s: %w", p.Socket, err)
 	}
 	return words, nil
@@ -210,10 +251,12 @@ var (
 // gives: --volume-driver=nvidia-docker once,
 // --volume=nvidia_driver_<version>:/usr/local/nvidia:ro once, and
 // --device=/dev/nvidia<ctl|-uvm|-uvm-tools|N>, each node at most once,
-// optionally from a clean host path ending in the same /dev/ name. Anything
-// else (--privileged, -v /:/host, --pid=host, another device) is an error
-// naming it: the arguments go straight into docker run as its caller.
-func CheckArgs(words []string) error {
+// optionally from the same /dev/ name under one of devRoots (a driver
+// container's root). Anything else (--privileged, -v /:/host, --pid=host,
+// another device, a node under a directory another user controls) is an
+// error naming it: the arguments go straight into docker run as its
+// caller, and docker follows links in a host path and grants the device.
+func CheckArgs(words []string, devRoots []string) error {
 	var driver, volume int
 	nodes := map[string]bool{}
 	for _, w := range words {
@@ -227,11 +270,73 @@ func CheckArgs(words []string) error {
 			if m == nil || m[2] != "" && m[2] != m[3] || m[1] != "" && filepath.Clean(m[1]+m[2]) != m[1]+m[2] || nodes[m[3]] {
 				return fmt.Errorf("refusing the argument %q: it is none the plugin gives (--volume-driver=nvidia-docker, --volume=nvidia_driver_<version>:/usr/local/nvidia:ro, --device=/dev/nvidia*); check what serves that socket", w)
 			}
+			host := m[3]
+			if m[1] != "" {
+				if !slices.Contains(devRoots, m[1]) {
+					return fmt.Errorf("refusing the argument %q: the host node is under %s, not /dev nor a dev root Gantry is configured with (%s); check what serves that socket", w, m[1], strings.Join(devRoots, ", "))
+				}
+				host = m[1] + m[2]
+			}
+			if err := checkNode(host); err != nil {
+				return fmt.Errorf("refusing the argument %q: %w; check what serves that socket", w, err)
+			}
 			nodes[m[3]] = true
 		}
 	}
 	if driver != 1 || volume != 1 || len(nodes) == 0 {
 		return fmt.Errorf("refusing the arguments %q: want --volume-driver=nvidia-docker, one --volume=nvidia_driver_<version>:/usr/local/nvidia:ro and the --device flags", words)
+	}
+	return nil
+}
+
+// procDevices lists the kernel's device majors; tests replace it.
+var procDevices = "/proc/devices"
+
+// nvidiaMajor is the NVIDIA driver's character device major (nvidiactl, nvidiaN).
+const nvidiaMajor = 195
+
+// checkNode checks a --device host path: its directories root's alone (no
+// one else can put a node or a link there), and when it exists (docker
+// follows links) a character device of NVIDIA's: major 195, or for
+// nvidia-uvm* the major /proc/devices gives nvidia-uvm.
+func checkNode(host string) error {
+	dir := filepath.Dir(host)
+	for {
+		if _, err := os.Lstat(dir); err == nil || dir == "/" {
+			break
+		}
+		dir = filepath.Dir(dir) // a missing directory: its parent decides who may make it
+	}
+	if err := rootsDirs(dir); err != nil {
+		return fmt.Errorf("the host node %s: %w: another user could put a node there", host, err)
+	}
+	st, err := os.Stat(host)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // docker says so
+	}
+	if err != nil {
+		return err
+	}
+	want, name := uint32(nvidiaMajor), "nvidia"
+	if strings.HasPrefix(filepath.Base(host), "nvidia-uvm") {
+		want, name = 0, "nvidia-uvm"
+		if b, err := os.ReadFile(procDevices); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				f := strings.Fields(l)
+				if len(f) == 2 && f[1] == "nvidia-uvm" {
+					if n, err := strconv.ParseUint(f[0], 10, 32); err == nil {
+						want = uint32(n)
+					}
+				}
+			}
+		}
+	}
+	if st.Mode()&os.ModeCharDevice == 0 {
+		return fmt.Errorf("the host node %s is not a character device (%v)", host, st.Mode().Type())
+	}
+	rdev := st.Sys().(*syscall.Stat_t).Rdev
+	if got := unix.Major(rdev); want == 0 || got != want {
+		return fmt.Errorf("the host node %s is the character device %d:%d, not one of the %s driver's (major %d in %s)", host, got, unix.Minor(rdev), name, want, procDevices)
 	}
 	return nil
 }

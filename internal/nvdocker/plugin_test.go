@@ -25,9 +25,14 @@ func realPlugin(t *testing.T) (Plugin, string) {
 		t.Skip("gcc not installed: cannot build the fake driver root")
 	}
 	root := filepath.Join(t.TempDir(), "driver")
-	if _, err := fakedriver.Build(root, fakedriver.Options{Version: "580.159.04", Layout: fakedriver.LayoutGKE, GPUs: 4}); err != nil {
+	res, err := fakedriver.Build(root, fakedriver.Options{Version: "580.159.04", Layout: fakedriver.LayoutGKE, GPUs: 4, DeviceNodes: true})
+	if err != nil {
 		t.Fatal(err)
 	}
+	if !res.RealDeviceNodes {
+		t.Skip("needs root: the wrapper takes only character devices of NVIDIA's majors")
+	}
+	fakeProcDevices(t)
 	cfg := config.Default()
 	cfg.GPUs = "sim:h100x8"
 	cfg.DriverRoot = root
@@ -48,7 +53,7 @@ func realPlugin(t *testing.T) (Plugin, string) {
 	ps := dockervol.NewHTTPServer(dockervol.New(dockervol.Options{Store: drivervol.Store{Dir: t.TempDir()}, Driver: inv, DockerCLI: api}))
 	go ps.Serve(ln)
 	t.Cleanup(func() { ps.Close() })
-	return Plugin{Socket: filepath.Join(sockDir, dockervol.SocketName)}, root
+	return Plugin{Socket: filepath.Join(sockDir, dockervol.SocketName), DevRoots: []string{root}}, root
 }
 
 // oldPlugin is a volume plugin that does not answer /docker/cli/json on its

@@ -286,3 +286,49 @@ func dynamic(t *testing.T, path string) bool {
 	}
 	return false
 }
+
+// A CDI spec whose hook names a relative path: runc and crun run hooks
+// from the container's root filesystem, so the image's file of that name
+// runs as root on the host (runc 1.1.5 and 1.5.2 reproduced in the review
+// of sec1). gantry-runtime refuses to inject it, naming the spec, and the
+// image's program does not run.
+func TestInjectedRelativeHookRefused(t *testing.T) { eachRuntime(t, testInjectedRelativeHookRefused) }
+
+func testInjectedRelativeHookRefused(t *testing.T) {
+	need(t)
+	specDir := t.TempDir()
+	mark := filepath.Join(t.TempDir(), "evilhook-ran")
+	spec := `cdiVersion: "0.6.0"
+kind: example.com/fpga
+devices:
+- name: f0
+  containerEdits:
+    env: [FPGA=1]
+containerEdits:
+  hooks:
+  - hookName: createContainer
+    path: evilhook
+    args: [evilhook]
+    env: [PATH=/bin]
+`
+	if err := os.WriteFile(filepath.Join(specDir, "fpga.yaml"), []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newContainer(t, opts{
+		args:        []string{"true"},
+		config:      fmt.Sprintf("[cdi]\nspec-dirs = [%q]", specDir),
+		annotations: map[string]string{"cdi.k8s.io/fpga": "example.com/fpga=f0"},
+		mutate: func(rootfs string) {
+			if err := os.WriteFile(filepath.Join(rootfs, "evilhook"), []byte("#!/bin/sh\nid -u > "+mark+"\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+	o, stderr, err := c.run()
+	if _, serr := os.Stat(mark); serr == nil {
+		t.Errorf("the image's evilhook ran on the host")
+	}
+	if err == nil || !strings.Contains(stderr, `the relative path "evilhook"`) {
+		t.Errorf("run: %v\n%s\n%s\nwant a refusal naming the relative hook path", err, o, stderr)
+	}
+}
