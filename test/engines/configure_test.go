@@ -315,7 +315,7 @@ func TestConfigureDockerNVIDIAForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	var configured string
-	e := startDockerWith(t, func(env []string, daemonJSON string) (string, error) {
+	e := startDockerWith(t, need(t).daemonEnv(), func(env []string, daemonJSON string) (string, error) {
 		out, err := command(env, ctk, "runtime", "configure", "--runtime=docker", "--config="+daemonJSON)
 		b, _ := os.ReadFile(daemonJSON)
 		configured = string(b)

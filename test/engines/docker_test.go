@@ -43,15 +43,15 @@ func startDocker(t *testing.T) *dockerEngine {
 // startDockerEnv is startDocker with env for dockerd and its containerd.
 func startDockerEnv(t *testing.T, env []string) *dockerEngine {
 	f := need(t)
-	return startDockerWith(t, func(env []string, daemonJSON string) (string, error) {
+	return startDockerWith(t, env, func(env []string, daemonJSON string) (string, error) {
 		return command(env, f.gantry, "runtime", "configure", "--runtime", "docker",
 			"--config-file", daemonJSON, "--runtime-path", f.runtime)
 	})
 }
 
-// startDockerWith is startDocker with another configure command, run on
+// startDockerWith is startDockerEnv with another configure command, run on
 // the private daemon.json before dockerd starts on it.
-func startDockerWith(t *testing.T, configure func(env []string, daemonJSON string) (string, error)) *dockerEngine {
+func startDockerWith(t *testing.T, env []string, configure func(env []string, daemonJSON string) (string, error)) *dockerEngine {
 	f := need(t)
 	dockerd, err := exec.LookPath("dockerd")
 	if err != nil {
