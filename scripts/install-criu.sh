@@ -12,7 +12,8 @@
 # unpacked below PREFIX/root; PREFIX/bin/criu runs it through that loader,
 # and /usr/local/sbin/criu links to it, where runc looks for "criu" (runc's
 # --criu flag names another path).
-# An already unpacked PREFIX is reused. Needs root, and a Debian mirror (CRIU_MIRROR).
+# An already unpacked PREFIX is reused. Needs root, and the Debian mirror this
+# host's apt already uses (its sources, or CRIU_MIRROR=URI).
 set -euo pipefail
 prefix=${1:-/opt/gantry-criu}
 suite=trixie
@@ -42,7 +43,13 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/debs"
-echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] ${CRIU_MIRROR:?set CRIU_MIRROR to a Debian mirror} $suite main" >"$tmp/sources.list"
+# The mirror this host's apt uses for Debian's main archive (deb822 or
+# one-line sources), so the script names no host of its own.
+mirror=${CRIU_MIRROR:-$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
+  awk '/^URIs:/ {for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) {print $i; exit}}')}
+[ -n "$mirror" ] || mirror=$(awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /\/debian\/?$/) {print $i; exit}}' /etc/apt/sources.list 2>/dev/null)
+[ -n "$mirror" ] || { say "no Debian mirror in this host's apt sources: set CRIU_MIRROR=URI of a Debian archive"; exit 1; }
+echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main" >"$tmp/sources.list"
 apt=(-o "Dir::Etc::sourcelist=$tmp/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$tmp/lists"
   -o "Dir::Cache=$tmp/cache" -o Dir::State::status=/dev/null -o APT::Sandbox::User=root -o APT::Architecture=amd64 -o APT::Architectures=amd64)
 [ "$(uname -m)" = x86_64 ] || { say "only x86_64 is handled (this is $(uname -m)): build CRIU 4.x from source"; exit 1; }
