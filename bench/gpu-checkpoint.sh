@@ -121,13 +121,18 @@ cuda_pids() {
   for p in /proc/[0-9]*; do
     [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$ns" ] && grep -q libcuda.so "$p/maps" 2>/dev/null && echo "${p#/proc/}"
   done
+  return 0 # under pipefail, the last /proc entry's miss would fail the caller's && chain
 }
 
 table=()
 one() { # WAY SIZE
   local way=$1 size=$2 id=ck-$1-$2 b=$WORK/b-$1-$2 img=$WORK/img-$1-$2 t0 t1 t2 t3 at pid
   make_bundle "$b" "$size" >/dev/null
-  if ! "$RT" --root "$STATE" run --detach --bundle "$b" "$id" </dev/null >"$WORK/$id.run" 2>&1; then
+  # The container's stdout and stderr are a pipe, as an engine's shim gives
+  # it: CRIU cannot dump a descriptor of a host file outside the
+  # container's mounts ("Can't lookup mount"), which a plain redirection
+  # of runc's output to a file would hand it.
+  if ! "$RT" --root "$STATE" run --detach --bundle "$b" "$id" </dev/null > >(cat >"$WORK/$id.run") 2>&1; then
     FAIL "$way ${size}G: run: $(tail -3 "$WORK/$id.run")"; return
   fi
   wait_steps "$b" 100 || { FAIL "$way ${size}G: the container did not compute 100 steps"; "$RUNC" --root "$STATE" delete -f "$id"; return; }
@@ -183,10 +188,58 @@ one() { # WAY SIZE
   rm -rf "$img" "$img.work"
 }
 
+# Migration: checkpointed on GPU 0, restored with the request changed to GPU
+# 1 (the restore's request decides: gantry-runtime maps GPU 0's UUID to GPU
+# 1's in the CUDA restore). Hosts with 2+ GPUs; MIGRATE=0 leaves it out.
+migrate() { # SIZE
+  local size=$1 id=ck-migrate-$1 b=$WORK/b-migrate-$1 img=$WORK/img-migrate-$1 at pid uuid1 on
+  make_bundle "$b" "$size" >/dev/null
+  # The restore gets the container's own spec again, as an engine hands it
+  # (config.json as gantry-runtime changed it at the create holds GPU 0's
+  # edits already), with the request changed.
+  cp "$b/config.json" "$b/config.orig.json"
+  "$RT" --root "$STATE" run --detach --bundle "$b" "$id" </dev/null > >(cat >"$WORK/$id.run") 2>&1 ||
+    { FAIL "migrate ${size}G: run: $(tail -3 "$WORK/$id.run")"; return; }
+  wait_steps "$b" 100 || { FAIL "migrate ${size}G: no progress"; "$RUNC" --root "$STATE" delete -f "$id"; return; }
+  "$RT" --root "$STATE" checkpoint --image-path "$img" --work-path "$img.work" "$id" >"$WORK/$id.ckpt" 2>&1 ||
+    { FAIL "migrate ${size}G: checkpoint: $(tail -5 "$WORK/$id.ckpt")"; "$RUNC" --root "$STATE" delete -f "$id"; return; }
+  "$RUNC" --root "$STATE" delete "$id" 2>/dev/null
+  at=$(steps "$b")
+  "$PYTHON" - "$b/config.orig.json" "$b/config.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); p = sys.argv[2]
+s["process"]["env"] = [e if not e.startswith("NVIDIA_VISIBLE_DEVICES=") else "NVIDIA_VISIBLE_DEVICES=1" for e in s["process"]["env"]]
+json.dump(s, open(p, "w"), indent=1)
+PY
+  "$RT" --root "$STATE" restore --detach --bundle "$b" --image-path "$img" --work-path "$img.work" "$id" </dev/null >"$WORK/$id.rst" 2>&1 ||
+    { FAIL "migrate ${size}G: restore onto GPU 1: $(tail -5 "$WORK/$id.rst"; grep Error "$img.work/restore.log" | grep -v rlimit | tail -5)"; "$RUNC" --root "$STATE" delete -f "$id"; rm -rf "$img" "$img.work"; return; }
+  pid=$(pidof_ct "$id")
+  uuid1=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 1)
+  if wait_steps "$b" $((at + 120)); then
+    on=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | tr -d ' ')
+    "$RUNC" --root "$STATE" kill "$id" KILL; sleep 0.5
+    if r=$("$PYTHON" "$WORK/check.py" "$b/out/log"); then
+      PASS "migrate ${size}G: checkpointed on GPU 0 at step $at, restored onto GPU 1, went on: $r"
+    else
+      FAIL "migrate ${size}G: wrong computation after restore onto GPU 1: $r"
+    fi
+    case "$on" in *"$uuid1"*) PASS "migrate ${size}G: the restored process computes on GPU 1 ($uuid1)";;
+      *) FAIL "migrate ${size}G: GPU 1 ($uuid1) runs none of the restored processes: $on";; esac
+  else
+    FAIL "migrate ${size}G: no progress after restore onto GPU 1 (at $(steps "$b"), checkpointed at $at): $(tail -3 "$WORK/$id.rst")"
+  fi
+  "$RUNC" --root "$STATE" delete -f "$id" 2>/dev/null
+  rm -rf "$img" "$img.work"
+}
+
 for s in "${sizes[@]}"; do
+  [ "${ONLY_MIGRATE:-0}" = 1 ] && break
   one gantry "$s"
   one manual "$s"
 done
+if [ "${MIGRATE:-1}" = 1 ] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  migrate "${sizes[0]}"
+fi
 echo "== figures (checkpoint: CUDA lock+checkpoint and runc checkpoint; restore: runc restore and CUDA restore+unlock)"
 printf '%s\n' "${table[@]}"
 dd if=/dev/zero of="$WORK/dd" bs=16M count=128 oflag=direct 2>&1 | tail -1 | sed 's/^/== dd write, 2 GiB, same disk: /'

@@ -277,7 +277,7 @@ func CheckArgs(words []string, devRoots []string) error {
 				}
 				host = m[1] + m[2]
 			}
-			if err := checkNode(host); err != nil {
+			if err := checkNode(host, m[1]); err != nil {
 				return fmt.Errorf("refusing the argument %q: %w; check what serves that socket", w, err)
 			}
 			nodes[m[3]] = true
@@ -298,8 +298,11 @@ const nvidiaMajor = 195
 // checkNode checks a --device host path: its directories root's alone (no
 // one else can put a node or a link there), and when it exists (docker
 // follows links) a character device of NVIDIA's: major 195, or for
-// nvidia-uvm* the major /proc/devices gives nvidia-uvm.
-func checkNode(host string) error {
+// nvidia-uvm* the major /proc/devices gives nvidia-uvm: under a dev root
+// (devRoot, one Gantry is configured with) the major its proc/devices gives
+// when it has one (a driver container's, or `gantry sim driver-root`'s: its
+// nodes carry the majors it lists), else the kernel's.
+func checkNode(host, devRoot string) error {
 	dir := filepath.Dir(host)
 	for {
 		if _, err := os.Lstat(dir); err == nil || dir == "/" {
@@ -317,10 +320,17 @@ func checkNode(host string) error {
 	if err != nil {
 		return err
 	}
-	want, name := uint32(nvidiaMajor), "nvidia"
+	want, name, devices := uint32(nvidiaMajor), "nvidia", procDevices
 	if strings.HasPrefix(filepath.Base(host), "nvidia-uvm") {
 		want, name = 0, "nvidia-uvm"
-		if b, err := os.ReadFile(procDevices); err == nil {
+		if devRoot != "" {
+			p := filepath.Join(devRoot, "proc/devices")
+			if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o022 == 0 &&
+				st.Sys().(*syscall.Stat_t).Uid == 0 && rootsDirs(filepath.Dir(p)) == nil {
+				devices = p
+			}
+		}
+		if b, err := os.ReadFile(devices); err == nil {
 			for _, l := range strings.Split(string(b), "\n") {
 				f := strings.Fields(l)
 				if len(f) == 2 && f[1] == "nvidia-uvm" {
@@ -336,7 +346,7 @@ func checkNode(host string) error {
 	}
 	rdev := st.Sys().(*syscall.Stat_t).Rdev
 	if got := unix.Major(rdev); want == 0 || got != want {
-		return fmt.Errorf("the host node %s is the character device %d:%d, not one of the %s driver's (major %d in %s)", host, got, unix.Minor(rdev), name, want, procDevices)
+		return fmt.Errorf("the host node %s is the character device %d:%d, not one of the %s driver's (major %d in %s)", host, got, unix.Minor(rdev), name, want, devices)
 	}
 	return nil
 }
