@@ -1,0 +1,338 @@
+#!/usr/bin/env bash
+# PyTorch torch.distributed with NCCL, one process per GPU (torchrun --standalone),
+# inside ONE gantry-runtime container given all GPUs, one given a subset by index
+# and one given a subset by UUID, each beside the same program on the host (all
+# GPUs, and CUDA_VISIBLE_DEVICES=the subset) in the same run.
+# On a multi-GPU host (2+ GPUs), as root, from the repository with bin/ from
+# `make gpu-e2e`:
+#   bench/gpu-nccl.sh [--keep]
+# Per run: all-reduce correctness (exact integer sums, two sizes), all-reduce
+# bus bandwidth (SIZE_MIB float32, default 256, 20 timed iterations after 5
+# warmup; busbw = bytes * 2(n-1)/n / time), a DDP training step time (an MLP,
+# 20 timed steps after 5 warmup; the ranks' weights must agree afterwards),
+# and the NCCL transports from NCCL_DEBUG=INFO (P2P expected, P2P over NVLink
+# where NCCL's graph says NVL; NVLS must be off). Each container's
+# nvidia-smi -L (the driver Gantry injected) must list exactly the requested
+# UUIDs.
+# The containers: a bundle whose root binds the host's /usr and /opt/torch
+# read-only, with the host's driver whited out: every driver file under /usr
+# outside /usr/local/nvidia (libcuda*, libnvidia-*, nvidia-* programs) is a
+# masked path, and /usr/local/nvidia is covered by the tree Gantry binds there
+# (driver-layout tree; a container without its own mount at /usr/local/nvidia
+# fails the check). The host's network namespace (torchrun's rendezvous on
+# localhost), a private IPC and PID namespace, /dev/shm a 2 GiB tmpfs.
+# NVLink multicast stays off everywhere: NCCL_NVLS_ENABLE=0,
+# TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 in the host
+# runs and in every container's environment; the program refuses to start
+# without them.
+# Environment: BIN (gantry, gantry-runtime, runc; default bin/), RUNC (default
+# BIN/runc, else runc in PATH), PYTHON (a python with torch, default
+# /opt/torch/.venv/bin/python3), SIZE_MIB, SUBSET_INDEX (default: 1,3 with 4+
+# GPUs, 1,2 with 3, 1,0 with 2), SUBSET_UUID (GPU indices whose UUIDs the third
+# container asks for; default 2,0 with 3+ GPUs, 1,0 with 2), RUN_TIMEOUT
+# (seconds per run, default 240). Exit 0 when every check passed, 1 on a
+# failure, 2 when it cannot start.
+set -uo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+keep=0
+for arg; do
+  case $arg in
+    --keep) keep=1 ;;
+    -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "unknown argument $arg (use --keep)" >&2; exit 2 ;;
+  esac
+done
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+MCAST_ENV=(NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1)
+BIN=${BIN:-$REPO/bin}
+PYTHON=${PYTHON:-/opt/torch/.venv/bin/python3}
+RUNC=${RUNC:-$BIN/runc}
+[ -x "$RUNC" ] || RUNC=$(command -v runc)
+SIZE_MIB=${SIZE_MIB:-256}
+RUN_TIMEOUT=${RUN_TIMEOUT:-240}
+fails=0
+PASS() { echo "PASS: $*"; }
+FAIL() { echo "FAIL: $*"; fails=$((fails + 1)); }
+die() { echo "error: $*" >&2; exit 2; }
+show() { sed 's/^/     | /' "$@" | tail -40; }
+
+[ "$(id -u)" = 0 ] || die "run as root (runc needs it)"
+[ -x "$BIN/gantry" ] && [ -x "$BIN/gantry-runtime" ] || die "$BIN/gantry and gantry-runtime missing (make gpu-e2e)"
+[ -n "$RUNC" ] && [ -x "$RUNC" ] || die "no runc (bin/runc from make gpu-e2e, or RUNC)"
+# bin/runc links libseccomp.so.2; a copy rides along in bin/lib for hosts without it.
+if ldd "$RUNC" 2>/dev/null | grep -q 'not found' && [ -e "$BIN/lib/libseccomp.so.2" ]; then
+  export LD_LIBRARY_PATH=$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+"$RUNC" --version >/dev/null || die "$RUNC does not run on this host"
+command -v nvidia-smi >/dev/null || die "nvidia-smi not found: run on a GPU host"
+"$PYTHON" -c 'import torch, torch.distributed' 2>/dev/null || die "no torch in $PYTHON (set PYTHON)"
+
+declare -a UUID
+while IFS=', ' read -r idx uuid; do UUID[idx]=$uuid; done < <(nvidia-smi --query-gpu=index,uuid --format=csv,noheader)
+ngpu=${#UUID[@]}
+[ "$ngpu" -ge 2 ] || die "$ngpu GPU(s): NCCL across GPUs needs 2 or more"
+case $ngpu in
+  2) SUBSET_INDEX=${SUBSET_INDEX:-1,0} SUBSET_UUID=${SUBSET_UUID:-1,0} ;;
+  3) SUBSET_INDEX=${SUBSET_INDEX:-1,2} SUBSET_UUID=${SUBSET_UUID:-2,0} ;;
+  *) SUBSET_INDEX=${SUBSET_INDEX:-1,3} SUBSET_UUID=${SUBSET_UUID:-2,0} ;;
+esac
+all_idx=$(seq -s, 0 $((ngpu - 1)))
+uuid_list=
+for i in ${SUBSET_UUID//,/ }; do
+  [ -n "${UUID[i]:-}" ] || die "SUBSET_UUID=$SUBSET_UUID: no GPU $i"
+  uuid_list+=${uuid_list:+,}${UUID[i]}
+done
+for i in ${SUBSET_INDEX//,/ }; do [ -n "${UUID[i]:-}" ] || die "SUBSET_INDEX=$SUBSET_INDEX: no GPU $i"; done
+
+WORK=$(mktemp -d /tmp/gantry-nccl.XXXXXX)
+STATE=$WORK/state
+finish() {
+  local id
+  for id in $("$RUNC" --root "$STATE" list -q 2>/dev/null); do "$RUNC" --root "$STATE" delete --force "$id" >/dev/null 2>&1; done
+  if [ $keep = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap finish EXIT
+mkdir -p "$STATE" "$WORK/cache" "$WORK/prog"
+ln -sf "$BIN/gantry-runtime" "$WORK/gantry-runtime"
+RT=$WORK/gantry-runtime
+export GANTRY_CONFIG=$WORK/gantry.toml
+cat >"$GANTRY_CONFIG" <<EOF
+gpus = "nvml"
+driver-root = "${DRIVER_ROOT:-/}"
+
+[runtime]
+low-level = "$RUNC"
+cache-dir = "$WORK/cache"
+log-file = "$WORK/gantry.log"
+driver-layout = "tree"
+driver-tree-dir = "$WORK/trees"
+EOF
+
+echo "== $ngpu GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sort -u | tr '\n' ' ')"
+echo "== host: $(nproc) CPUs, kernel $(uname -r), torch $("$PYTHON" -c 'import torch; v = torch.cuda.nccl.version(); print(torch.__version__, "nccl", ".".join(map(str, v)) if isinstance(v, tuple) else v)' 2>&1 | tail -1)"
+echo "== nvidia-smi topo -m"
+nvidia-smi topo -m 2>&1 | sed 's/^/   /' | head -20
+
+# The program: every rank checks the multicast switches, then all-reduce
+# correctness, bandwidth and DDP; rank 0 prints one RESULT line.
+cat >"$WORK/prog/nccl.py" <<'EOF'
+import os, sys, time, torch, torch.distributed as dist
+for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
+    if os.environ.get(k) != v:
+        sys.exit(f"refusing to run: {k}={v} is not set (NVLink multicast must stay off)")
+rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local)
+dev = torch.device("cuda", local)
+try:
+    dist.init_process_group("nccl", device_id=dev)
+except TypeError:  # torch before 2.3
+    dist.init_process_group("nccl")
+def log(*a):
+    if rank == 0:
+        print(*a, flush=True)
+if rank == 0:
+    uu = []
+    for i in range(torch.cuda.device_count()):
+        u = getattr(torch.cuda.get_device_properties(i), "uuid", None)
+        uu.append("GPU-" + str(u) if u is not None else "?")
+    log("TORCH-GPUS", torch.cuda.device_count(), " ".join(uu))
+# correctness: integers below 2**24 are exact in float32
+ok = True
+for n in (1000003, int(os.environ.get("SIZE_MIB", "256")) << 18):
+    base = (torch.arange(n, device=dev) % 1024).float()
+    t = base + rank
+    dist.all_reduce(t)
+    want = base * world + world * (world - 1) // 2
+    ok = ok and bool(torch.equal(t, want))
+flag = torch.tensor([1 if ok else 0], device=dev)
+dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+ok = flag.item() == 1
+# bandwidth
+nbytes = int(os.environ.get("SIZE_MIB", "256")) << 20
+buf = torch.zeros(nbytes // 4, device=dev)
+for _ in range(5):
+    dist.all_reduce(buf)
+torch.cuda.synchronize(); dist.barrier(); torch.cuda.synchronize()
+iters = 20
+t0 = time.perf_counter()
+for _ in range(iters):
+    dist.all_reduce(buf)
+torch.cuda.synchronize()
+dt = (time.perf_counter() - t0) / iters
+algbw = nbytes / dt / 1e9
+busbw = algbw * 2 * (world - 1) / world
+# DDP: an MLP, SGD, 20 timed steps after 5 warmup
+torch.manual_seed(0)
+model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(4096, 4096), torch.nn.ReLU())], torch.nn.Linear(4096, 1000)).to(dev)
+ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
+opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+g = torch.Generator(device=dev); g.manual_seed(1000 + rank)
+x = torch.randn(256, 4096, device=dev, generator=g)
+y = torch.randint(0, 1000, (256,), device=dev, generator=g)
+def step():
+    opt.zero_grad(set_to_none=True)
+    torch.nn.functional.cross_entropy(ddp(x), y).backward()
+    opt.step()
+for _ in range(5):
+    step()
+torch.cuda.synchronize(); dist.barrier(); torch.cuda.synchronize()
+t0 = time.perf_counter()
+for _ in range(iters):
+    step()
+torch.cuda.synchronize()
+step_ms = (time.perf_counter() - t0) / iters * 1e3
+ms = torch.tensor([step_ms], device=dev)
+dist.all_reduce(ms, op=dist.ReduceOp.MAX)
+# the ranks' weights must be the same after DDP's steps
+s = torch.stack([p.detach().double().sum() for p in model.parameters()])
+every = [torch.zeros_like(s) for _ in range(world)]
+dist.all_gather(every, s)
+same = all(torch.equal(every[0], e) for e in every)
+log(f"RESULT world={world} allreduce_ok={int(ok)} size_mib={nbytes >> 20} time_ms={dt * 1e3:.3f} algbw={algbw:.1f} busbw={busbw:.1f} ddp_step_ms={ms.item():.2f} ddp_same={int(same)}")
+dist.destroy_process_group()
+EOF
+
+# The command every run executes: nvidia-smi -L, then torchrun with one process per GPU.
+# (torchrun's --standalone rendezvous: localhost, a free port.)
+torchrun_cmd() { # NPROC
+  echo "\"$PYTHON\" -m torch.distributed.run --standalone --nproc_per_node=$1 /work/nccl.py"
+}
+run_env=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,GRAPH OMP_NUM_THREADS=4 "SIZE_MIB=$SIZE_MIB")
+
+# host_run NAME VISIBLE: the program on the host, CUDA_VISIBLE_DEVICES=VISIBLE.
+host_run() {
+  local name=$1 vis=$2 n
+  n=$(tr ',' '\n' <<<"$vis" | wc -l)
+  echo "== $name: host, CUDA_VISIBLE_DEVICES=$vis, $n processes"
+  (cd "$WORK/prog" && env "${MCAST_ENV[@]}" "${run_env[@]}" CUDA_VISIBLE_DEVICES="$vis" HOME="$WORK" \
+    timeout "$RUN_TIMEOUT" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$n" "$WORK/prog/nccl.py") >"$WORK/$name.out" 2>&1
+  echo "rc=$?" >>"$WORK/$name.out"
+}
+
+# make_bundle DIR VISIBLE NPROC: the container's bundle, the driver whited out.
+make_bundle() {
+  local d=$1
+  mkdir -p "$d/rootfs"/{proc,sys,dev,tmp,etc,usr,opt/torch,work,root}
+  for l in bin sbin lib lib64; do ln -s usr/$l "$d/rootfs/$l"; done
+  cp /etc/ld.so.cache "$d/rootfs/etc/" 2>/dev/null
+  cp -r /etc/ld.so.conf /etc/ld.so.conf.d "$d/rootfs/etc/" 2>/dev/null
+  printf 'root:x:0:0:root:/root:/bin/sh\n' >"$d/rootfs/etc/passwd"
+  printf 'root:x:0:\n' >"$d/rootfs/etc/group"
+  printf '127.0.0.1 localhost\n::1 localhost\n' >"$d/rootfs/etc/hosts"
+  cp /etc/resolv.conf "$d/rootfs/etc/" 2>/dev/null
+  "$RUNC" spec --bundle "$d" || die "runc spec failed"
+  "$PYTHON" - "$d" "$2" "$WORK" "$3" "$PYTHON" "${MCAST_ENV[@]}" "${run_env[@]}" <<'PY' 3<"$WORK/masks"
+import json, os, sys
+d, vis, work, nproc, py, *envs = sys.argv[1:]
+masks = [l.strip() for l in os.fdopen(3) if l.strip()]
+p = d + "/config.json"
+s = json.load(open(p))
+pr = s["process"]
+pr["terminal"] = False
+pr["cwd"] = "/work"
+pr["args"] = ["/bin/sh", "-c",
+    'echo "ns-net=$(readlink /proc/self/ns/net)"; grep " /usr/local/nvidia " /proc/self/mountinfo | sed "s/^/mnt: /"; '
+    'for f in $MASKS; do [ -s "$f" ] && echo "visible: $f"; done; '
+    'nvidia-smi -L; echo "smi-exit=$?"; '
+    f'"{py}" -m torch.distributed.run --standalone --nproc_per_node={nproc} /work/nccl.py; echo "rc=$?"']
+pr["env"] = ["PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME=/root", "NVIDIA_VISIBLE_DEVICES=" + vis, "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+    "MASKS=" + " ".join(masks)] + envs
+pr["rlimits"] = [{"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1048576}]
+s["root"] = {"path": "rootfs", "readonly": False}
+# The host's network (torchrun's rendezvous on localhost); the rest private.
+s["linux"]["namespaces"] = [n for n in s["linux"]["namespaces"] if n["type"] != "network"]
+# /dev/shm big enough for NCCL's buffers (runc's template gives 64 MiB).
+s["mounts"] = [m for m in s["mounts"] if m["destination"] != "/dev/shm"]
+s["mounts"].append({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+                    "options": ["nosuid", "nodev", "mode=1777", "size=2g"]})
+for src, dst, opt in [("/usr", "/usr", "ro"), ("/opt/torch", "/opt/torch", "ro"), (work + "/prog", "/work", "ro")]:
+    s["mounts"].append({"destination": dst, "type": "bind", "source": src, "options": ["rbind", opt]})
+# The host's driver files under /usr (outside /usr/local/nvidia, which Gantry's
+# tree covers) masked: the driver can only come from Gantry.
+s["linux"]["maskedPaths"] = s["linux"].get("maskedPaths", []) + masks
+json.dump(s, open(p, "w"), indent=1)
+PY
+}
+
+# ct_run NAME VISIBLE NPROC: the program in one gantry-runtime container (foreground run).
+ct_run() {
+  local name=$1 vis=$2 n=$3 b=$WORK/b-$1
+  echo "== $name: container, NVIDIA_VISIBLE_DEVICES=$vis, $n processes"
+  make_bundle "$b" "$vis" "$n" >"$WORK/$name.bundle" 2>&1 || { cat "$WORK/$name.bundle"; die "could not write the bundle $b"; }
+  timeout "$RUN_TIMEOUT" "$RT" --root "$STATE" run --bundle "$b" "nccl-$name" </dev/null >"$WORK/$name.out" 2>&1
+  echo "runtime-rc=$?" >>"$WORK/$name.out"
+  "$RUNC" --root "$STATE" delete --force "nccl-$name" >/dev/null 2>&1
+}
+
+# The host's driver files under /usr, outside /usr/local/nvidia: masked in every container.
+find /usr/lib /usr/lib64 /usr/lib/x86_64-linux-gnu /usr/local/lib /usr/bin /usr/sbin /usr/local/bin -maxdepth 1 -type f \
+  \( -name 'libcuda.so*' -o -name 'libcudadebugger.so*' -o -name 'libnvidia-*.so*' -o -name 'libnvcuvid.so*' \
+  -o -name 'libnvoptix.so*' -o -name 'nvidia-smi' -o -name 'nvidia-debugdump' -o -name 'nvidia-persistenced' \
+  -o -name 'nvidia-cuda-mps-*' \) 2>/dev/null | sort -u >"$WORK/masks"
+echo "== host driver files under /usr masked in the containers: $(wc -l <"$WORK/masks") ($(head -3 "$WORK/masks" | tr '\n' ' ')...)"
+
+rows=()
+# report NAME KIND GPUS [WANT_UUIDS]: checks and a table row for one run.
+report() {
+  local name=$1 kind=$2 gpus=$3 want=${4:-} out=$WORK/$1.out r got tr nvl nvls
+  r=$(grep -m1 '^RESULT ' "$out")
+  if [ -z "$r" ]; then
+    FAIL "$name: no result (the run failed)"; show "$out"
+    rows+=("$(printf '%-16s %-9s %-40s %s' "$name" "$kind" "$gpus" "failed")"); return
+  fi
+  val() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$r"; }
+  if [ "$(val allreduce_ok)" = 1 ]; then PASS "$name: all-reduce sums exact on $(val world) ranks"; else FAIL "$name: all-reduce gave wrong sums"; fi
+  if [ "$(val ddp_same)" = 1 ]; then PASS "$name: DDP ranks' weights agree after the steps"; else FAIL "$name: DDP ranks' weights differ"; fi
+  # NCCL's transports: "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"
+  tr=$(grep -o ' via [A-Za-z0-9/_]*' "$out" | sed 's/^ via //' | sort | uniq -c | awk '{printf "%s%s x%s", s, $2, $1; s=", "}')
+  nvl=$(grep -o 'type [A-Z]*/[A-Z]*' "$out" | sort -u | tr '\n' ' ')
+  nvls=$(grep -c 'via NVLS\|Connected NVLS\|NVLS multicast support is available' "$out")
+  grep -q 'NCCL_NVLS_ENABLE set by environment to 0' "$out" ||
+    echo "     | note: NCCL did not log 'NCCL_NVLS_ENABLE set by environment to 0' (older NCCL?)"
+  if [ "$nvls" != 0 ]; then FAIL "$name: NVLS in use or available: $(grep -m2 'NVLS' "$out" | tr '\n' ' ')"
+  else PASS "$name: NVLS off (NCCL_NVLS_ENABLE=0 seen by NCCL)"; fi
+  case $tr in *P2P*) PASS "$name: transport $tr; graph ${nvl:-?}" ;; *) FAIL "$name: transport '${tr:-none logged}', not P2P; graph ${nvl:-?}" ;; esac
+  grep -m4 ' via \| type [A-Z]*/' "$out" | sed 's/^/     | /'
+  if [ -n "$want" ]; then
+    got=$(sed -n 's/^GPU [0-9]*:.*(UUID: \(GPU-[^)]*\)).*/\1/p' "$out" | sort | tr '\n' ' ')
+    local w
+    w=$(tr ',' '\n' <<<"$want" | sort | tr '\n' ' ')
+    if [ "$got" = "$w" ]; then PASS "$name: nvidia-smi -L in the container lists exactly $got"
+    else FAIL "$name: nvidia-smi -L in the container lists '$got', want '$w'"; fi
+    echo "     | torch.cuda in the container: $(sed -n 's/^TORCH-GPUS //p' "$out" | head -1)"
+    # the whiteout: Gantry's own mount at /usr/local/nvidia, no host driver file visible
+    # (mountinfo after "mnt: ": id, parent, dev, root, mount point; the last line is the top mount)
+    local top
+    top=$(awk '/^mnt: /{r = $5} END {print r}' "$out")
+    if [[ $top != *.sets/* ]]; then FAIL "$name: the mount at /usr/local/nvidia is not Gantry's tree (root '${top:-none}'): the host's driver is visible"
+    elif grep -q '^visible: ' "$out"; then FAIL "$name: host driver files visible in the container: $(grep '^visible: ' "$out" | head -3 | tr '\n' ' ')"
+    else PASS "$name: driver whited out: only Gantry's tree at /usr/local/nvidia (${top#*/trees/}), $(wc -l <"$WORK/masks") host files masked"; fi
+  fi
+  rows+=("$(printf '%-16s %-9s %-40s %5s %9s %9s %9s %9s  %s' "$name" "$kind" "$gpus" "$(val world)" "$(val time_ms)" "$(val algbw)" "$(val busbw)" "$(val ddp_step_ms)" "$tr")")
+}
+
+t0=$(date +%s)
+host_run host-all "$all_idx"
+report host-all host "$all_idx"
+ct_run ct-all all "$ngpu"
+report ct-all container "all" "$(printf '%s\n' "${UUID[@]}" | paste -sd,)"
+n_idx=$(tr ',' '\n' <<<"$SUBSET_INDEX" | wc -l)
+host_run host-idx "$SUBSET_INDEX"
+report host-idx host "$SUBSET_INDEX"
+want=
+for i in ${SUBSET_INDEX//,/ }; do want+=${want:+,}${UUID[i]}; done
+ct_run ct-idx "$SUBSET_INDEX" "$n_idx"
+report ct-idx container "$SUBSET_INDEX" "$want"
+n_uuid=$(tr ',' '\n' <<<"$uuid_list" | wc -l)
+host_run host-uuid "$uuid_list"
+report host-uuid host "UUIDs of $SUBSET_UUID"
+ct_run ct-uuid "$uuid_list" "$n_uuid"
+report ct-uuid container "UUIDs of $SUBSET_UUID" "$uuid_list"
+
+echo "== layout: $(grep -o '"layout":"[a-z]*"' "$WORK/gantry.log" 2>/dev/null | sort | uniq -c | tr -s ' ' | tr '\n' ' ')"
+echo "== figures ($SIZE_MIB MiB float32 all-reduce, 20 iterations after 5 warmup; DDP: MLP 4x4096 + 1000, batch 256 per rank; $(($(date +%s) - t0)) s in all)"
+printf '%-16s %-9s %-40s %5s %9s %9s %9s %9s  %s\n' run where GPUs ranks 'ar ms' 'algbw' 'busbw' 'ddp ms' 'NCCL transports'
+printf '%s\n' "${rows[@]}"
+echo "== $fails failure(s); scratch $WORK"
+[ $fails = 0 ]
