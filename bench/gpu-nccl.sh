@@ -30,7 +30,7 @@
 # /opt/torch/.venv/bin/python3), SIZE_MIB, SUBSET_INDEX (default: 1,3 with 4+
 # GPUs, 1,2 with 3, 1,0 with 2), SUBSET_UUID (GPU indices whose UUIDs the third
 # container asks for; default 2,0 with 3+ GPUs, 1,0 with 2), RUN_TIMEOUT
-# (seconds per run, default 240). Exit 0 when every check passed, 1 on a
+# (seconds per run, default 120). Exit 0 when every check passed, 1 on a
 # failure, 2 when it cannot start.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,7 +49,7 @@ PYTHON=${PYTHON:-/opt/torch/.venv/bin/python3}
 RUNC=${RUNC:-$BIN/runc}
 [ -x "$RUNC" ] || RUNC=$(command -v runc)
 SIZE_MIB=${SIZE_MIB:-256}
-RUN_TIMEOUT=${RUN_TIMEOUT:-240}
+RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 fails=0
 PASS() { echo "PASS: $*"; }
 FAIL() { echo "FAIL: $*"; fails=$((fails + 1)); }

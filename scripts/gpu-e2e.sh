@@ -46,6 +46,11 @@
 #   n  checkpoint and restore (GPU hosts with criu and PyTorch, PYTHON): a PyTorch container
 #      checkpointed mid-computation through gantry-runtime and restored goes on exactly
 #      (bench/gpu-checkpoint.sh 1, beside the manual CUDA API + CRIU sequence)
+#   o  NCCL across GPUs (2+ GPUs, PyTorch at PYTHON): torch.distributed all-reduce and a DDP
+#      step, one process per GPU, in one container given all GPUs, one given a subset by
+#      index and one by UUID, the host's driver whited out; exact sums, the containers'
+#      GPUs exactly those asked for, NVLS off, P2P; busbw and step time beside the host's
+#      (bench/gpu-nccl.sh; NCCL_NVLS_ENABLE=0 and the other multicast switches set)
 # In --sim mode nvidia-smi is the fake driver's (it lists the /dev/nvidiaN nodes it sees)
 # and cuda-check only loads libcuda.so.1 and calls cuInit (--load-only): no kernel.
 #
@@ -543,6 +548,23 @@ elif BIN=$(dirname "$GANTRY") RUNC=$RUNC PYTHON=$torch_py "$REPO/bench/gpu-check
 else
   FAIL "n: bench/gpu-checkpoint.sh 1 failed"
   grep -E '^(FAIL|PASS|gantry|manual)' "$WORK/n.out" | sed 's/^/     | /'
+fi
+
+echo "== o: NCCL all-reduce and DDP across GPUs in one container (all, subset by index, by UUID)"
+# bench/gpu-nccl.sh: host beside container in the same run; NVLink multicast off.
+if [ $mode = sim ]; then
+  SKIP "o: simulated GPUs (NCCL needs real ones)"
+elif [ "$ngpu" -lt 2 ]; then
+  SKIP "o: $ngpu GPU on this host (NCCL across GPUs needs 2 or more)"
+elif ! "$torch_py" -c 'import torch' 2>/dev/null; then
+  SKIP "o: no python with torch at $torch_py (set PYTHON)"
+elif BIN=$(dirname "$GANTRY") RUNC=$RUNC PYTHON=$torch_py "$REPO/bench/gpu-nccl.sh" >"$WORK/o.out" 2>&1; then
+  PASS "o: $(grep -c '^PASS' "$WORK/o.out") checks; busbw GB/s host-all $(awk '$1 == "host-all" {print $7}' "$WORK/o.out"), container-all $(awk '$1 == "ct-all" {print $7}' "$WORK/o.out")"
+  sed -n '/^== figures/,/^== [0-9]* failure/p' "$WORK/o.out" | sed 's/^/     | /'
+else
+  FAIL "o: bench/gpu-nccl.sh failed"
+  grep -E '^(FAIL|PASS|error)' "$WORK/o.out" | sed 's/^/     | /'
+  sed -n '/^== figures/,/^== [0-9]* failure/p' "$WORK/o.out" | sed 's/^/     | /'
 fi
 
 echo "== summary: $pass passed, $fail failed, $skip skipped ($mode mode, $ngpu GPUs)"
