@@ -57,7 +57,10 @@ die() { echo "error: $*" >&2; exit 2; }
 show() { sed 's/^/     | /' "$@" | tail -40; }
 
 [ "$(id -u)" = 0 ] || die "run as root (runc needs it)"
-[ -x "$BIN/gantry" ] && [ -x "$BIN/gantry-runtime" ] || die "$BIN/gantry and gantry-runtime missing (make gpu-e2e)"
+[ -x "$BIN/gantry" ] || die "$BIN/gantry missing (make gpu-e2e)"
+# The image's /usr is the host's, read-only: the mount point of Gantry's
+# driver tree must exist in it.
+[ -d /usr/local/nvidia ] || die "no /usr/local/nvidia on this host: the containers bind the host's /usr read-only, and Gantry's driver tree needs that mount point"
 [ -n "$RUNC" ] && [ -x "$RUNC" ] || die "no runc (bin/runc from make gpu-e2e, or RUNC)"
 # bin/runc links libseccomp.so.2; a copy rides along in bin/lib for hosts without it.
 if ldd "$RUNC" 2>/dev/null | grep -q 'not found' && [ -e "$BIN/lib/libseccomp.so.2" ]; then
@@ -93,7 +96,8 @@ finish() {
 }
 trap finish EXIT
 mkdir -p "$STATE" "$WORK/cache" "$WORK/prog"
-ln -sf "$BIN/gantry-runtime" "$WORK/gantry-runtime"
+# the lean per-container binary when built, else gantry itself (by this name)
+if [ -x "$BIN/gantry-runtime" ]; then ln -sf "$BIN/gantry-runtime" "$WORK/gantry-runtime"; else ln -sf "$BIN/gantry" "$WORK/gantry-runtime"; fi
 RT=$WORK/gantry-runtime
 export GANTRY_CONFIG=$WORK/gantry.toml
 cat >"$GANTRY_CONFIG" <<EOF
@@ -282,16 +286,18 @@ report() {
     rows+=("$(printf '%-16s %-9s %-40s %s' "$name" "$kind" "$gpus" "failed")"); return
   fi
   val() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$r"; }
+  grep -qx 'rc=0' "$out" || FAIL "$name: torchrun exited $(sed -n 's/^rc=//p' "$out" | tail -1)"
+  grep -q '^runtime-rc=[1-9]' "$out" && FAIL "$name: gantry-runtime run exited $(sed -n 's/^runtime-rc=//p' "$out")"
   if [ "$(val allreduce_ok)" = 1 ]; then PASS "$name: all-reduce sums exact on $(val world) ranks"; else FAIL "$name: all-reduce gave wrong sums"; fi
   if [ "$(val ddp_same)" = 1 ]; then PASS "$name: DDP ranks' weights agree after the steps"; else FAIL "$name: DDP ranks' weights differ"; fi
   # NCCL's transports: "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"
   tr=$(grep -o ' via [A-Za-z0-9/_]*' "$out" | sed 's/^ via //' | sort | uniq -c | awk '{printf "%s%s x%s", s, $2, $1; s=", "}')
   nvl=$(grep -o 'type [A-Z]*/[A-Z]*' "$out" | sort -u | tr '\n' ' ')
   nvls=$(grep -c 'via NVLS\|Connected NVLS\|NVLS multicast support is available' "$out")
-  grep -q 'NCCL_NVLS_ENABLE set by environment to 0' "$out" ||
-    echo "     | note: NCCL did not log 'NCCL_NVLS_ENABLE set by environment to 0' (older NCCL?)"
+  local seen="NCCL logged NCCL_NVLS_ENABLE=0 from the environment"
+  grep -q 'NCCL_NVLS_ENABLE set by environment to 0' "$out" || seen="NCCL did not log NCCL_NVLS_ENABLE (older NCCL?)"
   if [ "$nvls" != 0 ]; then FAIL "$name: NVLS in use or available: $(grep -m2 'NVLS' "$out" | tr '\n' ' ')"
-  else PASS "$name: NVLS off (NCCL_NVLS_ENABLE=0 seen by NCCL)"; fi
+  else PASS "$name: NVLS off: no NVLS channel; $seen"; fi
   case $tr in *P2P*) PASS "$name: transport $tr; graph ${nvl:-?}" ;; *) FAIL "$name: transport '${tr:-none logged}', not P2P; graph ${nvl:-?}" ;; esac
   grep -m4 ' via \| type [A-Z]*/' "$out" | sed 's/^/     | /'
   if [ -n "$want" ]; then
@@ -301,6 +307,11 @@ report() {
     if [ "$got" = "$w" ]; then PASS "$name: nvidia-smi -L in the container lists exactly $got"
     else FAIL "$name: nvidia-smi -L in the container lists '$got', want '$w'"; fi
     echo "     | torch.cuda in the container: $(sed -n 's/^TORCH-GPUS //p' "$out" | head -1)"
+    if [ "$(sed -n 's/^ns-net=//p' "$out")" = "$(readlink /proc/self/ns/net)" ]; then
+      echo "     | network: the host's namespace (torchrun's rendezvous on localhost)"
+    else
+      echo "     | network: a namespace of its own: $(sed -n 's/^ns-net=//p' "$out")"
+    fi
     # the whiteout: Gantry's own mount at /usr/local/nvidia, no host driver file visible
     # (mountinfo after "mnt: ": id, parent, dev, root, mount point; the last line is the top mount)
     local top

@@ -558,7 +558,15 @@ elif [ "$ngpu" -lt 2 ]; then
   SKIP "o: $ngpu GPU on this host (NCCL across GPUs needs 2 or more)"
 elif ! "$torch_py" -c 'import torch' 2>/dev/null; then
   SKIP "o: no python with torch at $torch_py (set PYTHON)"
-elif BIN=$(dirname "$GANTRY") RUNC=$RUNC PYTHON=$torch_py "$REPO/bench/gpu-nccl.sh" >"$WORK/o.out" 2>&1; then
+else
+  BIN=$(dirname "$GANTRY") RUNC=$RUNC PYTHON=$torch_py "$REPO/bench/gpu-nccl.sh" >"$WORK/o.out" 2>&1
+  o_rc=$?
+fi
+if [ -z "${o_rc:-}" ]; then
+  :
+elif [ "$o_rc" = 2 ]; then
+  SKIP "o: bench/gpu-nccl.sh cannot run here: $(sed -n 's/^error: //p' "$WORK/o.out" | head -1)"
+elif [ "$o_rc" = 0 ]; then
   PASS "o: $(grep -c '^PASS' "$WORK/o.out") checks; busbw GB/s host-all $(awk '$1 == "host-all" {print $7}' "$WORK/o.out"), container-all $(awk '$1 == "ct-all" {print $7}' "$WORK/o.out")"
   sed -n '/^== figures/,/^== [0-9]* failure/p' "$WORK/o.out" | sed 's/^/     | /'
 else
