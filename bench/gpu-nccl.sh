@@ -242,7 +242,7 @@ pr["args"] = ["/bin/sh", "-c",
 pr["env"] = ["PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "HOME=/root", "NVIDIA_VISIBLE_DEVICES=" + vis, "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
     "MASKS=" + " ".join(masks)] + envs
-pr["rlimits"] = [{"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1048576}]
+pr["rlimits"] = [{"type": "RLIMIT_NOFILE", "hard": 65536, "soft": 65536}]
 s["root"] = {"path": "rootfs", "readonly": False}
 # The host's network (torchrun's rendezvous on localhost); the rest private.
 s["linux"]["namespaces"] = [n for n in s["linux"]["namespaces"] if n["type"] != "network"]
@@ -270,10 +270,14 @@ ct_run() {
 }
 
 # The host's driver files under /usr, outside /usr/local/nvidia: masked in every container.
-find /usr/lib /usr/lib64 /usr/lib/x86_64-linux-gnu /usr/local/lib /usr/bin /usr/sbin /usr/local/bin -maxdepth 1 -type f \
+# (library folders three levels down: Debian's nvidia/current/ and the like)
+{
+  find /usr/bin /usr/sbin /usr/local/bin -maxdepth 1 -type f -name 'nvidia-*' 2>/dev/null
+  find /usr/lib /usr/lib64 /usr/lib32 /usr/local/lib -maxdepth 3 -type f \
   \( -name 'libcuda.so*' -o -name 'libcudadebugger.so*' -o -name 'libnvidia-*.so*' -o -name 'libnvcuvid.so*' \
   -o -name 'libnvoptix.so*' -o -name 'nvidia-smi' -o -name 'nvidia-debugdump' -o -name 'nvidia-persistenced' \
-  -o -name 'nvidia-cuda-mps-*' \) 2>/dev/null | sort -u >"$WORK/masks"
+  \) 2>/dev/null
+} | sort -u >"$WORK/masks"
 echo "== host driver files under /usr masked in the containers: $(wc -l <"$WORK/masks") ($(head -3 "$WORK/masks" | tr '\n' ' ')...)"
 
 rows=()
