@@ -216,13 +216,17 @@ host_run() {
 # make_bundle DIR VISIBLE NPROC: the container's bundle, the driver whited out.
 make_bundle() {
   local d=$1
-  mkdir -p "$d/rootfs"/{proc,sys,dev,tmp,etc,usr,opt/torch,work,root}
+  # usr/lib and the rest exist for what gantry-runtime links into the root at
+  # the create, before runc binds the host's /usr over them (lib -> usr/lib)
+  mkdir -p "$d/rootfs"/{proc,sys,dev,tmp,etc,usr/lib,usr/lib64,usr/bin,usr/sbin,opt/torch,work,root}
   for l in bin sbin lib lib64; do ln -s usr/$l "$d/rootfs/$l"; done
   cp /etc/ld.so.cache "$d/rootfs/etc/" 2>/dev/null
   cp -r /etc/ld.so.conf /etc/ld.so.conf.d "$d/rootfs/etc/" 2>/dev/null
   printf 'root:x:0:0:root:/root:/bin/sh\n' >"$d/rootfs/etc/passwd"
   printf 'root:x:0:\n' >"$d/rootfs/etc/group"
-  printf '127.0.0.1 localhost\n::1 localhost\n' >"$d/rootfs/etc/hosts"
+  # runc's spec names the container's host "runc": torchrun --standalone
+  # resolves its own host name for the rendezvous
+  printf '127.0.0.1 localhost runc\n::1 localhost runc\n' >"$d/rootfs/etc/hosts"
   cp /etc/resolv.conf "$d/rootfs/etc/" 2>/dev/null
   "$RUNC" spec --bundle "$d" || die "runc spec failed"
   "$PYTHON" - "$d" "$2" "$WORK" "$3" "$PYTHON" "${MCAST_ENV[@]}" "${run_env[@]}" <<'PY' 3<"$WORK/masks"
@@ -242,7 +246,10 @@ pr["args"] = ["/bin/sh", "-c",
 pr["env"] = ["PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "HOME=/root", "NVIDIA_VISIBLE_DEVICES=" + vis, "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
     "MASKS=" + " ".join(masks)] + envs
-pr["rlimits"] = [{"type": "RLIMIT_NOFILE", "hard": 65536, "soft": 65536}]
+# as many open files as this host allows (runc may not raise the hard limit)
+import resource
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+pr["rlimits"] = [{"type": "RLIMIT_NOFILE", "hard": hard, "soft": hard}]
 s["root"] = {"path": "rootfs", "readonly": False}
 # The host's network (torchrun's rendezvous on localhost); the rest private.
 s["linux"]["namespaces"] = [n for n in s["linux"]["namespaces"] if n["type"] != "network"]
