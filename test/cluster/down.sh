@@ -79,6 +79,8 @@ if [ -n "$keep_logs" ] && [ -d "$GK_LOG" ]; then
   saved=/tmp/gantry-k8s-logs.$$
   mv "$GK_LOG" "$saved" && gk_log "logs kept in $saved"
 fi
+# The node's CDI spec up.sh wrote (only that file).
+if [ -f "$GK_RUN/cdi-spec" ]; then rm -f "$(cat "$GK_RUN/cdi-spec")"; fi
 rm -rf "$GK_RUN" "$GK_STATE" "$GK_ETC" /var/lib/kubelet
 left=$(gk_pgrep "$GK_STATE|$GK_RUN|$GK_ETC" || true)
 if [ -n "$left" ]; then

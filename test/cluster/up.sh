@@ -118,6 +118,18 @@ esac
 # One line per container the runtime handles (containerd keeps its stderr).
 printf '[runtime]\nlog-file = "%s"\ndriver-tree-dir = "%s"\n' "$GK_LOG/gantry-runtime.log" "$GK_STATE/driver-trees" >>"$GK_ETC/gantry.toml"
 
+# The node's CDI spec, as a GPU node has one (NVIDIA's plugin or nvidia-ctk
+# writes it; Podman, where installed, takes GPUs only through it, and gantry
+# doctor fails a node with Podman and no spec): /var/run/cdi/gantry-k8s.yaml,
+# unless a spec there or in /etc/cdi already defines nvidia.com/gpu (then two
+# would conflict). down.sh removes the file named in $GK_RUN/cdi-spec.
+if ! grep -qs '^kind: *"\?nvidia.com/gpu' /etc/cdi/*.yaml /var/run/cdi/*.yaml &&
+  ! grep -qs '"kind": *"nvidia.com/gpu"' /etc/cdi/*.json /var/run/cdi/*.json; then
+  mkdir -p /var/run/cdi
+  "$bin/gantry" --config "$GK_ETC/gantry.toml" cdi generate --output /var/run/cdi/gantry-k8s.yaml >/dev/null
+  echo /var/run/cdi/gantry-k8s.yaml >"$GK_RUN/cdi-spec"
+fi
+
 # The DaemonSet mounts /run/nvidia with HostToContainer propagation, which
 # containerd allows only from a shared or slave mount.
 mkdir -p /run/nvidia
