@@ -24,6 +24,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/procfs"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
 
@@ -591,31 +592,11 @@ func inMountinfo(p string) bool {
 	for sc.Scan() {
 		// id parent major:minor root mount-point options ...
 		fields := strings.SplitN(sc.Text(), " ", 6)
-		if len(fields) == 6 && unescapeMountinfo(fields[4]) == abs {
+		if len(fields) == 6 && procfs.UnescapeMountinfo(fields[4]) == abs {
 			return true
 		}
 	}
 	return false
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space,
-// \011, \012, \134).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // protectMu serialises protect and Remove.

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gantry-gpu/gantry/internal/edits"
+	"github.com/gantry-gpu/gantry/internal/procfs"
 )
 
 // cgroupRoot is where cgroup file systems are mounted, as runc assumes.
@@ -101,30 +102,11 @@ func v1DevicesMount() (mountPoint, mroot string, err error) {
 		}
 		for _, o := range strings.Split(post[2], ",") {
 			if o == "devices" {
-				return unescapeMountinfo(pre[4]), unescapeMountinfo(pre[3]), nil
+				return procfs.UnescapeMountinfo(pre[4]), procfs.UnescapeMountinfo(pre[3]), nil
 			}
 		}
 	}
 	return "", "", nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func allowV1(pid int, cgPath string, nodes []edits.DeviceNode) error {

@@ -8,6 +8,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/procfs"
 )
 
 // maxMountinfo bounds what MountPoints reads of a process's mountinfo.
@@ -40,7 +42,7 @@ func parseMountPoints(r io.Reader, rootfs string) ([]string, error) {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := path.Clean(unescapeMountinfo(fields[4]))
+		mp := path.Clean(procfs.UnescapeMountinfo(fields[4]))
 		switch {
 		case root == "/":
 			out = append(out, mp)

@@ -50,3 +50,23 @@ func StartTime(proc string, pid int) (uint64, error) {
 	}
 	return strconv.ParseUint(f[19], 10, 64)
 }
+
+// UnescapeMountinfo undoes the octal escapes of /proc/PID/mountinfo's
+// paths (\040 for a space, \011, \012, \134).
+func UnescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

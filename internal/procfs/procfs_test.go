@@ -39,3 +39,19 @@ func TestStat(t *testing.T) {
 		t.Errorf("a missing process was read")
 	}
 }
+
+func TestUnescapeMountinfo(t *testing.T) {
+	for in, want := range map[string]string{
+		`/plain`:            "/plain",
+		`/a\040b`:           "/a b",
+		`/tab\011and\012nl`: "/tab\tand\nnl",
+		`/back\134slash`:    `/back\slash`,
+		`/end\040`:          "/end ",
+		`/short\04`:         `/short\04`,
+		`/not\999octal`:     `/not\999octal`,
+	} {
+		if got := UnescapeMountinfo(in); got != want {
+			t.Errorf("UnescapeMountinfo(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
