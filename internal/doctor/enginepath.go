@@ -144,26 +144,10 @@ func listensOn(proc, pid, socket string) tristate {
 		return unknown_
 	}
 	want := samePath(socket)
-	inodes := map[string]bool{}
-	if f, err := os.Open(filepath.Join(proc, pid, "net/unix")); err == nil {
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			// Num RefCount Protocol Flags Type St Inode Path
-			fields := strings.Fields(sc.Text())
-			if len(fields) >= 8 && samePath(fields[7]) == want {
-				inodes["socket:["+fields[6]+"]"] = true
-			}
-		}
-		f.Close()
-	}
+	inodes := listeningInodes(filepath.Join(proc, pid, "net/unix"), socket)
 	fds, err := os.ReadDir(filepath.Join(proc, pid, "fd"))
-	if err == nil && len(inodes) > 0 {
-		for _, fd := range fds {
-			if l, err := os.Readlink(filepath.Join(proc, pid, "fd", fd.Name())); err == nil && inodes[l] {
-				return yes
-			}
-		}
+	if err == nil && holdsAny(proc, pid, fds, inodes) {
+		return yes
 	}
 	if cmdline, err := os.ReadFile(filepath.Join(proc, pid, "cmdline")); err == nil {
 		args := strings.Split(string(bytes.TrimRight(cmdline, "\x00")), "\x00")
@@ -186,6 +170,46 @@ func listensOn(proc, pid, socket string) tristate {
 		return unknown_ // its open files cannot be read: not root, or another user's
 	}
 	return no
+}
+
+// listeningInodes returns the fd link names ("socket:[INODE]") of the
+// listening unix sockets (flag __SO_ACCEPTCON) bound at socket, read from
+// a net/unix file (/proc/net/unix or /proc/PID/net/unix).
+func listeningInodes(netUnix, socket string) map[string]bool {
+	want := samePath(socket)
+	inodes := map[string]bool{}
+	f, err := os.Open(netUnix)
+	if err != nil {
+		return inodes
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// Num RefCount Protocol Flags Type St Inode Path
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 8 || samePath(fields[7]) != want {
+			continue
+		}
+		if flags, err := strconv.ParseUint(fields[3], 16, 32); err == nil && flags&0x10000 != 0 {
+			inodes["socket:["+fields[6]+"]"] = true
+		}
+	}
+	return inodes
+}
+
+// holdsAny says whether one of process pid's open files (fds, its fd
+// directory) is one of inodes.
+func holdsAny(proc, pid string, fds []os.DirEntry, inodes map[string]bool) bool {
+	if len(inodes) == 0 {
+		return false
+	}
+	for _, fd := range fds {
+		if l, err := os.Readlink(filepath.Join(proc, pid, "fd", fd.Name())); err == nil && inodes[l] {
+			return true
+		}
+	}
+	return false
 }
 
 // samePath is p with its directory's symbolic links resolved (/var/run is

@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -111,23 +110,7 @@ func peerUID(c net.Conn) int {
 // bound at sock open: its inode from proc's net/unix (flag __SO_ACCEPTCON),
 // then each process's fd links "socket:[INODE]".
 func socketHolders(proc, sock string) []socketHolder {
-	f, err := os.Open(filepath.Join(proc, "net/unix"))
-	if err != nil {
-		return nil
-	}
-	inodes := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// Num RefCount Protocol Flags Type St Inode Path
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 8 || fields[7] != sock {
-			continue
-		}
-		if flags, err := strconv.ParseUint(fields[3], 16, 32); err == nil && flags&0x10000 != 0 {
-			inodes["socket:["+fields[6]+"]"] = true
-		}
-	}
-	f.Close()
+	inodes := listeningInodes(filepath.Join(proc, "net/unix"), sock)
 	if len(inodes) == 0 {
 		return nil
 	}
@@ -139,11 +122,7 @@ func socketHolders(proc, sock string) []socketHolder {
 			continue
 		}
 		fds, _ := os.ReadDir(filepath.Join(proc, e.Name(), "fd"))
-		for _, fd := range fds {
-			l, err := os.Readlink(filepath.Join(proc, e.Name(), "fd", fd.Name()))
-			if err != nil || !inodes[l] {
-				continue
-			}
+		if holdsAny(proc, e.Name(), fds, inodes) {
 			h := socketHolder{pid: pid, uid: -1}
 			if b, err := os.ReadFile(filepath.Join(proc, e.Name(), "comm")); err == nil {
 				h.comm = strings.TrimSpace(string(b))
@@ -158,7 +137,6 @@ func socketHolders(proc, sock string) []socketHolder {
 				}
 			}
 			out = append(out, h)
-			break
 		}
 	}
 	return out

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
+	"github.com/gantry-gpu/gantry/internal/procfs"
 )
 
 // fixture is what every engine test shares, built once per test binary:
@@ -682,7 +683,7 @@ func unmountUnder(dir string) []string {
 		if len(fields) < 5 {
 			continue
 		}
-		mp := unescapeMountinfo(fields[4])
+		mp := procfs.UnescapeMountinfo(fields[4])
 		if strings.HasPrefix(mp, dir+"/") {
 			mounts = append(mounts, mp)
 		}
@@ -695,25 +696,6 @@ func unmountUnder(dir string) []string {
 		}
 	}
 	return left
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func tail(path string, n int) string {
