@@ -53,12 +53,17 @@ func CheckOnce(dir, path string) (string, error) {
 	}
 	file := filepath.Join(dir, CacheFile)
 	entries := map[string]cacheEntry{}
-	if f, err := os.Open(file); err == nil {
-		b, _ := io.ReadAll(io.LimitReader(f, maxCache+1))
-		f.Close()
-		if len(b) <= maxCache {
-			_ = json.Unmarshal(b, &entries)
+	// Read on the create path: never through a link, never waiting on a
+	// FIFO, a regular file only (anything else counts as no cache).
+	if fd, err := unix.Open(file, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+		f := os.NewFile(uintptr(fd), file)
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			b, _ := io.ReadAll(io.LimitReader(f, maxCache+1))
+			if len(b) <= maxCache {
+				_ = json.Unmarshal(b, &entries)
+			}
 		}
+		f.Close()
 	}
 	if e, ok := entries[path]; ok && e.ID == id {
 		return "", nil

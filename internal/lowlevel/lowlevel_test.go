@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestAdvisories: the versions each advisory names as affected, at the
@@ -147,5 +150,36 @@ func TestCheckOnce(t *testing.T) {
 	}
 	if w, err := CheckOnce("", "/nonexistent"); w != "" || err != nil {
 		t.Errorf("no cache directory: %q, %v", w, err)
+	}
+}
+
+// The cache is read on every in-process GPU create: a FIFO or a link in
+// its place is no cache (the create neither waits nor follows it), and
+// the runtime is probed as on a first sight.
+func TestCheckOnceHostileCache(t *testing.T) {
+	rt := filepath.Join(t.TempDir(), "runc")
+	if err := os.WriteFile(rt, []byte("#!/bin/sh\necho 'runc version 1.1.5'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, plant := range map[string]func(string) error{
+		"fifo": func(p string) error { return unix.Mkfifo(p, 0o600) },
+		"link": func(p string) error { return os.Symlink("/dev/zero", p) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := plant(filepath.Join(dir, CacheFile)); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan string, 1)
+			go func() { w, _ := CheckOnce(dir, rt); done <- w }()
+			select {
+			case w := <-done:
+				if !strings.Contains(w, "CVE-") {
+					t.Errorf("CheckOnce with a %s for a cache: %q, want the warning of a first sight", name, w)
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("CheckOnce waited on a %s in the cache's place", name)
+			}
+		})
 	}
 }
