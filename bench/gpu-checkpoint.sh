@@ -4,15 +4,21 @@
 # manual sequence (gantry cuda-checkpoint lock+checkpoint, runc checkpoint;
 # runc restore, gantry cuda-checkpoint restore+unlock) in the same run.
 # On a GPU host, as root:
-#   bench/gpu-checkpoint.sh [SIZE_GB...]     default: 1 8
+#   bench/gpu-checkpoint.sh [SIZE_GB[xGPUS]...]     default: 1 8
+# SIZE_GB is the GPU memory the container's tensors hold, spread over its
+# first GPUS GPUs (default 1): "16x4" is 4 GiB on each of 4 GPUs.
 # Environment: BIN (gantry, gantry-runtime; default bin/), RUNC (default runc in
 # PATH), PYTHON (a python with torch, default /opt/torch/.venv/bin/python3),
-# CRIU_DIR (an unpacked scripts/install-criu.sh prefix to use when criu is missing).
+# CRIU_DIR (an unpacked scripts/install-criu.sh prefix to use when criu is missing),
+# LEAVE (sizes for the --leave-running runs, default the first size; "" none),
+# MIGRATE=0 (no restore onto another GPU).
 # For each size and each way: checkpoint time, restore time, image size, and a
 # correctness check: the container's computation (an exact integer recurrence
-# on the GPU, and a SIZE_GB ballast tensor summed every 50 steps) goes on after
+# on the GPU, and the ballast tensors summed every 50 steps) goes on after
 # the restore from the step it was checkpointed at, every step's value as an
-# uninterrupted run computes it. Prints a PASS/FAIL line per check and a table.
+# uninterrupted run computes it. With --leave-running, the GPU idle time: the
+# longest gap between two steps of the computation, which the checkpoint stops.
+# Prints a PASS/FAIL line per check and a table.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$REPO/bin}
@@ -42,6 +48,7 @@ echo "== host: $(nproc) CPUs, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' 
 mkdir -p "$STATE" "$WORK/cache"
 ln -sf "$BIN/gantry-runtime" "$WORK/gantry-runtime"
 RT=$WORK/gantry-runtime
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export GANTRY_CONFIG=$WORK/gantry.toml
 cat >"$GANTRY_CONFIG" <<EOF
 [runtime]
@@ -55,47 +62,58 @@ EOF
 # /out, where the computation logs each step.
 cat >"$WORK/train.py" <<'EOF'
 import os, time, torch
-n = int(float(os.environ["SIZE_GB"]) * (1 << 30)) // 4
-ballast = torch.ones(n, dtype=torch.int32, device="cuda")
-x = torch.arange(1 << 20, dtype=torch.int64, device="cuda")
+ngpu = torch.cuda.device_count()
+# int64 ones: their sum needs no wider copy, so the GPU memory in use is the
+# ballast (and the CUDA contexts)
+n = int(float(os.environ["SIZE_GB"]) * (1 << 30)) // 8 // ngpu
+ballast = [torch.ones(n, dtype=torch.int64, device=f"cuda:{g}") for g in range(ngpu)]
+x = torch.arange(1 << 20, dtype=torch.int64, device="cuda:0")
 out = open("/out/log", "a", buffering=1)
 i = 0
 while True:
     i += 1
     x = (x * 3 + 1) % 1000003
     cs = int(x.sum().item())
-    ok = int(ballast.sum().item()) == n if i % 50 == 0 else True
-    out.write(f"{i} {cs} {ok}\n")
+    ok = all(int(b.sum().item()) == n for b in ballast) if i % 50 == 0 else True
+    out.write(f"{i} {cs} {ok} {time.time():.4f}\n")
     time.sleep(0.005)
 EOF
 cat >"$WORK/check.py" <<'EOF'
 import sys, torch
 lines = [l.split() for l in open(sys.argv[1])]
 x = torch.arange(1 << 20, dtype=torch.int64)
-for want, (i, cs, ok) in enumerate(lines, 1):
+for want, (i, cs, ok, _) in enumerate(lines, 1):
     x = (x * 3 + 1) % 1000003
     if int(i) != want or int(cs) != int(x.sum()) or ok != "True":
         print(f"step {want}: logged {i} {cs} {ok}, want {want} {int(x.sum())} True"); sys.exit(1)
 print(f"{len(lines)} steps exact")
 EOF
+# the longest gap between two logged steps after step FROM (seconds)
+cat >"$WORK/gap.py" <<'EOF'
+import sys
+t = [float(l.split()[3]) for l in open(sys.argv[1])][int(sys.argv[2]):]
+print(f"{max(b - a for a, b in zip(t, t[1:])):.2f}")
+EOF
 
-make_bundle() { # DIR SIZE_GB
-  local d=$1
+make_bundle() { # DIR SIZE_GB[xGPUS]
+  local d=$1 gpus=0 g
   # usr/lib etc. exist for what gantry-runtime links into the root (the /usr
   # bind then covers them: the driver's firmware is the kernel's business)
   mkdir -p "$d/rootfs"/{proc,sys,dev,tmp,etc,usr/lib,usr/lib64,usr/bin,usr/sbin,opt/torch,out,work} "$d/out"
   for l in bin sbin lib lib64; do ln -s usr/$l "$d/rootfs/$l"; done
   cp /etc/ld.so.cache "$d/rootfs/etc/" 2>/dev/null
   cp -r /etc/ld.so.conf /etc/ld.so.conf.d "$d/rootfs/etc/" 2>/dev/null
+  case "$2" in *x*) for g in $(seq 1 $((${2#*x} - 1))); do gpus=$gpus,$g; done ;; esac
   "$RUNC" spec --bundle "$d"
-  "$PYTHON" - "$d" "$2" "$WORK" "$PYTHON" <<'EOF'
+  "$PYTHON" - "$d" "${2%x*}" "$WORK" "$PYTHON" "$gpus" <<'EOF'
 import json, sys
-d, size, work, py = sys.argv[1:]
+d, size, work, py, gpus = sys.argv[1:]
 p = d + "/config.json"
 s = json.load(open(p))
 s["process"]["terminal"] = False
 s["process"]["args"] = [py, "/work/train.py"]
-s["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "SIZE_GB=" + size]
+s["process"]["env"] += ["NVIDIA_VISIBLE_DEVICES=" + gpus, "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "SIZE_GB=" + size,
+    "NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1"]
 s["root"] = {"path": "rootfs"}
 # The host's network: CRIU locks a container's own network namespace with
 # iptables-restore, which GPU hosts may lack (it then fails the dump).
@@ -138,7 +156,7 @@ one() { # WAY SIZE
   wait_steps "$b" 100 || { FAIL "$way ${size}G: the container did not compute 100 steps"; "$RUNC" --root "$STATE" delete -f "$id"; return; }
   pid=$(pidof_ct "$id")
   local gpumem
-  gpumem=$(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits | head -1)
+  gpumem=$(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits | awk '{s += $1} END {print s}')
   t0=$(now)
   if [ "$way" = gantry ]; then
     "$RT" --root "$STATE" checkpoint --image-path "$img" --work-path "$img.work" "$id" >"$WORK/$id.ckpt" 2>&1
@@ -184,8 +202,51 @@ one() { # WAY SIZE
   fi
   [ "$way" = gantry ] && { [ "$modes" = 0 ] && PASS "gantry ${size}G: image files 0600, directories 0700" || FAIL "gantry ${size}G: $modes image entries not 0600/0700"; }
   "$RUNC" --root "$STATE" delete -f "$id" 2>/dev/null
-  table+=("$(printf '%-7s %4s GiB  GPU mem %6s MiB  checkpoint %6s s  restore %6s s  image %6s GB' "$way" "$size" "$gpumem" "$(secs "$t0" "$t1")" "$(secs "$t2" "$t3")" "$size_img")")
+  table+=("$(printf '%-7s %5s GiB  GPU mem %6s MiB  checkpoint %6s s  restore %6s s  image %6s GB  %5s GB/s written' "$way" "$size" "$gpumem" "$(secs "$t0" "$t1")" "$(secs "$t2" "$t3")" "$size_img" "$(awk -v g="$size_img" -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", g / (b - a)}')")")
   rm -rf "$img" "$img.work"
+}
+
+# A checkpoint with --leave-running: the container goes on; the GPU idle time
+# is the longest gap between two steps of its computation around the
+# checkpoint (the CUDA lock to the unlock, as the computation sees it).
+leave() { # WAY SIZE
+  local way=$1 size=$2 id=lr-$1-$2 b=$WORK/lb-$1-$2 img=$WORK/limg-$1-$2 t0 t1 at pid cp rc
+  make_bundle "$b" "$size" >/dev/null
+  "$RT" --root "$STATE" run --detach --bundle "$b" "$id" </dev/null > >(cat >"$WORK/$id.run") 2>&1 ||
+    { FAIL "leave $way ${size}G: run: $(tail -3 "$WORK/$id.run")"; return; }
+  wait_steps "$b" 100 || { FAIL "leave $way ${size}G: no progress"; "$RUNC" --root "$STATE" delete -f "$id"; return; }
+  pid=$(pidof_ct "$id")
+  at=$(steps "$b")
+  t0=$(now)
+  if [ "$way" = gantry ]; then
+    "$RT" --root "$STATE" checkpoint --leave-running --image-path "$img" --work-path "$img.work" "$id" >"$WORK/$id.ckpt" 2>&1
+  else
+    cp=$(cuda_pids "$pid" | tr '\n' ' ')
+    "$BIN/gantry" cuda-checkpoint --timeout-ms 30000 lock $cp >"$WORK/$id.ckpt" 2>&1 &&
+      "$BIN/gantry" cuda-checkpoint checkpoint $cp >>"$WORK/$id.ckpt" 2>&1 &&
+      "$RUNC" --root "$STATE" checkpoint --leave-running --image-path "$img" --work-path "$img.work" "$id" >>"$WORK/$id.ckpt" 2>&1 &&
+      "$BIN/gantry" cuda-checkpoint restore $cp >>"$WORK/$id.ckpt" 2>&1 &&
+      "$BIN/gantry" cuda-checkpoint unlock $cp >>"$WORK/$id.ckpt" 2>&1
+  fi
+  rc=$?
+  t1=$(now)
+  [ $rc = 0 ] || { FAIL "leave $way ${size}G: checkpoint: $(tail -5 "$WORK/$id.ckpt")"; "$RUNC" --root "$STATE" delete -f "$id"; rm -rf "$img" "$img.work"; return; }
+  local size_img gap
+  size_img=$(du -sb "$img" | awk '{printf "%.2f", $1/1e9}')
+  rm -rf "$img" "$img.work"
+  if wait_steps "$b" $((at + 100)); then
+    "$RUNC" --root "$STATE" kill "$id" KILL; sleep 0.5
+    gap=$("$PYTHON" "$WORK/gap.py" "$b/out/log" $((at - 1)))
+    if r=$("$PYTHON" "$WORK/check.py" "$b/out/log"); then
+      PASS "leave $way ${size}G: checkpointed with --leave-running at step $at, went on: $r"
+    else
+      FAIL "leave $way ${size}G: wrong computation after the checkpoint: $r"
+    fi
+  else
+    FAIL "leave $way ${size}G: no progress after a --leave-running checkpoint (at $(steps "$b"), checkpointed at $at)"
+  fi
+  "$RUNC" --root "$STATE" delete -f "$id" 2>/dev/null
+  table+=("$(printf '%-7s %4s GiB  --leave-running: checkpoint %6s s  GPU idle (longest step gap) %6s s  image %6s GB' "$way" "$size" "$(secs "$t0" "$t1")" "${gap:-?}" "$size_img")")
 }
 
 # Migration: checkpointed on GPU 0, restored with the request changed to GPU
@@ -244,8 +305,13 @@ for s in "${sizes[@]}"; do
   one gantry "$s"
   one manual "$s"
 done
+for s in ${LEAVE-${sizes[0]}}; do
+  [ "${ONLY_MIGRATE:-0}" = 1 ] && break
+  leave gantry "$s"
+  leave manual "$s"
+done
 if [ "${MIGRATE:-1}" = 1 ] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-  migrate "${sizes[0]}"
+  migrate "${sizes[0]%x*}"
 fi
 echo "== figures (checkpoint: CUDA lock+checkpoint and runc checkpoint; restore: runc restore and CUDA restore+unlock)"
 printf '%s\n' "${table[@]}"

@@ -25,6 +25,13 @@
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 in the host
 # runs and in every container's environment; the program refuses to start
 # without them.
+# Two more containers take the other roads into a container: plain runc with
+# Gantry as Docker's --gpus prestart hook (nvidia-container-runtime-hook,
+# NVIDIA_VISIBLE_DEVICES=all, as `docker run --gpus all` writes it), and a CDI
+# spec from `gantry cdi generate` (kind e2e.example.com/gpu, the UUID subset
+# named in a cdi.k8s.io annotation, applied by gantry-runtime through the
+# CNCF CDI library as CDI engines do), where an empty tmpfs covers the host's
+# /usr/local/nvidia so the driver can only come from the spec's mounts.
 # Environment: BIN (gantry, gantry-runtime, runc; default bin/), RUNC (default
 # BIN/runc, else runc in PATH), PYTHON (a python with torch, default
 # /opt/torch/.venv/bin/python3), SIZE_MIB, SUBSET_INDEX (default: 1,3 with 4+
@@ -116,6 +123,56 @@ echo "== $ngpu GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv
 echo "== host: $(nproc) CPUs, kernel $(uname -r), torch $("$PYTHON" -c 'import torch; v = torch.cuda.nccl.version(); print(torch.__version__, "nccl", ".".join(map(str, v)) if isinstance(v, tuple) else v)' 2>&1 | tail -1)"
 echo "== nvidia-smi topo -m"
 nvidia-smi topo -m 2>&1 | sed 's/^/   /' | head -20
+
+# gantry info --json against nvidia-smi topo -m: per GPU pair the link type
+# and count (NV# = # NVLinks, through NVSwitch on these hosts), and each GPU's
+# CPU and NUMA affinity columns.
+nvidia-smi topo -m >"$WORK/topo.txt" 2>&1
+if "$BIN/gantry" info --gpus nvml --json >"$WORK/info.json" 2>"$WORK/info.err"; then
+  "$PYTHON" - "$WORK/topo.txt" "$WORK/info.json" <<'PY' >"$WORK/topo.cmp"
+import json, re, sys
+rows = [re.sub(r"\x1b\[[0-9;]*m", "", l).rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+head = [c.strip() for c in rows[0]]
+info = json.load(open(sys.argv[2]))["devices"]
+gpus = [c for c in head if re.fullmatch(r"GPU\d+", c)]
+uuid = {d["index"]: d["uuid"] for d in info}
+col = {c: i for i, c in enumerate(head)}
+bad = 0
+for r in rows[1:]:
+    name = r[0].strip()
+    if not re.fullmatch(r"GPU\d+", name):
+        continue
+    i = int(name[3:])
+    cells = [c.strip() for c in r[1:]]
+    cells = dict(zip(head[1:] if head[0] == "" else head, cells)) if len(cells) >= len(head) - 1 else {}
+    g = next(d for d in info if d["index"] == i)
+    links = sum(l.get("links", 0) for l in g.get("nvlinks") or [])
+    sw = any(l.get("switch") for l in g.get("nvlinks") or [])
+    for o in gpus:
+        if o == name:
+            continue
+        t = cells.get(o, "?")
+        m = re.fullmatch(r"NV(\d+)", t)
+        if m:
+            ok = sw and links == int(m.group(1)) or sum(l.get("links", 0) for l in g.get("nvlinks") or [] if l.get("peerUUID") == uuid[int(o[3:])]) == int(m.group(1))
+        else:
+            ok = links == 0
+        bad += not ok
+        print(f"{'OK ' if ok else 'BAD'} {name}-{o}: topo {t}; gantry nvlinks {g.get('nvlinks')}")
+    for key, k in (("CPU Affinity", "cpuAffinity"), ("NUMA Affinity", "numaAffinity")):
+        t = cells.get(key, "?")
+        v = g.get(k, "")
+        ok = t == v or (t == "N/A" and v == "")
+        bad += not ok
+        print(f"{'OK ' if ok else 'BAD'} {name} {key}: topo {t}; gantry {k} {v!r} (numaNode {g.get('numaNode')})")
+print(f"MISMATCHES {bad}")
+PY
+  sed 's/^/     | /' "$WORK/topo.cmp"
+  if grep -q '^MISMATCHES 0$' "$WORK/topo.cmp"; then PASS "gantry info agrees with nvidia-smi topo -m: links per pair, CPU and NUMA affinity"
+  else FAIL "gantry info and nvidia-smi topo -m differ: $(grep -c '^BAD' "$WORK/topo.cmp") cell(s)"; fi
+else
+  FAIL "gantry info --json: $(tail -2 "$WORK/info.err")"
+fi
 
 # The program: every rank checks the multicast switches, then all-reduce
 # correctness, bandwidth and DDP; rank 0 prints one RESULT line.
@@ -243,9 +300,12 @@ pr["args"] = ["/bin/sh", "-c",
     'for f in $MASKS; do [ -s "$f" ] && echo "visible: $f"; done; '
     'nvidia-smi -L; echo "smi-exit=$?"; '
     f'"{py}" -m torch.distributed.run --standalone --nproc_per_node={nproc} /work/nccl.py; echo "rc=$?"']
+mode = os.environ.get("MODE", "runtime")
 pr["env"] = ["PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "HOME=/root", "NVIDIA_VISIBLE_DEVICES=" + vis, "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+    "HOME=/root", "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
     "MASKS=" + " ".join(masks)] + envs
+if mode != "cdi":
+    pr["env"].append("NVIDIA_VISIBLE_DEVICES=" + vis)
 # as many open files as this host allows (runc may not raise the hard limit)
 import resource
 _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -259,6 +319,14 @@ s["mounts"].append({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
                     "options": ["nosuid", "nodev", "mode=1777", "size=2g"]})
 for src, dst, opt in [("/usr", "/usr", "ro"), ("/opt/torch", "/opt/torch", "ro"), (work + "/prog", "/work", "ro")]:
     s["mounts"].append({"destination": dst, "type": "bind", "source": src, "options": ["rbind", opt]})
+if mode == "hook":
+    # what `docker run --gpus` adds to config.json (dockerd then runs plain runc)
+    s["hooks"] = {"prestart": [{"path": os.environ["HOOK"], "args": ["nvidia-container-runtime-hook", "prestart"],
+                                "env": ["GANTRY_CONFIG=" + os.environ["GANTRY_CONFIG"]]}]}
+if mode == "cdi":
+    # the host's driver under /usr/local/nvidia hidden: only the spec's mounts bring one
+    s["mounts"].append({"destination": "/usr/local/nvidia", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=755"]})
+    s["annotations"] = {"cdi.k8s.io/nccl": ",".join("e2e.example.com/gpu=" + v for v in vis.split(","))}
 # The host's driver files under /usr (outside /usr/local/nvidia, which Gantry's
 # tree covers) masked: the driver can only come from Gantry.
 s["linux"]["maskedPaths"] = s["linux"].get("maskedPaths", []) + masks
@@ -271,7 +339,9 @@ ct_run() {
   local name=$1 vis=$2 n=$3 b=$WORK/b-$1
   echo "== $name: container, NVIDIA_VISIBLE_DEVICES=$vis, $n processes"
   make_bundle "$b" "$vis" "$n" >"$WORK/$name.bundle" 2>&1 || { cat "$WORK/$name.bundle"; die "could not write the bundle $b"; }
-  timeout "$RUN_TIMEOUT" "$RT" --root "$STATE" run --bundle "$b" "nccl-$name" </dev/null >"$WORK/$name.out" 2>&1
+  local rt=$RT
+  [ "${MODE:-}" = hook ] && rt=$RUNC
+  timeout "$RUN_TIMEOUT" "$rt" --root "$STATE" run --bundle "$b" "nccl-$name" </dev/null >"$WORK/$name.out" 2>&1
   echo "runtime-rc=$?" >>"$WORK/$name.out"
   "$RUNC" --root "$STATE" delete --force "nccl-$name" >/dev/null 2>&1
 }
@@ -327,7 +397,11 @@ report() {
     # (mountinfo after "mnt: ": id, parent, dev, root, mount point; the last line is the top mount)
     local top
     top=$(awk '/^mnt: /{r = $5} END {print r}' "$out")
-    if [[ $top != *.sets/* ]]; then FAIL "$name: the mount at /usr/local/nvidia is not Gantry's tree (root '${top:-none}'): the host's driver is visible"
+    if [ "${5:-}" = cdi ]; then
+      if grep -q '^visible: ' "$out"; then FAIL "$name: host driver files visible in the container: $(grep '^visible: ' "$out" | head -3 | tr '\n' ' ')"
+      elif [ "$(awk '/^mnt: /{for (i = 1; i <= NF; i++) if ($i == "-") t = $(i + 1)} END {print t}' "$out")" != tmpfs ]; then FAIL "$name: no empty tmpfs over /usr/local/nvidia: the host's driver may be visible"
+      else PASS "$name: driver whited out: a tmpfs over /usr/local/nvidia, the driver only from the CDI spec's mounts under it, $(wc -l <"$WORK/masks") host files masked"; fi
+    elif [[ $top != *.sets/* ]]; then FAIL "$name: the mount at /usr/local/nvidia is not Gantry's tree (root '${top:-none}'): the host's driver is visible"
     elif grep -q '^visible: ' "$out"; then FAIL "$name: host driver files visible in the container: $(grep '^visible: ' "$out" | head -3 | tr '\n' ' ')"
     else PASS "$name: driver whited out: only Gantry's tree at /usr/local/nvidia (${top#*/trees/}), $(wc -l <"$WORK/masks") host files masked"; fi
   fi
@@ -351,6 +425,21 @@ host_run host-uuid "$uuid_list"
 report host-uuid host "UUIDs of $SUBSET_UUID"
 ct_run ct-uuid "$uuid_list" "$n_uuid"
 report ct-uuid container "UUIDs of $SUBSET_UUID" "$uuid_list"
+
+# Docker's --gpus road: plain runc, Gantry as the prestart hook
+HOOK=$WORK/nvidia-container-runtime-hook
+ln -sf "$(readlink -f "$RT")" "$HOOK"
+MODE=hook HOOK=$HOOK ct_run ct-hook-all all "$ngpu"
+report ct-hook-all hook "all (--gpus all)" "$(printf '%s\n' "${UUID[@]}" | paste -sd,)"
+# The CDI road: a spec of another kind, applied through the CDI library
+mkdir -p "$WORK/cdi"
+if "$BIN/gantry" cdi generate --kind e2e.example.com/gpu --output "$WORK/cdi/e2e.yaml" >"$WORK/cdi.gen" 2>&1; then
+  printf '\n[cdi]\nspec-dirs = ["%s"]\n' "$WORK/cdi" >>"$GANTRY_CONFIG"
+  MODE=cdi ct_run ct-cdi-uuid "$uuid_list" "$n_uuid"
+  report ct-cdi-uuid cdi "UUIDs of $SUBSET_UUID" "$uuid_list" cdi
+else
+  FAIL "ct-cdi-uuid: gantry cdi generate failed: $(tail -3 "$WORK/cdi.gen")"
+fi
 
 echo "== layout: $(grep -o '"layout":"[a-z]*"' "$WORK/gantry.log" 2>/dev/null | sort | uniq -c | tr -s ' ' | tr '\n' ' ')"
 echo "== figures ($SIZE_MIB MiB float32 all-reduce, 20 iterations after 5 warmup; DDP: MLP 4x4096 + 1000, batch 256 per rank; $(($(date +%s) - t0)) s in all)"

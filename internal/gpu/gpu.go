@@ -43,6 +43,11 @@ type Device struct {
 	MemoryMiB         uint64 `json:"memoryMiB"`
 	// NUMANode is the host NUMA node closest to the GPU, -1 when unknown.
 	NUMANode int `json:"numaNode"`
+	// CPUAffinity and NUMAAffinity are NVML's CPU and memory (NUMA node)
+	// affinity sets as lists ("0-63", "0"), what nvidia-smi topo -m prints
+	// in its CPU and NUMA Affinity columns; empty when NVML does not say.
+	CPUAffinity  string `json:"cpuAffinity,omitempty"`
+	NUMAAffinity string `json:"numaAffinity,omitempty"`
 	// MIGEnabled is the current MIG mode.
 	MIGEnabled bool        `json:"migEnabled"`
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`

@@ -190,6 +190,8 @@ func encodeCache(c cacheFile) []byte {
 			e.str(g.ComputeCapability)
 			e.uint(g.MemoryMiB)
 			e.int(int64(g.NUMANode))
+			e.str(g.CPUAffinity)
+			e.str(g.NUMAAffinity)
 			e.bool(g.MIGEnabled)
 			e.uint(uint64(len(g.MIGDevices)))
 			for _, m := range g.MIGDevices {
@@ -284,6 +286,8 @@ func decodeCache(b []byte) (*cacheFile, error) {
 				ComputeCapability: d.str(),
 				MemoryMiB:         d.uint(),
 				NUMANode:          int(d.int()),
+				CPUAffinity:       d.str(),
+				NUMAAffinity:      d.str(),
 				MIGEnabled:        d.bool(),
 			}
 			m := d.count()

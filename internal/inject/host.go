@@ -21,8 +21,9 @@ import (
 // encoding (cachecodec.go) changes, so a new gantry never trusts an old
 // gantry's cache. 2: the binary encoding, in inventory-*.bin (1 was JSON,
 // in inventory-*.json, which a new gantry ignores). 3: the key holds
-// driver.Stamp (device nodes, sockets, program directories).
-const cacheFormat = 3
+// driver.Stamp (device nodes, sockets, program directories). 4: GPUs carry
+// NVML's CPU and NUMA affinity sets.
+const cacheFormat = 4
 
 // cacheKey is what a cached inventory is valid for. The driver version is
 // read from one small file per create; the loader cache's size and time

@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -168,6 +170,22 @@ func (d *discoverer) device(i int, h nvml.Device) (gpu.Device, error) {
 	}
 	if dev.NUMANode < 0 {
 		dev.NUMANode = sysfsNUMANode("/sys", addr)
+	}
+	// The affinity sets nvidia-smi topo -m prints. Where neither NVML's
+	// NUMA node id nor sysfs names a node (VMs), a memory affinity of
+	// exactly one node is that node, as topo -m reports it.
+	if d.has("nvmlDeviceGetCpuAffinity") {
+		if set, ret := h.GetCpuAffinity(affinityBits); ret == nvml.SUCCESS {
+			dev.CPUAffinity = bitList(set)
+		}
+	}
+	if d.has("nvmlDeviceGetMemoryAffinity") {
+		if set, ret := h.GetMemoryAffinity(affinityBits, nvml.AFFINITY_SCOPE_NODE); ret == nvml.SUCCESS {
+			dev.NUMAAffinity = bitList(set)
+			if n, one := onlyBit(set); one && dev.NUMANode < 0 {
+				dev.NUMANode = n
+			}
+		}
 	}
 	if d.has("nvmlDeviceGetMigMode") {
 		if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE {
@@ -363,3 +381,52 @@ func archName(a nvml.DeviceArchitecture) string {
 
 // errNoNVML is the one-line error for a host without libnvidia-ml.so.1.
 var errNoNVML = fmt.Errorf("%w: no NVIDIA driver is installed here, or it is under another driver root (driver-root in the Gantry configuration); %s", ErrNoNVML, gpu.SimulateAdvice)
+
+// affinityBits is the size of the CPU and node sets asked of NVML.
+const affinityBits = 1024
+
+// bitList writes a set of NVML's bitmask words as a list of ranges
+// ("0-63,128-191"); empty for an empty set.
+func bitList(words []uint) string {
+	var b strings.Builder
+	const w = int(unsafe.Sizeof(uint(0))) * 8
+	start := -1
+	flush := func(end int) {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		if start == end {
+			fmt.Fprintf(&b, "%d", start)
+		} else {
+			fmt.Fprintf(&b, "%d-%d", start, end)
+		}
+		start = -1
+	}
+	n := len(words) * w
+	for i := 0; i <= n; i++ {
+		set := i < n && words[i/w]&(1<<(uint(i)%uint(w))) != 0
+		if set && start < 0 {
+			start = i
+		} else if !set && start >= 0 {
+			flush(i - 1)
+		}
+	}
+	return b.String()
+}
+
+// onlyBit is the one bit set in words, if exactly one is.
+func onlyBit(words []uint) (int, bool) {
+	const w = int(unsafe.Sizeof(uint(0))) * 8
+	found := -1
+	for i, x := range words {
+		for j := 0; j < w; j++ {
+			if x&(1<<uint(j)) != 0 {
+				if found >= 0 {
+					return -1, false
+				}
+				found = i*w + j
+			}
+		}
+	}
+	return found, found >= 0
+}
