@@ -277,6 +277,14 @@ make_bundle() {
   # the create, before runc binds the host's /usr over them (lib -> usr/lib)
   mkdir -p "$d/rootfs"/{proc,sys,dev,tmp,etc,usr/lib,usr/lib64,usr/bin,usr/sbin,opt/torch,work,root}
   for l in bin sbin lib lib64; do ln -s usr/$l "$d/rootfs/$l"; done
+  if [ "${MODE:-}" = hook ] || [ "${MODE:-}" = cdi ]; then
+    # The hook links the driver's firmware into /lib/firmware and a CDI
+    # spec mounts it there, after runc bound the host's /usr read-only: /lib
+    # is a directory of the rootfs here, its entries links into /usr/lib,
+    # and /lib/firmware a directory of its own.
+    rm "$d/rootfs/lib" && mkdir -p "$d/rootfs/lib/firmware"
+    for e in /usr/lib/*; do [ "${e##*/}" = firmware ] || ln -s "../usr/lib/${e##*/}" "$d/rootfs/lib/${e##*/}"; done
+  fi
   cp /etc/ld.so.cache "$d/rootfs/etc/" 2>/dev/null
   cp -r /etc/ld.so.conf /etc/ld.so.conf.d "$d/rootfs/etc/" 2>/dev/null
   printf 'root:x:0:0:root:/root:/bin/sh\n' >"$d/rootfs/etc/passwd"
