@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gantry-gpu/gantry/internal/shim"
+	"github.com/gantry-gpu/gantry/internal/createproto"
 )
 
 // unitKeys reads a systemd unit's Key=value lines (the last value of each
@@ -96,15 +96,15 @@ func TestSystemdUnits(t *testing.T) {
 	}
 
 	sk := unitKeys(t, socket)
-	if sk["ListenStream"] != shim.DefaultServerSocket || sk["SocketMode"] != "0600" || sk["DirectoryMode"] != "0755" {
+	if sk["ListenStream"] != createproto.DefaultServerSocket || sk["SocketMode"] != "0600" || sk["DirectoryMode"] != "0755" {
 		t.Errorf("socket unit: ListenStream=%q SocketMode=%q DirectoryMode=%q, want %s, 0600, 0755",
-			sk["ListenStream"], sk["SocketMode"], sk["DirectoryMode"], shim.DefaultServerSocket)
+			sk["ListenStream"], sk["SocketMode"], sk["DirectoryMode"], createproto.DefaultServerSocket)
 	}
 	if sk["Accept"] == "yes" {
 		t.Errorf("socket unit: Accept=yes starts a server per connection")
 	}
 	sv := unitKeys(t, service)
-	if want := installed + " " + shim.ServerFlag; sv["ExecStart"] != want {
+	if want := installed + " " + createproto.ServerFlag; sv["ExecStart"] != want {
 		t.Errorf("service ExecStart=%q, want %q (what make install installs)", sv["ExecStart"], want)
 	}
 	if sv["Restart"] != "on-failure" {

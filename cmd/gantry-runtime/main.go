@@ -26,6 +26,8 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/gantry-gpu/gantry/internal/createproto"
+	"github.com/gantry-gpu/gantry/internal/createserver"
 	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/nvcli"
 	"github.com/gantry-gpu/gantry/internal/shim"
@@ -41,6 +43,9 @@ func main() {
 		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))
 	case "nvidia-ctk":
 		os.Exit(nvidiaCTK(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == createproto.ServerFlag {
+		os.Exit(createserver.Main(os.Args[2:], os.Stderr))
 	}
 	os.Exit(shim.Main(os.Args[1:], os.Stderr))
 }

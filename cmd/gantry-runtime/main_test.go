@@ -48,7 +48,7 @@ func goTool(t *testing.T) string {
 // Built with its tags, gantry-runtime links no NVML and nothing that makes
 // a static glibc program load libraries at run time (os/user's and net's
 // cgo lookups go through NSS), but keeps cgo for the fast path's constructor.
-// net itself is linked for the create server's unix socket (shim/server.go),
+// net itself is linked for the create server's unix socket (package createserver),
 // built with netgo: no cgo file of it is linked (the cgo check below), and
 // its package inits cost about 0.03 ms.
 func TestDependencies(t *testing.T) {

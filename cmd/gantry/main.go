@@ -23,6 +23,8 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/cli"
+	"github.com/gantry-gpu/gantry/internal/createproto"
+	"github.com/gantry-gpu/gantry/internal/createserver"
 	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/nvcli"
 	"github.com/gantry-gpu/gantry/internal/nvdocker"
@@ -36,6 +38,9 @@ func main() {
 	}
 	switch name {
 	case "gantry-runtime", "nvidia-container-runtime":
+		if len(os.Args) > 1 && os.Args[1] == createproto.ServerFlag {
+			os.Exit(createserver.Main(os.Args[2:], os.Stderr))
+		}
 		os.Exit(shim.Main(os.Args[1:], os.Stderr))
 	case "nvidia-container-cli":
 		os.Exit(nvcli.Main(os.Args[1:], os.Stdout, os.Stderr))

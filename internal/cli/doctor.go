@@ -5,8 +5,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gantry-gpu/gantry/internal/createproto"
 	"github.com/gantry-gpu/gantry/internal/doctor"
-	"github.com/gantry-gpu/gantry/internal/shim"
 )
 
 func init() {
@@ -38,7 +38,7 @@ failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes,
 			runcRoot := fs.String("runc-root", doctor.DefaultRuncRoot, "runc's state directory (runc --root), for containers runc runs without an engine")
 			containerdState := fs.String("containerd-state", "", "containerd's state directory (its config's state), where its tasks' bundles are (default: that of the containerd at --cri-socket when given, else "+doctor.DefaultContainerdState+")")
 			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket, for every check that reads containerd (its live configuration, --pod) (default: the first of "+strings.Join(doctor.DefaultCRISockets, ", ")+" that exists)")
-			serverSocket := fs.String("create-server-socket", "", "the create server's socket, which every GPU create of gantry-runtime asks first (default: $"+shim.ServerSocketEnv+", else "+shim.DefaultServerSocket+")")
+			serverSocket := fs.String("create-server-socket", "", "the create server's socket, which every GPU create of gantry-runtime asks first (default: $"+createproto.ServerSocketEnv+", else "+createproto.DefaultServerSocket+")")
 			dockerConfig := fs.String("docker-config", doctor.DefaultDockerConfig, "Docker's daemon.json")
 			dockerSocket := fs.String("docker-socket", dockerSocketDefault(), "the running dockerd's API socket, asked what runtimes it registered (default: $DOCKER_HOST when unix://, else "+doctor.DefaultDockerSocket+")")
 			containerdConfig := fs.String("containerd-config", doctor.DefaultContainerdConfig, "containerd's config.toml")

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/version"
 )
 
@@ -47,7 +46,7 @@ func (r *repeated) Set(s string) error { *r = append(*r, s); return nil }
 // Commands are the hook subcommands, in the order --help lists them.
 var Commands = []*Command{
 	{
-		Name:    edits.HookCreateSymlinks,
+		Name:    "create-symlinks", // edits.HookCreateSymlinks
 		Summary: "create symlinks inside the container (the SONAME links of injected libraries)",
 		Usage:   "--link TARGET::LINK [--link ...]",
 		Help: `Run by the container runtime as a createContainer hook, with the container
@@ -82,7 +81,7 @@ fails the container: it must not start half configured.`,
 		},
 	},
 	{
-		Name:    edits.HookUpdateLDCache,
+		Name:    "update-ldcache", // edits.HookUpdateLDCache
 		Summary: "add injected library folders to the container's ld.so.cache",
 		Usage:   "--folder DIR [--folder ...] [--host-driver-version VERSION]",
 		Help: `Run by the container runtime as a createContainer hook, with the container

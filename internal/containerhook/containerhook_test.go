@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/ldcache"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
@@ -399,5 +400,17 @@ func TestCreateSymlinks(t *testing.T) {
 	l, _ := ParseLink("x::" + nvDir)
 	if err := CreateSymlinks(r, []Link{l}); err == nil {
 		t.Error("replacing a directory with a link succeeded")
+	}
+}
+
+// TestSpecWritersNames: every hook subcommand the spec writer (package
+// edits, whose CDI specs run this binary) names is a command here, by the
+// same name; containerhook spells the names itself so that the static
+// hook binary does not link the model for three strings.
+func TestSpecWritersNames(t *testing.T) {
+	for _, name := range []string{edits.HookCreateSymlinks, edits.HookUpdateLDCache, edits.HookEnableCUDACompat} {
+		if Lookup(name) == nil {
+			t.Errorf("the spec writer names hook %q, which gantry-cdi-hook has no command for", name)
+		}
 	}
 }

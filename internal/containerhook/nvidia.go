@@ -18,7 +18,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/rootfs"
 )
 
@@ -102,7 +101,7 @@ func Chmod(root *rootfs.Root, paths []string, mode uint32, warn func(string)) er
 const CompatConfPrefix = "00-compat-"
 
 var cudaCompatCommand = &Command{
-	Name:    edits.HookEnableCUDACompat,
+	Name:    "enable-cuda-compat", // edits.HookEnableCUDACompat
 	Summary: "put the image's CUDA forward-compatibility libraries ahead of the host driver's",
 	Usage:   "--host-driver-version V [--host-cuda-version V] [--cuda-compat-container-root DIR]",
 	Help: `Run by the container runtime as a createContainer hook, with the container

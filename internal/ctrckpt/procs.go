@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gantry-gpu/gantry/internal/procfs"
 )
 
 // procRoot and cgroupRoot are where /proc and the cgroup file systems are
@@ -56,13 +58,17 @@ func cgroupDir(lines map[string]string) (dir, key string, err error) {
 		for _, mnt := range []string{cgroupRoot, filepath.Join(cgroupRoot, "unified")} {
 			var st unix.Statfs_t
 			if unix.Statfs(mnt, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-				return filepath.Join(mnt, p), "0", nil
+				d, err := procfs.CgroupDir(mnt, "/", p)
+				return d, "0", err
 			}
 		}
 	}
 	for _, c := range []string{"pids", "freezer", "memory", "cpu,cpuacct", "devices"} {
 		if p, ok := lines[c]; ok {
-			d := filepath.Join(cgroupRoot, c, p)
+			d, err := procfs.CgroupDir(filepath.Join(cgroupRoot, c), "/", p)
+			if err != nil {
+				return "", "", err
+			}
 			if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err == nil {
 				return d, c, nil
 			}

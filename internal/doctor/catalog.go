@@ -1,6 +1,6 @@
 package doctor
 
-import "github.com/gantry-gpu/gantry/internal/shim"
+import "github.com/gantry-gpu/gantry/internal/createproto"
 
 // CheckDef is one check of gantry doctor, the one place it is described:
 // its name, what it needs to run, how it runs, and its documentation with
@@ -269,7 +269,7 @@ var Checks = []CheckDef{
 		run:      (*env).createServer,
 		Verifies: "Every GPU create of `gantry-runtime` first asks the create server's socket (`--create-server-socket`, default `$GANTRY_RUNTIME_SOCKET`, else `/run/gantry/runtime.sock`): doctor pings it once. A server that answers (any build; the engine checks say which runtimes it serves) is PASS; no socket, or a stale one nobody listens on, is INFO (creates run in-process, about 2 ms more); a listener that is not root's, or not a create server but answers or closes, is INFO (gantry-runtime leaves it at once).",
 		Failures: []FailureDoc{
-			{"a root process holds the socket listening and never answers (hung, stopped, or not a create server that never reads): every GPU create waits the C start's bounds (" + shim.ServerConnectTimeout.String() + " to connect and send, " + shim.ServerAckTimeout.String() + " for the server's acceptance byte, which only a create server of this build writes) before running in-process; the evidence names the cost and the holder's pid and command (from `/proc/net/unix` and `/proc/PID/fd`)",
+			{"a root process holds the socket listening and never answers (hung, stopped, or not a create server that never reads): every GPU create waits the C start's bounds (" + createproto.ServerConnectTimeout.String() + " to connect and send, " + createproto.ServerAckTimeout.String() + " for the server's acceptance byte, which only a create server of this build writes) before running in-process; the evidence names the cost and the holder's pid and command (from `/proc/net/unix` and `/proc/PID/fd`)",
 				fixServerHeld},
 			{"the same, the socket held by systemd (pid 1) for `gantry-runtime-server.socket`", fixServerUnitHeld},
 			{"the same, the holder not found (another PID namespace)", fixServerHeldUnknown},

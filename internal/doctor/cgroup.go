@@ -7,76 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/gantry-gpu/gantry/internal/procfs"
 )
-
-// cgroupPlace is where a process sits in the hierarchy that decides its
-// device access: the cgroup v1 devices controller when the host mounts one
-// (v1, and the "hybrid" layout that keeps v1 controllers beside an empty
-// unified tree), else the unified cgroup v2 tree, whose device rules are
-// eBPF programs attached to the cgroup.
-type cgroupPlace struct {
-	// V2 is true for the unified hierarchy.
-	V2 bool
-	// Path is the cgroup's path inside its hierarchy, as /proc/PID/cgroup
-	// gives it ("/system.slice/docker-ID.scope").
-	Path string
-}
-
-func (p cgroupPlace) String() string {
-	if p.V2 {
-		return "cgroup v2 " + p.Path
-	}
-	return "devices cgroup (v1) " + p.Path
-}
-
-// errNoDeviceCgroup: /proc/PID/cgroup names neither a v1 devices
-// controller nor a unified hierarchy.
-var errNoDeviceCgroup = errors.New("no devices controller and no cgroup v2 entry")
-
-// parseProcCgroup reads /proc/PID/cgroup ("ID:CONTROLLERS:PATH" lines). A
-// v1 line whose controller list has "devices" wins over the v2 "0::PATH"
-// line: on a hybrid host the unified tree has no device controller.
-func parseProcCgroup(r io.Reader) (cgroupPlace, error) {
-	var unified *cgroupPlace
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		switch {
-		case strings.Contains(","+parts[1]+",", ",devices,"):
-			return cgroupPlace{Path: parts[2]}, nil
-		case parts[0] == "0" && parts[1] == "":
-			unified = &cgroupPlace{V2: true, Path: parts[2]}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return cgroupPlace{}, err
-	}
-	if unified == nil {
-		return cgroupPlace{}, errNoDeviceCgroup
-	}
-	return *unified, nil
-}
-
-// processCgroup is parseProcCgroup of pid's entry under proc.
-func processCgroup(proc string, pid int) (cgroupPlace, error) {
-	file := filepath.Join(proc, fmt.Sprint(pid), "cgroup")
-	f, err := os.Open(file)
-	if err != nil {
-		return cgroupPlace{}, err
-	}
-	defer f.Close()
-	p, err := parseProcCgroup(f)
-	if err != nil {
-		return cgroupPlace{}, fmt.Errorf("%s: %w", file, err)
-	}
-	return p, nil
-}
 
 // cgroupMounts are the mount points of the two hierarchies device access
 // depends on; empty when not mounted.
@@ -160,7 +95,7 @@ func hostCgroupMounts(proc string) (cgroupMounts, error) {
 }
 
 // dir returns the directory of place under the mounted hierarchies.
-func (m cgroupMounts) dir(p cgroupPlace) (string, error) {
+func (m cgroupMounts) dir(p procfs.DeviceCgroup) (string, error) {
 	root := m.Devices
 	what := "the cgroup v1 devices controller"
 	if p.V2 {
@@ -172,10 +107,11 @@ func (m cgroupMounts) dir(p cgroupPlace) (string, error) {
 	// /proc/PID/cgroup shows a cgroup outside the reader's cgroup
 	// namespace as a path climbing out of it ("/../../kubepods/..."). It is
 	// not under this mount: cleaning the path would name another cgroup.
-	if slices.Contains(strings.Split(p.Path, "/"), "..") {
+	d, err := procfs.CgroupDir(root, "/", p.Path)
+	if errors.Is(err, procfs.ErrCgroupOutside) {
 		return "", fmt.Errorf("%s is outside doctor's cgroup namespace (doctor runs in a container or a cgroup namespace): run doctor on the host, or enter the host's namespaces (nsenter -t 1 -m -C -- gantry doctor ...)", p)
 	}
-	return filepath.Join(root, filepath.Clean("/"+p.Path)), nil
+	return d, err
 }
 
 // access is what an open of 195:255 from inside a cgroup says about it.

@@ -10,41 +10,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/procfs"
 )
-
-func TestParseProcCgroup(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		want     cgroupPlace
-		err      bool
-	}{
-		{name: "v1", in: "12:pids:/docker/abc\n5:devices:/docker/abc\n1:name=systemd:/docker/abc\n0::/\n",
-			want: cgroupPlace{Path: "/docker/abc"}},
-		{name: "v1 joined controllers", in: "4:cpu,devices,memory:/kubepods/pod1/c1\n",
-			want: cgroupPlace{Path: "/kubepods/pod1/c1"}},
-		{name: "hybrid: devices v1 wins over the unified line", in: "0::/user.slice\n7:devices:/system.slice/docker-1.scope\n",
-			want: cgroupPlace{Path: "/system.slice/docker-1.scope"}},
-		{name: "v2", in: "0::/system.slice/docker-0123.scope\n",
-			want: cgroupPlace{V2: true, Path: "/system.slice/docker-0123.scope"}},
-		{name: "v2 path with colons", in: "0::/kubepods.slice/cri-containerd:abc.scope\n",
-			want: cgroupPlace{V2: true, Path: "/kubepods.slice/cri-containerd:abc.scope"}},
-		{name: "named hierarchy only", in: "1:name=systemd:/x\n", err: true},
-		{name: "empty", in: "", err: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseProcCgroup(strings.NewReader(tc.in))
-			if tc.err {
-				if err == nil {
-					t.Fatalf("got %+v, want an error", got)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
-			}
-		})
-	}
-}
 
 func TestParseCgroupMounts(t *testing.T) {
 	const v1 = `25 1 0:22 / /sys ro - sysfs sysfs rw
@@ -69,15 +36,15 @@ func TestParseCgroupMounts(t *testing.T) {
 	if err != nil || got.Unified != "/sys/fs/cgroup" || got.Devices != "" {
 		t.Fatalf("got %+v, %v", got, err)
 	}
-	if d, err := got.dir(cgroupPlace{V2: true, Path: "/system.slice/a.scope"}); err != nil || d != "/sys/fs/cgroup/system.slice/a.scope" {
+	if d, err := got.dir(procfs.DeviceCgroup{V2: true, Path: "/system.slice/a.scope"}); err != nil || d != "/sys/fs/cgroup/system.slice/a.scope" {
 		t.Errorf("dir: %q, %v", d, err)
 	}
 	// A path climbing out is a cgroup outside doctor's cgroup namespace:
 	// not under the mount, and not the cgroup the cleaned path would name.
-	if d, err := got.dir(cgroupPlace{V2: true, Path: "/../../kubepods/pod1/c1"}); err == nil || !strings.Contains(err.Error(), "outside doctor's cgroup namespace") {
+	if d, err := got.dir(procfs.DeviceCgroup{V2: true, Path: "/../../kubepods/pod1/c1"}); err == nil || !strings.Contains(err.Error(), "outside doctor's cgroup namespace") {
 		t.Errorf("dir of a climbing path: %q, %v", d, err)
 	}
-	if _, err := got.dir(cgroupPlace{Path: "/x"}); err == nil || !strings.Contains(err.Error(), "devices controller is not mounted") {
+	if _, err := got.dir(procfs.DeviceCgroup{Path: "/x"}); err == nil || !strings.Contains(err.Error(), "devices controller is not mounted") {
 		t.Errorf("v1 place without a devices mount: %v", err)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gantry-gpu/gantry/internal/shim"
+	"github.com/gantry-gpu/gantry/internal/createproto"
 )
 
 // The create server (gantry-runtime --create-server) takes the Go start
@@ -17,7 +17,7 @@ import (
 
 // serverPing is one ping's outcome.
 type serverPing struct {
-	status shim.ServerStatus
+	status createproto.ServerStatus
 	err    error
 }
 
@@ -57,20 +57,20 @@ func createServerNotes(opts Options, runtimes []string) (good, notes []string) {
 		key := sock + "\x00" + real
 		p, ok := opts.serverPings[key]
 		if !ok {
-			p.status, p.err = shim.PingServer(sock, real)
+			p.status, p.err = createproto.PingServer(sock, real)
 			if opts.serverPings != nil {
 				opts.serverPings[key] = p
 			}
 		}
 		switch p.status {
-		case shim.ServerSameBuild:
+		case createproto.ServerSameBuild:
 			good = append(good, "create server: same build, listening on "+sock)
-		case shim.ServerAbsent:
+		case createproto.ServerAbsent:
 			why := strings.TrimPrefix(p.err.Error(), "no create server: ")
 			notes = append(notes, fmt.Sprintf("create server not running (%s): each GPU create starts Go (about 2 ms more); see docs/guide.md, \"The create server\"", why))
-		case shim.ServerOtherBuild:
+		case createproto.ServerOtherBuild:
 			notes = append(notes, fmt.Sprintf("create server on %s is another build than %s: its creates are not served; after an upgrade of that file the server stops by itself (or: systemctl restart %s), otherwise it runs another file: make the unit's ExecStart %s", sock, rt, serverService, real))
-		case shim.ServerNotOurs:
+		case createproto.ServerNotOurs:
 			notes = append(notes, fmt.Sprintf("%v: GPU creates ask it first, then run in-process; remove it or stop what listens there", p.err))
 		default:
 			notes = append(notes, fmt.Sprintf("create server not checked: %v", p.err))

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/procfs"
 )
 
 // The device probe answers "does this container's device cgroup still let
@@ -100,7 +101,7 @@ type probeResult struct {
 	// Node is the host path the probe opened (195:255).
 	Node string
 	// Place is the cgroup the open was checked in.
-	Place cgroupPlace
+	Place procfs.DeviceCgroup
 	// Placed says how the probe got there: "clone3 CLONE_INTO_CGROUP" or
 	// "cgroup.procs".
 	Placed string
@@ -140,7 +141,7 @@ const probeTimeout = 15 * time.Second
 // where the host's /dev/nvidiactl is (the configured dev root); without a
 // usable node there one is made in a private temporary directory.
 func probeDevice(proc string, pid int, devRoot string) (probeResult, error) {
-	target, err := processCgroup(proc, pid)
+	target, err := procfs.ReadDeviceCgroup(proc, pid)
 	if err != nil {
 		return probeResult{}, fmt.Errorf("the container's cgroup: %w", err)
 	}
@@ -172,7 +173,7 @@ func probeDevice(proc string, pid int, devRoot string) (probeResult, error) {
 	if err != nil {
 		return res, err
 	}
-	got, err := parseProcCgroup(strings.NewReader(rep.Cgroup))
+	got, err := procfs.ParseDeviceCgroup([]byte(rep.Cgroup))
 	if err != nil || got != target {
 		return res, fmt.Errorf("the probe ran in %s, not in the container's %s: report a bug", got, target)
 	}
@@ -185,7 +186,7 @@ func probeDevice(proc string, pid int, devRoot string) (probeResult, error) {
 // cgroup (clone3 with CLONE_INTO_CGROUP, Linux 5.7); where that is not
 // available, and on v1, it is moved there through cgroup.procs before it
 // is told to open the node.
-func runProbe(node string, target cgroupPlace, dir string) (probeReport, string, error) {
+func runProbe(node string, target procfs.DeviceCgroup, dir string) (probeReport, string, error) {
 	if target.V2 {
 		rep, err := startProbe(node, dir, true)
 		if !errors.Is(err, errCloneIntoCgroup) {

@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/procfs"
 )
 
 // runcContainer is a real runc container running busybox sleep.
@@ -128,7 +129,7 @@ func TestProbeDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := processCgroup("/proc", denied.pid)
+	want, _ := procfs.ReadDeviceCgroup("/proc", denied.pid)
 	if res.Place != want {
 		t.Errorf("probed in %s, the container is in %s", res.Place, want)
 	}

@@ -11,12 +11,12 @@ import (
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/createproto"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/engineconfig"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/ldcache"
-	"github.com/gantry-gpu/gantry/internal/shim"
 )
 
 // Status is the outcome of one check.
@@ -173,8 +173,8 @@ func (o *Options) defaults() {
 	def(&o.RuncRoot, DefaultRuncRoot)
 	def(&o.PodmanStorage, DefaultPodmanStorage)
 	def(&o.ServicePATH, DefaultServicePATH)
-	def(&o.RuntimeSocket, os.Getenv(shim.ServerSocketEnv))
-	def(&o.RuntimeSocket, shim.DefaultServerSocket)
+	def(&o.RuntimeSocket, os.Getenv(createproto.ServerSocketEnv))
+	def(&o.RuntimeSocket, createproto.DefaultServerSocket)
 	if o.serverPings == nil {
 		o.serverPings = map[string]serverPing{}
 	}

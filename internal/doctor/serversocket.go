@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gantry-gpu/gantry/internal/shim"
+	"github.com/gantry-gpu/gantry/internal/createproto"
 )
 
 // The create server's socket is asked first by every GPU create of
@@ -33,7 +33,7 @@ func (h socketHolder) String() string { return fmt.Sprintf("pid %d (%s)", h.pid,
 // serverProbe is what doctor found at the create server's socket.
 type serverProbe struct {
 	sock   string
-	status shim.ServerStatus
+	status createproto.ServerStatus
 	err    error
 	// noAnswer: a connection was taken (or queued) and no answer came;
 	// backlogFull: the connection itself was refused for now (EAGAIN):
@@ -64,13 +64,13 @@ func probeCreateServer(opts Options) *serverProbe {
 		p.err = err
 		return p
 	}
-	p.status, p.err = shim.PingServer(sock, self)
-	p.noAnswer = errors.Is(p.err, shim.ErrNoAnswer)
+	p.status, p.err = createproto.PingServer(sock, self)
+	p.noAnswer = errors.Is(p.err, createproto.ErrNoAnswer)
 	p.backlogFull = errors.Is(p.err, syscall.EAGAIN)
 	if p.noAnswer || p.backlogFull {
 		// Whose listener it is (a connection that queues, as the
 		// ping's did; a server that answers is not asked twice).
-		if c, err := net.DialTimeout("unix", sock, shim.ServerConnectTimeout); err == nil {
+		if c, err := net.DialTimeout("unix", sock, createproto.ServerConnectTimeout); err == nil {
 			p.peerUID = peerUID(c)
 			c.Close()
 		}
@@ -152,9 +152,9 @@ func checkCreateServer(opts Options) Check {
 	p := probeCreateServer(opts)
 	switch {
 	case p.hung():
-		cost, how := shim.ServerConnectTimeout+shim.ServerAckTimeout, fmt.Sprintf("connected, but no answer to a create server's ping in %v", shim.PingTimeout)
+		cost, how := createproto.ServerConnectTimeout+createproto.ServerAckTimeout, fmt.Sprintf("connected, but no answer to a create server's ping in %v", createproto.PingTimeout)
 		if p.backlogFull {
-			cost, how = shim.ServerConnectTimeout, "its listen backlog is full: connections are not taken"
+			cost, how = createproto.ServerConnectTimeout, "its listen backlog is full: connections are not taken"
 		}
 		held, f := "a process doctor could not find (another PID namespace?)", fix(fixServerHeldUnknown, "SOCKET", sock)
 		if len(p.holders) > 0 {
@@ -172,13 +172,13 @@ func checkCreateServer(opts Options) Check {
 		return fail(CheckCreateServer, f,
 			"%s is held by %s, which does not answer (%s): every GPU create of gantry-runtime asks this socket first and waits %v (its bound) before doing the work in-process; %v",
 			sock, held, how, cost, p.err)
-	case p.status == shim.ServerAbsent:
+	case p.status == createproto.ServerAbsent:
 		return info(CheckCreateServer, "%v: GPU creates run in-process (about 2 ms more each); optional, see docs/guide.md, \"The create server\"", p.err)
-	case p.status == shim.ServerSameBuild || p.status == shim.ServerOtherBuild:
+	case p.status == createproto.ServerSameBuild || p.status == createproto.ServerOtherBuild:
 		return pass(CheckCreateServer, "a create server answers on %s (which runtime builds it serves: see the engine checks)", sock)
 	case p.noAnswer || p.backlogFull:
 		return info(CheckCreateServer, "%v; its listener is not root's (uid %d), which gantry-runtime does not believe: it leaves it at once", p.err, p.peerUID)
-	case p.status == shim.ServerNotOurs:
+	case p.status == createproto.ServerNotOurs:
 		return info(CheckCreateServer, "%v: gantry-runtime asks it and, getting no create server's answer, creates in-process at once; remove it or stop what listens there", p.err)
 	}
 	return info(CheckCreateServer, "not checked: %v", p.err)

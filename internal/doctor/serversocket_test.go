@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gantry-gpu/gantry/internal/shim"
+	"github.com/gantry-gpu/gantry/internal/createproto"
 )
 
 // hungListenerEnv makes this test binary a process that listens on the
@@ -75,11 +75,11 @@ func TestCreateServerSocketHeld(t *testing.T) {
 	start := time.Now()
 	checks := Run(h.opts)
 	took := time.Since(start)
-	cost := (shim.ServerConnectTimeout + shim.ServerAckTimeout).String()
+	cost := (createproto.ServerConnectTimeout + createproto.ServerAckTimeout).String()
 	c := expect(t, checks, CheckCreateServer, Fail, []string{sock, "does not answer", "waits " + cost}, "rm "+sock)
 	// The engine check that pinged first says so, and did not wait again.
 	expect(t, checks, CheckDocker, Pass, []string{"does not answer", CheckCreateServer}, "")
-	if took > 4*shim.PingTimeout {
+	if took > 4*createproto.PingTimeout {
 		t.Errorf("doctor took %v: the socket was waited on more than once", took)
 	}
 	t.Logf("%s\nfix: %s", c.Evidence, c.Fix)
@@ -107,10 +107,10 @@ func TestCreateServerSocketHeld(t *testing.T) {
 	if c.Status != Info || !strings.Contains(c.Evidence, "does not exist") {
 		t.Fatalf("after the fix: %+v", c)
 	}
-	if st, err := shim.PingServer(sock, "/proc/self/exe"); st != shim.ServerAbsent {
+	if st, err := createproto.PingServer(sock, "/proc/self/exe"); st != createproto.ServerAbsent {
 		t.Errorf("after the fix a create still finds something there: %v %v", st, err)
 	}
-	if d := time.Since(start); d > shim.PingTimeout {
+	if d := time.Since(start); d > createproto.PingTimeout {
 		t.Errorf("after the fix the check took %v", d)
 	}
 }

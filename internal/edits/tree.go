@@ -4,8 +4,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-
-	"github.com/gantry-gpu/gantry/internal/drivervol"
 )
 
 // DefaultTreePath is where the driver tree layout binds the tree in a
@@ -27,6 +25,10 @@ type Tree struct {
 	// path relative to the tree ("lib64/libcuda.so.580.65.06",
 	// "files/etc/OpenCL/vendors/nvidia.icd": drivervol.FilePath).
 	Files map[string]string
+	// FilesDir is the tree's folder of files that are no program or
+	// library ("files": drivervol.FilesDir), "" for none: a file below it
+	// is no library the container's ld.so.cache finds, wherever it goes.
+	FilesDir string
 	// Links are the symbolic links the tree holds, relative to it
 	// ("lib64/libcuda.so.1", "lib64/libcuda.so").
 	Links map[string]bool
@@ -49,7 +51,7 @@ type Provided struct {
 // module folder) still leads to the same file. Only a mount with "ro" is
 // moved: an IPC socket (mounted read-write) keeps its mount whatever the
 // tree holds. A library directly in one of those folders (e.LibraryDirs;
-// a file in the tree's library folders, not in drivervol.FilesDir) gets no
+// a file in the tree's library folders, not in t.FilesDir) gets no
 // link at all: its ld.so.cache entry names its SONAME link in the tree instead, and
 // the tree's own links (SONAME and development links) replace the ones the
 // per-file layout makes beside it. That leaves a runtime one mount where it
@@ -75,7 +77,7 @@ func (e *Edits) UseTree(t Tree) ([]Provided, bool) {
 	// cached: a library the container's ld.so.cache finds in the tree.
 	// A file of the tree's FilesDir is none, wherever it goes.
 	cached := func(p, rel string) bool {
-		return slices.Contains(e.LibraryDirs, path.Dir(p)) && !strings.HasPrefix(rel, drivervol.FilesDir+"/")
+		return slices.Contains(e.LibraryDirs, path.Dir(p)) && (t.FilesDir == "" || !strings.HasPrefix(rel, t.FilesDir+"/"))
 	}
 	var kept []Mount
 	var links []Symlink

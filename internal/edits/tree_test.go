@@ -31,7 +31,7 @@ func treeEdits() *Edits {
 	return e
 }
 
-var testTree = Tree{HostPath: "/var/lib/trees/580.1", ContainerPath: DefaultTreePath, Files: map[string]string{
+var testTree = Tree{HostPath: "/var/lib/trees/580.1", ContainerPath: DefaultTreePath, FilesDir: "files", Files: map[string]string{
 	"/usr/lib/x86_64-linux-gnu/libcuda.so.580.1": "lib64/libcuda.so.580.1",
 	"/usr/lib/i386-linux-gnu/libcuda.so.580.1":   "lib/libcuda.so.580.1",
 	"/usr/bin/nvidia-smi":                        "bin/nvidia-smi",
@@ -174,7 +174,7 @@ func TestUseTreeFiles(t *testing.T) {
 		LibraryDirs: []string{"/usr/lib/x86_64-linux-gnu"},
 	}
 	e.normalize()
-	tr := Tree{HostPath: "/t", ContainerPath: DefaultTreePath, Files: map[string]string{
+	tr := Tree{HostPath: "/t", ContainerPath: DefaultTreePath, FilesDir: "files", Files: map[string]string{
 		"/usr/lib/x86_64-linux-gnu/libcuda.so.580.1": "lib64/libcuda.so.580.1",
 		fw:                               "files" + fw,
 		"/etc/OpenCL/vendors/nvidia.icd": "files/etc/OpenCL/vendors/nvidia.icd",

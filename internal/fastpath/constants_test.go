@@ -3,8 +3,6 @@
 package fastpath_test
 
 import (
-	"github.com/gantry-gpu/gantry/internal/hook"
-
 	"path"
 	"reflect"
 	"slices"
@@ -12,8 +10,10 @@ import (
 	"testing"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/createproto"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/fastpath"
+	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/ocibundle"
 	"github.com/gantry-gpu/gantry/internal/request"
 	"github.com/gantry-gpu/gantry/internal/shim"
@@ -41,11 +41,11 @@ func TestConstants(t *testing.T) {
 		"default config":  {c.ConfigDefault, config.DefaultPath},
 		"default PATH":    {c.DefaultPath, shim.DefaultPath},
 		"no-fastpath env": {c.NoFastPathEnv, "GANTRY_NO_FASTPATH"},
-		"server protocol": {c.ServerMagic, shim.ServerProtocol},
-		"server socket":   {c.ServerSocket, shim.DefaultServerSocket},
-		"server env":      {c.ServerSocketEnv, shim.ServerSocketEnv},
-		"server flag":     {c.ServerFlag, shim.ServerFlag},
-		"hook protocol":   {c.HookMagic, shim.HookProtocol},
+		"server protocol": {c.ServerMagic, createproto.ServerProtocol},
+		"server socket":   {c.ServerSocket, createproto.DefaultServerSocket},
+		"server env":      {c.ServerSocketEnv, createproto.ServerSocketEnv},
+		"server flag":     {c.ServerFlag, createproto.ServerFlag},
+		"hook protocol":   {c.HookMagic, createproto.HookProtocol},
 	} {
 		if pair[0] != pair[1] {
 			t.Errorf("%s: fastpath.c has %q, Go %q", name, pair[0], pair[1])
@@ -54,17 +54,17 @@ func TestConstants(t *testing.T) {
 	if c.MaxSpecSize != ocibundle.MaxSpecSize {
 		t.Errorf("fastpath.c reads config.json up to %d bytes, ocibundle.MaxSpecSize is %d", c.MaxSpecSize, ocibundle.MaxSpecSize)
 	}
-	if c.MaxHookState != shim.MaxHookState {
-		t.Errorf("fastpath.c sends a hook's state up to %d bytes, shim.MaxHookState is %d", c.MaxHookState, shim.MaxHookState)
+	if c.MaxHookState != createproto.MaxHookState {
+		t.Errorf("fastpath.c sends a hook's state up to %d bytes, createproto.MaxHookState is %d", c.MaxHookState, createproto.MaxHookState)
 	}
 	if c.MaxStateSize != ocibundle.MaxStateSize {
 		t.Errorf("fastpath.c gives a hook's Go code %d bytes of state at most, ocibundle.MaxStateSize is %d", c.MaxStateSize, ocibundle.MaxStateSize)
 	}
 	for name, pair := range map[string][2]int64{
-		"server connect timeout": {c.ServerConnectMS, shim.ServerConnectTimeout.Milliseconds()},
-		"server ack timeout":     {c.ServerAckMS, shim.ServerAckTimeout.Milliseconds()},
-		"server answer timeout":  {c.ServerAnswerMS, shim.ServerAnswerTimeout.Milliseconds()},
-		"server accepted byte":   {int64(c.ServerAccepted), int64(shim.ServerAccepted)},
+		"server connect timeout": {c.ServerConnectMS, createproto.ServerConnectTimeout.Milliseconds()},
+		"server ack timeout":     {c.ServerAckMS, createproto.ServerAckTimeout.Milliseconds()},
+		"server answer timeout":  {c.ServerAnswerMS, createproto.ServerAnswerTimeout.Milliseconds()},
+		"server accepted byte":   {int64(c.ServerAccepted), int64(createproto.ServerAccepted)},
 	} {
 		if pair[0] != pair[1] {
 			t.Errorf("%s: fastpath.c has %d, Go %d", name, pair[0], pair[1])

@@ -31,20 +31,20 @@ const char gantry_no_fastpath_env[] = "GANTRY_NO_FASTPATH";
 // shim.DefaultPath: where the low-level runtime is looked for without PATH.
 const char gantry_default_path[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const long long gantry_max_spec_size = 16 << 20; // ocibundle.MaxSpecSize
-// The create server (shim/server.go): its protocol and where it listens.
-const char gantry_server_magic[] = "gantry-create/1";              // shim.ServerProtocol
-const char gantry_server_socket[] = "/run/gantry/runtime.sock";   // shim.DefaultServerSocket
-const char gantry_server_socket_env[] = "GANTRY_RUNTIME_SOCKET";  // shim.ServerSocketEnv
-const char gantry_server_flag[] = "--create-server";               // shim.ServerFlag
-const char gantry_hook_magic[] = "gantry-hook/1";                  // shim.HookProtocol
-const long long gantry_max_hook_state = 32 << 10;                 // shim.MaxHookState
+// The create server (package createserver): its protocol and where it listens.
+const char gantry_server_magic[] = "gantry-create/1";              // createproto.ServerProtocol
+const char gantry_server_socket[] = "/run/gantry/runtime.sock";   // createproto.DefaultServerSocket
+const char gantry_server_socket_env[] = "GANTRY_RUNTIME_SOCKET";  // createproto.ServerSocketEnv
+const char gantry_server_flag[] = "--create-server";               // createproto.ServerFlag
+const char gantry_hook_magic[] = "gantry-hook/1";                  // createproto.HookProtocol
+const long long gantry_max_hook_state = 32 << 10;                 // createproto.MaxHookState
 const long long gantry_max_state_size = 1 << 20;                  // ocibundle.MaxStateSize
-// How long a create waits for the server (shim.Server*Timeout, in ms), and
-// the byte a server sends first on a connection it took (shim.ServerAccepted).
-const long long gantry_server_connect_ms = 300;   // shim.ServerConnectTimeout
-const long long gantry_server_ack_ms = 500;       // shim.ServerAckTimeout
-const long long gantry_server_answer_ms = 15000;  // shim.ServerAnswerTimeout
-const char gantry_server_accepted = '+';          // shim.ServerAccepted
+// How long a create waits for the server (createproto.Server*Timeout, in ms), and
+// the byte a server sends first on a connection it took (createproto.ServerAccepted).
+const long long gantry_server_connect_ms = 300;   // createproto.ServerConnectTimeout
+const long long gantry_server_ack_ms = 500;       // createproto.ServerAckTimeout
+const long long gantry_server_answer_ms = 15000;  // createproto.ServerAnswerTimeout
+const char gantry_server_accepted = '+';          // createproto.ServerAccepted
 
 // Text in config.json without which no container asks for a GPU under a
 // configuration of neutral keys only: the variables a request is read from
@@ -430,7 +430,7 @@ static int server_ask(int s, const char *msg, size_t n, int fd) {
 	return read_byte(s, &answer) && answer == 'Y';
 }
 
-// server_create asks the create server (shim/server.go) to make this
+// server_create asks the create server (package createserver) to make this
 // create's GPU changes: 1 when it answered that it did, so the low-level
 // runtime can run now; 0 (no server, any doubt, any error) leaves the
 // create to Go in-process, as without a server. The request: the header,

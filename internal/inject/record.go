@@ -48,7 +48,7 @@ type Record struct {
 	// runtime's C constructor to Modify), when known.
 	StartupMS float64
 	// Server is set when gantry-runtime's create server did the work
-	// (shim.Server) instead of a Go start of gantry-runtime.
+	// (package createserver) instead of a Go start of gantry-runtime.
 	Server bool
 	// Edits is what was injected, named item by item at log-level debug.
 	Edits *edits.Edits

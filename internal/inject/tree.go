@@ -108,7 +108,7 @@ func (p *Plan) useTree(cfg config.Config) {
 	for _, l := range t.Links {
 		links[l] = true
 	}
-	provided, ok := p.Edits.UseTree(edits.Tree{HostPath: t.Path, ContainerPath: cfg.Runtime.DriverTreePath, Files: t.Files, Links: links})
+	provided, ok := p.Edits.UseTree(edits.Tree{HostPath: t.Path, ContainerPath: cfg.Runtime.DriverTreePath, Files: t.Files, FilesDir: drivervol.FilesDir, Links: links})
 	if !ok {
 		p.Record.Notes = append(p.Record.Notes, "driver tree layout not used (a mount per file instead): other injected files are at or below "+cfg.Runtime.DriverTreePath)
 		return

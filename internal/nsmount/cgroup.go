@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -40,45 +39,15 @@ func rule(n edits.DeviceNode) string {
 // that controller is in ("" for the cgroup v2 hierarchy), and whether there
 // is such a line.
 func procCgroup(pid int, controller string) (string, bool, error) {
-	p := "/proc/" + strconv.Itoa(pid) + "/cgroup"
-	b, err := os.ReadFile(p)
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
 		return "", false, fmt.Errorf("reading the container's cgroup: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		// "5:devices:/docker/abc" (v1) or "0::/docker/abc" (v2).
-		f := strings.SplitN(sc.Text(), ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		if controller == "" {
-			if f[0] == "0" && f[1] == "" {
-				return f[2], true, nil
-			}
-			continue
-		}
-		for _, c := range strings.Split(f[1], ",") {
-			if c == controller {
-				return f[2], true, nil
-			}
-		}
+	p, ok, err := procfs.CgroupPath(b, controller)
+	if err != nil {
+		return "", false, fmt.Errorf("the container's cgroup (/proc/%d/cgroup): %w", pid, err)
 	}
-	return "", false, nil
-}
-
-// cgroupDir joins a cgroup path (as /proc/PID/cgroup shows it, relative to
-// the hierarchy's mount root mroot) to the mount point, refusing paths that
-// would climb out of it.
-func cgroupDir(mountPoint, mroot, cg string) (string, error) {
-	cg = path.Clean("/" + cg)
-	if mroot != "/" && mroot != "" {
-		if cg != mroot && !strings.HasPrefix(cg, mroot+"/") {
-			return "", fmt.Errorf("cgroup %s is outside the hierarchy mounted at %s (root %s)", cg, mountPoint, mroot)
-		}
-		cg = strings.TrimPrefix(cg, mroot)
-	}
-	return filepath.Join(mountPoint, cg), nil
+	return p, ok, nil
 }
 
 // v1DevicesMount finds the mount of the v1 hierarchy with the devices
@@ -127,7 +96,7 @@ func allowV1(pid int, cgPath string, nodes []edits.DeviceNode) error {
 			return nil
 		}
 	}
-	dir, err := cgroupDir(mp, mroot, cgPath)
+	dir, err := procfs.CgroupDir(mp, mroot, cgPath)
 	if err != nil {
 		return err
 	}
@@ -157,7 +126,7 @@ func allowV2(pid int, cgPath string, nodes []edits.DeviceNode) error {
 			return fmt.Errorf("process %d has no cgroup v2 entry in /proc/%d/cgroup", pid, pid)
 		}
 	}
-	dir, err := cgroupDir(cgroupRoot, "/", cgPath)
+	dir, err := procfs.CgroupDir(cgroupRoot, "/", cgPath)
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,7 @@
 // Package procfs reads the few per-process facts Gantry's front ends and
-// doctor take from /proc/PID/stat: a process's parent and its start time.
+// doctor take from /proc: a process's parent and its start time
+// (/proc/PID/stat), the cgroup that decides its device access and that
+// cgroup's directory (/proc/PID/cgroup, cgroup.go), and mountinfo's escapes.
 // proc is the proc filesystem's root ("/proc", or a test's copy).
 package procfs
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-gpu/gantry/internal/createproto"
 	"github.com/gantry-gpu/gantry/internal/ctrckpt"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
@@ -111,7 +112,7 @@ func newCkptContainer(t *testing.T) *ckptContainer {
 func (k *ckptContainer) start() {
 	k.t.Helper()
 	cmd := exec.Command(k.f.runtime, "--root", k.state, "run", "--detach", "--bundle", k.bundle, k.id)
-	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+k.config, ServerSocketEnv+"="+filepath.Join(k.f.dir, "no-create-server.sock"))
+	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+k.config, createproto.ServerSocketEnv+"="+filepath.Join(k.f.dir, "no-create-server.sock"))
 	if err := cmd.Run(); err != nil {
 		k.t.Fatalf("gantry-runtime run --detach: %v (run it by hand for runc's message)", err)
 	}

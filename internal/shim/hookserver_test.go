@@ -16,6 +16,8 @@ import (
 	"time"
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gantry-gpu/gantry/internal/createproto"
 )
 
 // hookBin is this tree's gantry under the name Docker's --gpus runs (a
@@ -45,7 +47,7 @@ func withHook(t *testing.T, c *container, sock string, edit func(*ocispecs.Spec)
 	spec.Hooks = &ocispecs.Hooks{Prestart: []ocispecs.Hook{{ //nolint:staticcheck // what Docker adds
 		Path: hookBin(t, c.f),
 		Args: []string{"nvidia-container-runtime-hook", "prestart"},
-		Env:  []string{"GANTRY_CONFIG=" + c.config, ServerSocketEnv + "=" + sock},
+		Env:  []string{"GANTRY_CONFIG=" + c.config, createproto.ServerSocketEnv + "=" + sock},
 	}}}
 	if edit != nil {
 		edit(&spec)
@@ -143,7 +145,7 @@ func TestHookServerLargeState(t *testing.T) {
 	f := need(t)
 	sock, _, _ := startServer(t, f.runtime)
 	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=1"}, args: []string{"sh", "-c", gpuScript}})
-	big := strings.Repeat("x", MaxHookState)
+	big := strings.Repeat("x", createproto.MaxHookState)
 	withHook(t, c, sock, func(s *ocispecs.Spec) { s.Annotations = map[string]string{"example.com/big": big} })
 	out, err := c.lowRun()
 	if err != nil {
@@ -192,7 +194,7 @@ func TestHookServerChecksCaller(t *testing.T) {
 	script := `sh -c '"$0" prestart; exit $?' "$0"; exit $?`
 	cmd := exec.Command("sh", "-c", script, hookBin(t, f))
 	cmd.Stdin = strings.NewReader(state)
-	cmd.Env = []string{"GANTRY_CONFIG=" + c.config, ServerSocketEnv + "=" + sock}
+	cmd.Env = []string{"GANTRY_CONFIG=" + c.config, createproto.ServerSocketEnv + "=" + sock}
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("the hook accepted a state naming process %d, a child of the server's parent:\n%s", pid, out)
@@ -282,7 +284,7 @@ func TestHookMarkedDone(t *testing.T) {
 	before, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", state.Pid))
 	cmd := exec.Command(hookBin(t, f), "prestart")
 	cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"ociVersion":"1.0.2","id":%q,"status":"created","pid":%d,"bundle":%q}`, c.id, state.Pid, c.bundle))
-	cmd.Env = []string{"GANTRY_CONFIG=" + c.config, ServerSocketEnv + "=" + filepath.Join(c.f.dir, "no-create-server.sock")}
+	cmd.Env = []string{"GANTRY_CONFIG=" + c.config, createproto.ServerSocketEnv + "=" + filepath.Join(c.f.dir, "no-create-server.sock")}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("a second prestart of a done container: %v\n%s", err, out)
 	}
@@ -321,7 +323,7 @@ func TestImageEnvNeverSteers(t *testing.T) {
 			c.Close()
 		}
 	}()
-	env := []string{"NVIDIA_VISIBLE_DEVICES=0", ServerSocketEnv + "=" + evil, "GANTRY_CONFIG=/dev/zero", "GANTRY_NO_FASTPATH=1"}
+	env := []string{"NVIDIA_VISIBLE_DEVICES=0", createproto.ServerSocketEnv + "=" + evil, "GANTRY_CONFIG=/dev/zero", "GANTRY_NO_FASTPATH=1"}
 	for _, hook := range []bool{false, true} {
 		c := newContainer(t, opts{env: env, args: []string{"probe"}})
 		var out string

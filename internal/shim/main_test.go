@@ -12,6 +12,7 @@ import (
 
 	ocispecs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gantry-gpu/gantry/internal/createproto"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 )
 
@@ -354,7 +355,7 @@ func (c *container) runtime(args ...string) (string, string, error) {
 	if sock == "" {
 		sock = filepath.Join(c.f.dir, "no-create-server.sock")
 	}
-	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, ServerSocketEnv+"="+sock)
+	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, createproto.ServerSocketEnv+"="+sock)
 	// Files, not pipes: after "create" the container's init keeps its
 	// stdio open until "start", and a pipe would block Wait until then.
 	stdout, err := os.CreateTemp("", "stdout-")

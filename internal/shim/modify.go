@@ -30,12 +30,13 @@ import (
 // container.
 func Modify(bundle string, cfg config.Config) (*inject.Record, error) {
 	rec := inject.NewRecord(inject.FrontEndRuntime, "", bundle)
-	return rec, modify(rec, bundle, cfg, "")
+	return rec, ModifyFor(rec, bundle, cfg, "")
 }
 
-// modify is Modify; an absolute root.path is taken below rootDir when set
-// (the create server's caller's root, /proc/PID/root), else as it is.
-func modify(rec *inject.Record, bundle string, cfg config.Config, rootDir string) error {
+// ModifyFor is Modify recording into rec; an absolute root.path is taken
+// below rootDir when set (the create server's caller's root,
+// /proc/PID/root, package createserver), else as it is.
+func ModifyFor(rec *inject.Record, bundle string, cfg config.Config, rootDir string) error {
 	// One modify of a bundle at a time: the create server's and the
 	// in-process one after the constructor gave up waiting for it (or a
 	// retried create). The second one then finds the first one's work

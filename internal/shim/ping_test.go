@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gantry-gpu/gantry/internal/createproto"
 )
 
 // exited waits up to 60s for the process pid to end (or be a zombie).
@@ -38,7 +40,7 @@ func running(pid int) bool {
 
 // rawRequest sends fields (NUL-terminated each) to sock, with an open
 // directory when dir is not empty, and returns all of the answer after the
-// server's ServerAccepted, which must come first.
+// server's createproto.ServerAccepted, which must come first.
 func rawRequest(t *testing.T, sock string, dir string, fields ...string) []byte {
 	t.Helper()
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
@@ -64,13 +66,13 @@ func rawRequest(t *testing.T, sock string, dir string, fields ...string) []byte 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) == 0 || b[0] != ServerAccepted {
-		t.Fatalf("the server's answer %q does not start with ServerAccepted (%q)", b, ServerAccepted)
+	if len(b) == 0 || b[0] != createproto.ServerAccepted {
+		t.Fatalf("the server's answer %q does not start with createproto.ServerAccepted (%q)", b, createproto.ServerAccepted)
 	}
 	return b[1:]
 }
 
-// TestPingServer: PingServer tells a server of the runtime's build from
+// TestPingServer: createproto.PingServer tells a server of the runtime's build from
 // one of another build (which then stops), from no server, and a request
 // shaped like a ping but carrying a bundle, or a create without one, is
 // answered as before: "do it yourself", and the server goes on.
@@ -78,31 +80,31 @@ func TestPingServer(t *testing.T) {
 	gantry, rt := buildGantry(t)
 
 	none := filepath.Join(t.TempDir(), "runtime.sock")
-	if st, err := PingServer(none, rt); st != ServerAbsent || err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if st, err := createproto.PingServer(none, rt); st != createproto.ServerAbsent || err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("no socket: %v, %v; want not running, naming the missing socket", st, err)
 	}
 
 	sock, srv, out := startServer(t, rt)
 	for i := 0; i < 2; i++ {
-		if st, err := PingServer(sock, rt); st != ServerSameBuild || err != nil {
+		if st, err := createproto.PingServer(sock, rt); st != createproto.ServerSameBuild || err != nil {
 			t.Fatalf("ping %d with the server's own build: %v, %v", i, st, err)
 		}
 	}
-	self, err := exeIdentity(rt)
+	self, err := createproto.ExeIdentity(rt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A ping's fields with a bundle directory: not a ping, and a
 	// malformed create.
-	if b := rawRequest(t, sock, t.TempDir(), ServerProtocol, self, "", "0", "", "", "0"); string(b) != "N" {
+	if b := rawRequest(t, sock, t.TempDir(), createproto.ServerProtocol, self, "", "0", "", "", "0"); string(b) != "N" {
 		t.Errorf("ping fields with a bundle fd: answer %q, want N", b)
 	}
 	// A create without a bundle directory, even from another build: not
 	// served, and not a reason to stop.
-	if b := rawRequest(t, sock, "", ServerProtocol, "1:2:3:4.000000005", "", "0", "/b", "id", "0"); string(b) != "N" {
+	if b := rawRequest(t, sock, "", createproto.ServerProtocol, "1:2:3:4.000000005", "", "0", "/b", "id", "0"); string(b) != "N" {
 		t.Errorf("create without a bundle fd: answer %q, want N", b)
 	}
-	if st, err := PingServer(sock, rt); st != ServerSameBuild || err != nil {
+	if st, err := createproto.PingServer(sock, rt); st != createproto.ServerSameBuild || err != nil {
 		t.Fatalf("after two requests it does not serve: %v, %v (output: %s)", st, err, readFile(out))
 	}
 	if !strings.Contains(readFile(out), "malformed") {
@@ -113,12 +115,12 @@ func TestPingServer(t *testing.T) {
 	if err := copyFile(gantry, other, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	st, err := PingServer(sock, other)
-	if st != ServerOtherBuild || err == nil || !strings.Contains(err.Error(), "serves none of its creates") || !strings.Contains(err.Error(), other) {
+	st, err := createproto.PingServer(sock, other)
+	if st != createproto.ServerOtherBuild || err == nil || !strings.Contains(err.Error(), "serves none of its creates") || !strings.Contains(err.Error(), other) {
 		t.Fatalf("ping with another build: %v, %v", st, err)
 	}
 	// The server's own file is unchanged: it stays, for its own build.
-	if st, err := PingServer(sock, rt); st != ServerSameBuild || err != nil {
+	if st, err := createproto.PingServer(sock, rt); st != createproto.ServerSameBuild || err != nil {
 		t.Fatalf("after a ping of another copy: %v, %v; want the server still serving its build", st, err)
 	}
 	if !strings.Contains(readFile(out), "another gantry-runtime file") {
@@ -128,7 +130,7 @@ func TestPingServer(t *testing.T) {
 	if !exited(srv.Process.Pid) {
 		t.Fatalf("the server still runs after SIGTERM")
 	}
-	if st, err := PingServer(sock, rt); st != ServerAbsent || err == nil {
+	if st, err := createproto.PingServer(sock, rt); st != createproto.ServerAbsent || err == nil {
 		t.Errorf("after the server stopped: %v, %v; want not running", st, err)
 	}
 }
@@ -143,8 +145,8 @@ func readFile(p string) string {
 // reported as such, never as a server.
 func TestPingServerNotOurs(t *testing.T) {
 	_, rt := buildGantry(t)
-	defer func(d time.Duration) { PingTimeout = d }(PingTimeout)
-	PingTimeout = 500 * time.Millisecond
+	defer func(d time.Duration) { createproto.PingTimeout = d }(createproto.PingTimeout)
+	createproto.PingTimeout = 500 * time.Millisecond
 	dir := t.TempDir()
 
 	listen := func(name string, serve func(net.Conn)) string {
@@ -172,7 +174,7 @@ func TestPingServerNotOurs(t *testing.T) {
 	// server but echoes: still a server's answer only when well-formed.
 	fake := listen("fake.sock", func(c net.Conn) { c.Write([]byte("Yes")); c.Close() })
 	for _, p := range []string{silent, foreign, mute, fake} {
-		if st, err := PingServer(p, rt); st != ServerNotOurs || err == nil {
+		if st, err := createproto.PingServer(p, rt); st != createproto.ServerNotOurs || err == nil {
 			t.Errorf("%s: %v, %v; want not a create server", filepath.Base(p), st, err)
 		}
 	}
@@ -184,7 +186,7 @@ func TestPingServerNotOurs(t *testing.T) {
 	}
 	l.SetUnlinkOnClose(false)
 	l.Close()
-	if st, err := PingServer(stale, rt); st != ServerAbsent || err == nil || !strings.Contains(err.Error(), "nobody listens") {
+	if st, err := createproto.PingServer(stale, rt); st != createproto.ServerAbsent || err == nil || !strings.Contains(err.Error(), "nobody listens") {
 		t.Errorf("stale socket: %v, %v; want not running", st, err)
 	}
 
@@ -192,14 +194,14 @@ func TestPingServerNotOurs(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := PingServer(file, rt); st != ServerNotOurs || err == nil || !strings.Contains(err.Error(), "not a socket") {
+	if st, err := createproto.PingServer(file, rt); st != createproto.ServerNotOurs || err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("regular file: %v, %v; want not a create server", st, err)
 	}
 }
 
 // TestPingServerUnserved: a server that does not serve the pinger (here:
 // it runs in another mount namespace) answers a bare "do it yourself";
-// PingServer says it cannot tell, not "another build", and the server
+// createproto.PingServer says it cannot tell, not "another build", and the server
 // goes on.
 func TestPingServerUnserved(t *testing.T) {
 	_, rt := buildGantry(t)
@@ -227,8 +229,8 @@ func TestPingServerUnserved(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	st, err := PingServer(sock, rt)
-	if st != ServerUnknown || err == nil || !strings.Contains(err.Error(), "mount namespace") {
+	st, err := createproto.PingServer(sock, rt)
+	if st != createproto.ServerUnknown || err == nil || !strings.Contains(err.Error(), "mount namespace") {
 		t.Errorf("server in another mount namespace: %v, %v; want unknown", st, err)
 	}
 	if !running(cmd.Process.Pid) {

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gantry-gpu/gantry/internal/createproto"
 )
 
 // startServer runs `gantry-runtime --create-server` of runtime on a socket
@@ -187,7 +189,7 @@ func TestCreateServerOtherBuild(t *testing.T) {
 	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
 	c.server = sock
 	cmd := exec.Command(other, "--root", c.state, "create", "--bundle", c.bundle, c.id)
-	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, ServerSocketEnv+"="+sock)
+	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, createproto.ServerSocketEnv+"="+sock)
 	if b, err := outputToFile(t, cmd); err != nil {
 		t.Fatalf("create through another copy: %v\n%s", err, b)
 	}
@@ -229,7 +231,7 @@ func TestCreateServerUpgrade(t *testing.T) {
 	}
 	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
 	cmd := exec.Command(bin, "--root", c.state, "create", "--bundle", c.bundle, c.id)
-	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, ServerSocketEnv+"="+sock)
+	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, createproto.ServerSocketEnv+"="+sock)
 	if b, err := outputToFile(t, cmd); err != nil {
 		t.Fatalf("create through the new build: %v\n%s", err, b)
 	}
@@ -265,7 +267,7 @@ func TestCreateServerRefusesOthers(t *testing.T) {
 		}
 		c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
 		cmd := exec.Command("unshare", "-m", "--propagation", "private", f.runtime, "--root", c.state, "create", "--bundle", c.bundle, c.id)
-		cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, ServerSocketEnv+"="+sock)
+		cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, createproto.ServerSocketEnv+"="+sock)
 		if b, err := outputToFile(t, cmd); err != nil {
 			t.Fatalf("create in another mount namespace: %v\n%s", err, b)
 		}
@@ -310,7 +312,7 @@ func TestCreateServerRefusesOthers(t *testing.T) {
 			t.Skipf("cannot hard-link %s into %s: %v", f.gantry, dir, err)
 		}
 		cmd := exec.Command(self, "create", "--bundle", bundle, c.id)
-		cmd.Env = []string{"PATH=/usr/bin:/bin", "GANTRY_CONFIG=" + cfg, ServerSocketEnv + "=" + sock}
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "GANTRY_CONFIG=" + cfg, createproto.ServerSocketEnv + "=" + sock}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		b, _ := outputToFile(t, cmd)
 		if rb, _ := os.ReadFile(logFile); bytes.Contains(rb, []byte(`"server":true`)) {
@@ -343,7 +345,7 @@ func TestCreateServerChecksCallerFile(t *testing.T) {
 	sock, _, _ := startServer(t, f.runtime)
 	c := newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=0"}, args: []string{"true"}})
 	before := c.configJSON()
-	claimed, err := exeIdentity(f.gantry)
+	claimed, err := createproto.ExeIdentity(f.gantry)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +359,7 @@ func TestCreateServerChecksCallerFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	msg := strings.Join([]string{ServerProtocol, claimed, c.config, "1", c.bundle, c.id, "0", ""}, "\x00")
+	msg := strings.Join([]string{createproto.ServerProtocol, claimed, c.config, "1", c.bundle, c.id, "0", ""}, "\x00")
 	if _, _, err := conn.WriteMsgUnix([]byte(msg), unix.UnixRights(int(dir.Fd())), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +367,7 @@ func TestCreateServerChecksCallerFile(t *testing.T) {
 	if _, err := io.ReadFull(conn, answer); err != nil {
 		t.Fatal(err)
 	}
-	if answer[0] != ServerAccepted || answer[1] != 'N' {
+	if answer[0] != createproto.ServerAccepted || answer[1] != 'N' {
 		t.Errorf("answer %q to a caller running another program under the server's identity, want N", answer)
 	}
 	if string(c.configJSON()) != string(before) {
@@ -459,8 +461,8 @@ func stuckListener(t *testing.T, full bool) string {
 // TestServerNotTaking: a create server's socket where nothing takes the
 // connection (a stopped or frozen server: a listener that never accepts,
 // with room in its backlog or with the backlog full) costs a GPU create and
-// Docker's --gpus hook well under a second (ServerConnectTimeout,
-// ServerAckTimeout) before the work runs in-process, and the create
+// Docker's --gpus hook well under a second (createproto.ServerConnectTimeout,
+// createproto.ServerAckTimeout) before the work runs in-process, and the create
 // succeeds. Before the acceptance byte, a create waited 15 s (5 s with a
 // full backlog). The bound asserted is generous: 5 s of the create's
 // start-up (its log record's startup_ms: the constructor's time before Go
@@ -500,7 +502,7 @@ func serverNotTaking(t *testing.T) {
 			// state's bundle, after the wait) within the same bound.
 			cmd := exec.Command(hookBin(t, f), "prestart")
 			cmd.Stdin = strings.NewReader(`{"ociVersion":"1.0.2","id":"stuck","status":"creating","pid":1,"bundle":"/nonexistent-bundle"}`)
-			cmd.Env = []string{"GANTRY_CONFIG=/dev/null", ServerSocketEnv + "=" + sock}
+			cmd.Env = []string{"GANTRY_CONFIG=/dev/null", createproto.ServerSocketEnv + "=" + sock}
 			start = time.Now()
 			hout, _ := cmd.CombinedOutput()
 			wall = time.Since(start)

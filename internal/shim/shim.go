@@ -83,9 +83,6 @@ See "gantry config default" for every key.
 // It returns only on failure, or after --help; otherwise it has become the
 // low-level runtime.
 func Main(args []string, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == ServerFlag {
-		return ServerMain(args[1:], stderr)
-	}
 	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
 		fmt.Fprintf(stderr, usage, config.DefaultPath, config.EnvPath)
 		return 0
@@ -105,7 +102,7 @@ func Main(args []string, stderr io.Writer) int {
 		// engine could not clean up its containers.
 		cfg = config.Default()
 	}
-	lowLevel, err := findRuntime(cfg.Runtime.LowLevel)
+	lowLevel, err := FindRuntime(cfg.Runtime.LowLevel)
 	if err != nil {
 		report(stderr, inv, fmt.Errorf("%v (set runtime.low-level in %s)", err, orDefault(cfgPath)))
 		return 1
@@ -164,15 +161,15 @@ func orDefault(p string) string {
 	return p
 }
 
-// findRuntime resolves the low-level runtime: an absolute path as given, a
-// name through PATH, skipping any entry that is this executable (an
-// installer that put gantry-runtime in PATH as "runc" must not make us exec
-// ourselves forever).
 // DefaultPath is searched for the low-level runtime when PATH is unset or
 // empty (the C fast path uses the same list).
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-func findRuntime(name string) (string, error) {
+// FindRuntime resolves the low-level runtime: an absolute path as given, a
+// name through PATH, skipping any entry that is this executable (an
+// installer that put gantry-runtime in PATH as "runc" must not make us exec
+// ourselves forever).
+func FindRuntime(name string) (string, error) {
 	if strings.Contains(name, "/") {
 		if _, err := os.Stat(name); err != nil {
 			return "", fmt.Errorf("low-level runtime %s: %w", name, err)

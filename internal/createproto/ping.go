@@ -1,4 +1,4 @@
-package shim
+package createproto
 
 import (
 	"errors"
@@ -64,7 +64,7 @@ var PingTimeout = 5 * time.Second
 // so an unserved caller (another user, another mount namespace), which
 // only ever gets a bare "do it yourself", is told apart (ServerUnknown).
 func PingServer(sock, runtimePath string) (ServerStatus, error) {
-	id, err := exeIdentity(runtimePath)
+	id, err := ExeIdentity(runtimePath)
 	if err != nil {
 		return ServerUnknown, fmt.Errorf("the runtime to compare with: %w", err)
 	}
@@ -89,11 +89,11 @@ func PingServer(sock, runtimePath string) (ServerStatus, error) {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(PingTimeout))
-	msg := ServerProtocol + "\x00" + id + "\x00\x000\x00\x00\x000\x00"
+	msg := Ping{Exe: id}.Encode()
 	// A server that does not serve this caller answers before it reads
 	// and closes: the ping may then fail to go out, or the connection be
 	// reset after the answer; the answer is read all the same.
-	_, werr := c.Write([]byte(msg))
+	_, werr := c.Write(msg)
 	// The answer, 'Y' or 'N' and the server's identity, then EOF.
 	b, err := io.ReadAll(io.LimitReader(c, 256))
 	if err != nil && !(len(b) > 0 && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))) {
@@ -111,24 +111,20 @@ func PingServer(sock, runtimePath string) (ServerStatus, error) {
 	if len(b) > 0 && b[0] == ServerAccepted {
 		b = b[1:]
 	}
-	switch {
-	case len(b) == 0:
+	if len(b) == 0 {
 		return ServerNotOurs, fmt.Errorf("%s closed the connection without a create server's answer: not a create server", sock)
-	case string(b) == string(answerSelf):
+	}
+	if string(b) == string(rune(AnswerSelf)) {
 		// What a server answers a caller it does not serve, before
 		// reading anything.
 		return ServerUnknown, fmt.Errorf("the create server on %s did not serve this check: it serves only its own user (root) in its own mount namespace; ask as root on the host", sock)
-	case len(b) > 1 && isIdentity(string(b[1:])) && b[0] == answerDone && string(b[1:]) == id:
+	}
+	a, err := DecodePingAnswer(b)
+	switch {
+	case err == nil && a.Answer == AnswerDone && a.Exe == id:
 		return ServerSameBuild, nil
-	case len(b) > 1 && isIdentity(string(b[1:])) && b[0] == answerSelf && string(b[1:]) != id:
-		return ServerOtherBuild, fmt.Errorf("the create server on %s runs another build (%s) than %s (%s): it serves none of its creates", sock, b[1:], runtimePath, id)
+	case err == nil && a.Answer == AnswerSelf && a.Exe != id:
+		return ServerOtherBuild, fmt.Errorf("the create server on %s runs another build (%s) than %s (%s): it serves none of its creates", sock, a.Exe, runtimePath, id)
 	}
 	return ServerNotOurs, fmt.Errorf("%s answered %q, not a create server's answer", sock, b)
-}
-
-// isIdentity reports whether s has exeIdentity's form.
-func isIdentity(s string) bool {
-	var dev, ino, size, sec, nsec uint64
-	n, err := fmt.Sscanf(s, "%d:%d:%d:%d.%d", &dev, &ino, &size, &sec, &nsec)
-	return err == nil && n == 5 && fmt.Sprintf("%d:%d:%d:%d.%09d", dev, ino, size, sec, nsec) == s
 }

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package shim
+package createserver
 
 import (
 	"bufio"

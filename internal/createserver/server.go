@@ -1,7 +1,6 @@
-package shim
+package createserver
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,157 +18,13 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/containerhook"
+	"github.com/gantry-gpu/gantry/internal/createproto"
 	"github.com/gantry-gpu/gantry/internal/hook"
 	"github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/lowlevel"
+	"github.com/gantry-gpu/gantry/internal/shim"
 	"github.com/gantry-gpu/gantry/internal/unixsock"
 )
-
-// The create server (gantry-runtime --create-server) makes the GPU
-// changes of a create for gantry-runtime's C constructor, so that a GPU
-// container's create does not start the Go runtime at all: the
-// constructor sends the bundle (as an open directory) over a unix socket,
-// the server runs the same modify as the in-process path, and the
-// constructor executes the low-level runtime when the answer is "done".
-// Any other answer, or no server, and the create goes to Go in-process as
-// before, which decides, applies or refuses, and reports: the server only
-// ever takes work off the in-process path, never changes its outcome.
-//
-// It serves only callers that could have done the work themselves: root
-// in the server's user namespace, in the server's mount namespace (the
-// driver files and mount sources it names are the caller's), running this
-// very executable (the same build decides the same way). Absolute root
-// paths are taken below the caller's root (/proc/PID/root).
-
-// ServerProtocol opens every create request and ping; fastpath.c's
-// gantry_server_magic holds the same text (constants_test.go).
-const ServerProtocol = "gantry-create/1"
-
-// HookProtocol opens a prestart hook's request (fastpath.c's
-// gantry_hook_magic): Docker's --gpus path, where the C constructor of
-// gantry-hook (nvidia-container-runtime-hook) sends the OCI state it read
-// from stdin, and the server does what the hook's Go code would (package
-// hook's Prestart) for the hook's process.
-const HookProtocol = "gantry-hook/1"
-
-// MaxHookState bounds the OCI state the constructor sends (fastpath.c's
-// gantry_max_hook_state): a state is a few hundred bytes, and one message
-// of this size arrives whole; a larger one is left to the hook's Go code.
-const MaxHookState = 32 << 10
-
-// DefaultServerSocket is where gantry-runtime looks for the create server,
-// unless ServerSocketEnv names another socket (fastpath.c has both).
-const (
-	DefaultServerSocket = "/run/gantry/runtime.sock"
-	ServerSocketEnv     = "GANTRY_RUNTIME_SOCKET"
-)
-
-// ServerFlag, first on gantry-runtime's command line, runs the server.
-const ServerFlag = "--create-server"
-
-// How long the C constructor (fastpath.c's gantry_server_*_ms) waits for a
-// create server before it does the work in-process: a server that is
-// stopped, frozen or never accepts (its backlog full, or a listener that
-// is not a server) must not cost a create more than a fraction of a
-// second. The server writes ServerAccepted as soon as it takes the
-// connection; only then does the caller wait ServerAnswerTimeout for the
-// work itself.
-const (
-	// ServerConnectTimeout bounds the connect and the send of the request
-	// (SO_SNDTIMEO: on a unix socket it bounds a connect to a full
-	// backlog too).
-	ServerConnectTimeout = 300 * time.Millisecond
-	// ServerAckTimeout bounds the wait for ServerAccepted once the
-	// request went out.
-	ServerAckTimeout = 500 * time.Millisecond
-	// ServerAnswerTimeout bounds the wait for the answer after
-	// ServerAccepted: the first create of a new driver version may build
-	// its tree, a copy of a few hundred MB across filesystems.
-	ServerAnswerTimeout = 15 * time.Second
-)
-
-// ServerAccepted is the byte the server writes first on every connection
-// it takes, before it reads the request; the answer (answerDone or
-// answerSelf) follows. A caller of an older build reads it as "do it
-// yourself", as it reads anything but answerDone.
-const ServerAccepted = '+'
-
-// maxRequest bounds a request: four paths and a few numbers.
-const maxRequest = 4 * 4096
-
-// request is one create as the constructor sends it.
-type serverRequest struct {
-	exe        string // the caller's executable identity (exeIdentity)
-	configPath string
-	explicit   bool
-	bundle     string // as given on the command line, for the log
-	container  string
-	startNS    int64 // the caller's constructor, CLOCK_MONOTONIC
-}
-
-func parseRequest(b []byte) (serverRequest, error) {
-	f := strings.Split(string(b), "\x00")
-	if len(f) != 8 || f[7] != "" || f[0] != ServerProtocol {
-		return serverRequest{}, errors.New("not a " + ServerProtocol + " request")
-	}
-	start, err := strconv.ParseInt(f[6], 10, 64)
-	if err != nil || (f[3] != "0" && f[3] != "1") || f[1] == "" || (f[5] == "" && f[4] != "") || (f[2] != "" && !filepath.IsAbs(f[2])) {
-		return serverRequest{}, errors.New("malformed " + ServerProtocol + " request")
-	}
-	return serverRequest{exe: f[1], configPath: f[2], explicit: f[3] == "1", bundle: f[4], container: f[5], startNS: start}, nil
-}
-
-// wholeRequest reports whether b holds a whole request: every field of
-// its protocol, each ended by a NUL (a create or a ping has 7, a hook 6);
-// anything else is as whole as it gets.
-func wholeRequest(b []byte) bool {
-	switch {
-	case bytes.HasPrefix(b, []byte(HookProtocol+"\x00")):
-		return bytes.Count(b, []byte{0}) >= 6
-	case bytes.HasPrefix(b, []byte(ServerProtocol+"\x00")):
-		return bytes.Count(b, []byte{0}) >= 7
-	}
-	return true
-}
-
-// hookRequest is one prestart hook as the constructor sends it: the
-// protocol, the caller's executable identity, the configuration path,
-// whether it was explicit, the constructor's start time and the OCI state
-// (JSON, which holds no NUL), each ended by a NUL.
-type hookRequest struct {
-	exe        string
-	configPath string
-	explicit   bool
-	startNS    int64
-	state      []byte
-}
-
-func parseHookRequest(b []byte) (hookRequest, error) {
-	f := strings.Split(string(b), "\x00")
-	if len(f) != 7 || f[6] != "" || f[0] != HookProtocol {
-		return hookRequest{}, errors.New("not a " + HookProtocol + " request")
-	}
-	start, err := strconv.ParseInt(f[4], 10, 64)
-	if err != nil || (f[3] != "0" && f[3] != "1") || f[1] == "" || (f[2] != "" && !filepath.IsAbs(f[2])) || f[5] == "" {
-		return hookRequest{}, errors.New("malformed " + HookProtocol + " request")
-	}
-	return hookRequest{exe: f[1], configPath: f[2], explicit: f[3] == "1", startNS: start, state: []byte(f[5])}, nil
-}
-
-// ping reports whether r is a health probe (PingServer): no bundle and no
-// container; it comes without a bundle directory, and a create always
-// names both.
-func (r serverRequest) ping() bool { return r.bundle == "" && r.container == "" }
-
-// exeIdentity names a file's identity as the constructor does: device,
-// inode, size and modification time of what /proc/self/exe is.
-func exeIdentity(p string) (string, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(p, &st); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%d:%d:%d:%d.%09d", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec), nil
-}
 
 // Server answers the constructor's requests on one listener.
 type Server struct {
@@ -196,7 +50,7 @@ type cachedConfig struct {
 
 // NewServer makes a server for this executable.
 func NewServer(log io.Writer) (*Server, error) {
-	exe, err := exeIdentity("/proc/self/exe")
+	exe, err := createproto.ExeIdentity("/proc/self/exe")
 	if err != nil {
 		return nil, fmt.Errorf("reading this program's identity: %w", err)
 	}
@@ -235,22 +89,15 @@ func (s *Server) Serve(l *net.UnixListener) error {
 	}
 }
 
-// The one-byte answers: done (execute the low-level runtime) or do it
-// yourself (in-process Go).
-const (
-	answerDone = 'Y'
-	answerSelf = 'N'
-)
-
 func (s *Server) handle(c *net.UnixConn) {
 	defer c.Close()
 	// Taken: the caller now waits for the work (ServerAnswerTimeout),
 	// no longer for a server that may not be there (ServerAckTimeout).
 	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.Write([]byte{ServerAccepted}); err != nil {
+	if _, err := c.Write([]byte{createproto.ServerAccepted}); err != nil {
 		return
 	}
-	answer := byte(answerSelf)
+	answer := byte(createproto.AnswerSelf)
 	var extra string // a ping's answer: this server's identity after it
 	defer func() { _, _ = c.Write(append([]byte{answer}, extra...)) }()
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -263,11 +110,11 @@ func (s *Server) handle(c *net.UnixConn) {
 	// pid is reused after it dies): the answer stands only if it is
 	// still alive once everything that read them is done.
 	defer func() {
-		if answer == answerDone && unix.PidfdSendSignal(pidfd, 0, nil, 0) != nil {
-			answer = answerSelf
+		if answer == createproto.AnswerDone && unix.PidfdSendSignal(pidfd, 0, nil, 0) != nil {
+			answer = createproto.AnswerSelf
 		}
 	}()
-	buf := make([]byte, maxRequest+MaxHookState)
+	buf := make([]byte, createproto.MaxRequest+createproto.MaxHookState)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
 	if err != nil {
@@ -275,7 +122,7 @@ func (s *Server) handle(c *net.UnixConn) {
 	}
 	// A stream socket may deliver a long request (a long configuration
 	// path, a large state) in parts: read on until it is whole.
-	for n < len(buf) && !wholeRequest(buf[:n]) {
+	for n < len(buf) && !createproto.Whole(buf[:n]) {
 		m, err := c.Read(buf[n:])
 		n += m
 		if err != nil {
@@ -296,11 +143,11 @@ func (s *Server) handle(c *net.UnixConn) {
 			}
 		}
 	}
-	if bytes.HasPrefix(buf[:n], []byte(HookProtocol+"\x00")) {
+	if createproto.IsHook(buf[:n]) {
 		if fd >= 0 {
 			unix.Close(fd)
 		} else if s.hook(pid, pidfd, buf[:n]) {
-			answer = answerDone
+			answer = createproto.AnswerDone
 		}
 		return
 	}
@@ -308,48 +155,48 @@ func (s *Server) handle(c *net.UnixConn) {
 		// Without a bundle directory only a ping is answered, with
 		// this server's identity, which tells the pinger that it was
 		// served (a bare 'N' is all an unserved caller ever gets).
-		if req, err := parseRequest(buf[:n]); err == nil && req.ping() {
-			answer, extra = s.sameBuild(req), s.exe
+		if p, err := createproto.DecodePing(buf[:n]); err == nil {
+			answer, extra = s.sameBuild(p.Exe), s.exe
 		}
 		return
 	}
 	dir := os.NewFile(uintptr(fd), "bundle")
 	defer dir.Close()
-	req, err := parseRequest(buf[:n])
-	if err == nil && req.ping() {
-		err = errors.New("malformed " + ServerProtocol + " request")
+	req, err := createproto.DecodeCreate(buf[:n])
+	if err == nil && req.IsPing() {
+		err = errors.New("malformed " + createproto.ServerProtocol + " request")
 	}
 	if err != nil {
 		fmt.Fprintf(s.log, "gantry-runtime create server: %v\n", err)
 		return
 	}
-	if !s.runsThis(pid, req.exe) {
+	if !s.runsThis(pid, req.Exe) {
 		return
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return
 	}
-	cfg, err := s.config(req.configPath, req.explicit)
+	cfg, err := s.config(req.ConfigPath, req.Explicit)
 	if err != nil {
 		// The in-process path reports a bad configuration itself.
 		return
 	}
 	bundle := "/proc/self/fd/" + strconv.Itoa(fd)
-	logged := req.bundle
+	logged := req.Bundle
 	if p, err := os.Readlink(bundle); err == nil {
 		logged = p
 	}
-	rec := inject.NewRecord(inject.FrontEndRuntime, req.container, logged)
+	rec := inject.NewRecord(inject.FrontEndRuntime, req.Container, logged)
 	rec.Server = true
-	rec.StartupMS = sinceNS(req.startNS)
-	if err := modify(rec, bundle, cfg, fmt.Sprintf("/proc/%d/root", pid)); err != nil {
+	rec.StartupMS = sinceNS(req.StartNS)
+	if err := shim.ModifyFor(rec, bundle, cfg, fmt.Sprintf("/proc/%d/root", pid)); err != nil {
 		// Refusals and failures go back to the in-process path, which
 		// meets the same error and reports it as always (and logs it).
 		return
 	}
 	rec.Log(cfg, nil)
-	answer = answerDone
+	answer = createproto.AnswerDone
 }
 
 // hook runs a prestart hook's request from pid (checked by peer): true
@@ -360,12 +207,12 @@ func (s *Server) handle(c *net.UnixConn) {
 // the caller resolves them, and package hook's checks compare the
 // container's root with them.
 func (s *Server) hook(pid, pidfd int, b []byte) bool {
-	req, err := parseHookRequest(b)
+	req, err := createproto.DecodeHook(b)
 	if err != nil {
 		fmt.Fprintf(s.log, "gantry-runtime create server: %v\n", err)
 		return false
 	}
-	if !s.runsThis(pid, req.exe) {
+	if !s.runsThis(pid, req.Exe) {
 		return false
 	}
 	proc := "/proc/" + strconv.Itoa(pid)
@@ -374,20 +221,20 @@ func (s *Server) hook(pid, pidfd int, b []byte) bool {
 		s.refused("hook's root directory is not the server's")
 		return false
 	}
-	cfg, err := s.config(req.configPath, req.explicit)
+	cfg, err := s.config(req.ConfigPath, req.Explicit)
 	if err != nil {
 		return false
 	}
 	rec := inject.NewRecord(inject.FrontEndHook, "", "")
 	rec.Server = true
-	rec.StartupMS = sinceNS(req.startNS)
+	rec.StartupMS = sinceNS(req.StartNS)
 	caller := hook.Caller{PID: pid, Alive: func() error {
 		if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
 			return fmt.Errorf("exited while the create server worked for it: %w", err)
 		}
 		return nil
 	}}
-	st, err := containerhook.ParseState(req.state)
+	st, err := containerhook.ParseState(req.State)
 	if err != nil {
 		return false
 	}
@@ -413,38 +260,38 @@ func sinceNS(start int64) float64 {
 // new build), and the file its process runs is that file, whatever it
 // claims.
 func (s *Server) runsThis(pid int, exe string) bool {
-	if s.sameBuild(serverRequest{exe: exe}) != answerDone {
+	if s.sameBuild(exe) != createproto.AnswerDone {
 		return false
 	}
-	if id, err := exeIdentity("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || id != s.exe {
+	if id, err := createproto.ExeIdentity("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || id != s.exe {
 		s.refused("caller runs another file than the identity it sent")
 		return false
 	}
 	return true
 }
 
-// sameBuild answers answerDone when req's caller runs this very
+// sameBuild answers AnswerDone when a caller of identity exe runs this very
 // executable. Otherwise the caller decides for itself; and when this
 // server's own file was replaced (an upgrade: the caller runs the new
 // build), the server makes way for one of that build. A caller that runs
 // another copy while this server's file is unchanged (an engine
 // configured with another path) does not stop it: its own callers keep
 // being served.
-func (s *Server) sameBuild(req serverRequest) byte {
-	if req.exe == s.exe {
-		return answerDone
+func (s *Server) sameBuild(exe string) byte {
+	if exe == s.exe {
+		return createproto.AnswerDone
 	}
 	if s.ownFileReplaced() {
 		s.stale.Do(func() {
-			fmt.Fprintf(s.log, "gantry-runtime create server: callers run another gantry-runtime (%s) and this server's file was replaced (it is %s): stopping\n", req.exe, s.exe)
+			fmt.Fprintf(s.log, "gantry-runtime create server: callers run another gantry-runtime (%s) and this server's file was replaced (it is %s): stopping\n", exe, s.exe)
 			_ = s.l.Close()
 		})
 	} else {
 		s.other.Do(func() {
-			fmt.Fprintf(s.log, "gantry-runtime create server: a caller runs another gantry-runtime file (%s, this server is %s, its file unchanged): not served, staying\n", req.exe, s.exe)
+			fmt.Fprintf(s.log, "gantry-runtime create server: a caller runs another gantry-runtime file (%s, this server is %s, its file unchanged): not served, staying\n", exe, s.exe)
 		})
 	}
-	return answerSelf
+	return createproto.AnswerSelf
 }
 
 // ownFileReplaced reports whether the file this server was started from
@@ -454,7 +301,7 @@ func (s *Server) ownFileReplaced() bool {
 	if err != nil || strings.HasSuffix(p, " (deleted)") {
 		return true
 	}
-	id, err := exeIdentity(p)
+	id, err := createproto.ExeIdentity(p)
 	return err != nil || id != s.exe
 }
 
@@ -683,11 +530,11 @@ deployments/systemd/gantry-runtime-server.socket. The server stops by itself whe
 callers run another build (an upgrade), and on SIGTERM or SIGINT.
 `
 
-// ServerMain runs the create server (arguments after --create-server).
-func ServerMain(args []string, stderr io.Writer) int {
-	sock := os.Getenv(ServerSocketEnv)
+// Main runs the create server (arguments after --create-server).
+func Main(args []string, stderr io.Writer) int {
+	sock := os.Getenv(createproto.ServerSocketEnv)
 	if sock == "" {
-		sock = DefaultServerSocket
+		sock = createproto.DefaultServerSocket
 	}
 	for i := 0; i < len(args); i++ {
 		switch a := args[i]; {
@@ -745,7 +592,7 @@ func warnLowLevel(stderr io.Writer) {
 	if err != nil {
 		return
 	}
-	path, err := findRuntime(cfg.Runtime.LowLevel)
+	path, err := shim.FindRuntime(cfg.Runtime.LowLevel)
 	if err != nil {
 		return
 	}
