@@ -113,8 +113,11 @@ func readSource(engine Engine, path string, current []byte, opts Options) ([]byt
 // change list.
 func checkEngine(engine Engine, path string, planned []byte, opts Options, names []string) (string, error) {
 	d, ok := Lookup(engine)
-	if !ok || d.Check == nil {
+	if !ok {
 		return "", nil
+	}
+	if d.Check == nil {
+		return fmt.Sprintf("not checked by %s itself (Gantry has no check that runs it): read back by Gantry's reader only", d.Program), nil
 	}
 	bin, why := "", "the engine check is off (--no-engine-check)"
 	if !opts.SkipEngineCheck {
