@@ -232,7 +232,8 @@ func lookup(o Options, idx *index, names []string) ([]*cdi.Device, error) {
 			strings.Join(unsure, ", "), b.Path, b.Skipped)
 	}
 	if len(missing) > 0 {
-		return nil, &NotFoundError{Names: missing, Dirs: idx.Dirs, Skipped: skippedFor(idx, missing)}
+		skipped, unusable := skippedFor(idx, missing)
+		return nil, &NotFoundError{Names: missing, Dirs: idx.Dirs, Skipped: skipped, Unusable: unusable}
 	}
 	return out, nil
 }
@@ -243,10 +244,18 @@ type NotFoundError struct {
 	// Skipped are the spec files (or directories) not read, with why:
 	// one of them may define the names.
 	Skipped []string
+	// Unusable are the spec files read that do not parse (or could not be
+	// read whole), each with the error: one of them may define the names.
+	Unusable []string
 }
 
 func (e *NotFoundError) Error() string {
-	s := fmt.Sprintf("CDI devices %s are not in any spec under %s: generate one (gantry cdi generate) or fix the names", strings.Join(e.Names, ", "), strings.Join(e.Dirs, ", "))
+	names, dirs := strings.Join(e.Names, ", "), strings.Join(e.Dirs, ", ")
+	s := fmt.Sprintf("CDI devices %s are not in any spec under %s: generate one (gantry cdi generate) or fix the names", names, dirs)
+	if len(e.Unusable) > 0 {
+		// A spec is there; it is broken, not missing.
+		s = fmt.Sprintf("CDI devices %s are in no spec under %s that Gantry can use, and %s: fix or regenerate it (gantry cdi generate), or fix the names", names, dirs, strings.Join(e.Unusable, "; "))
+	}
 	if len(e.Skipped) > 0 {
 		s += "; not read, and may define them: " + strings.Join(e.Skipped, "; ")
 	}
@@ -254,11 +263,21 @@ func (e *NotFoundError) Error() string {
 }
 
 // skippedFor lists the files and directories the index skipped, those whose
-// name has a wanted vendor first, at most 5.
-func skippedFor(idx *index, names []string) []string {
+// name has a wanted vendor first, at most 5: those not read, and apart the
+// ones read that were unusable (a spec that does not parse), each "FILE
+// does not parse: ERROR" or "FILE: ERROR".
+func skippedFor(idx *index, names []string) (skipped, unusable []string) {
 	var first, rest []string
 	for _, f := range idx.Files {
 		if f.Skipped == "" {
+			continue
+		}
+		if why, ok := strings.CutPrefix(f.Skipped, unusablePrefix); ok {
+			if parse, ok := strings.CutPrefix(why, parsePrefix); ok {
+				unusable = append(unusable, f.Path+" does not parse: "+parse)
+			} else {
+				unusable = append(unusable, f.Path+": "+why)
+			}
 			continue
 		}
 		msg := f.Path + ": " + f.Skipped
@@ -277,8 +296,18 @@ func skippedFor(idx *index, names []string) []string {
 	if len(out) > 5 {
 		out = append(out[:5], fmt.Sprintf("and %d more", len(out)-5))
 	}
-	return out
+	if len(unusable) > 5 {
+		unusable = append(unusable[:5], fmt.Sprintf("%d more", len(unusable)-5))
+	}
+	return out, unusable
 }
+
+// The reasons a file read is recorded as unusable (file.Skipped): a read
+// error, or with parsePrefix too the parser's error.
+const (
+	unusablePrefix = "unusable: "
+	parsePrefix    = "parse: "
+)
 
 // errNotRegular is readBounded's refusal of what is not a regular file.
 var errNotRegular = errors.New("not a regular file")
@@ -467,13 +496,13 @@ func buildFile(o Options, p string, prio int, read *int, total *int64, parsed ma
 		case err != nil:
 			f.Skipped = err.Error()
 			if !errors.Is(err, errNotRegular) {
-				f.Skipped = "unusable: " + f.Skipped
+				f.Skipped = unusablePrefix + f.Skipped
 			}
 		default:
 			specReads.Add(1)
 			spec, err := parseSpec(p, data, prio)
 			if err != nil {
-				f.Skipped = "unusable: " + err.Error()
+				f.Skipped = unusablePrefix + parsePrefix + err.Error()
 				break
 			}
 			parsed[p] = spec
@@ -482,7 +511,7 @@ func buildFile(o Options, p string, prio int, read *int, total *int64, parsed ma
 			}
 		}
 	}
-	if f.Skipped != "" && !strings.HasPrefix(f.Skipped, "unusable") {
+	if f.Skipped != "" && !strings.HasPrefix(f.Skipped, unusablePrefix) {
 		o.Warn(fmt.Sprintf("CDI spec %s not read: %s", p, f.Skipped))
 	}
 	return f

@@ -581,3 +581,32 @@ func BenchmarkCDI1001(b *testing.B) {
 		}
 	})
 }
+
+// A spec that is there but does not parse is named with its parse error:
+// the device is not "in no spec" (what the error said before), the spec
+// that should define it is broken. Spec files that were not read are
+// still named apart.
+func TestUnparseableSpecNamed(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "nvidia.yaml")
+	write(t, bad, "cdiVersion: \"0.6.0\"\nkind: nvidia.com/gpu\ndevices:\n- name: 0\n  containerEdits:\n    env: [\"A=1\"]\n  bogus: [\n")
+	o := Options{Dirs: []string{dir}, CacheDir: t.TempDir()}
+	_, err := Devices(o, []string{"nvidia.com/gpu=0"})
+	var nf *NotFoundError
+	if !errors.As(err, &nf) {
+		t.Fatalf("a device of an unparseable spec: %v; want a NotFoundError", err)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "not in any spec") || !strings.Contains(msg, bad+" does not parse: ") || !strings.Contains(msg, "yaml") {
+		t.Errorf("error %q: want it to name %s and its parse error, not to say the device is in no spec", msg, bad)
+	}
+	// With the index current, the same.
+	if _, err := Devices(o, []string{"nvidia.com/gpu=0"}); err == nil || err.Error() != msg {
+		t.Errorf("through the current index: %v, want %q", err, msg)
+	}
+	// A name no spec defines, beside a good spec, is still not in any spec.
+	write(t, bad, specYAML("nvidia.com/gpu", "x", "0"))
+	if _, err := Devices(o, []string{"nvidia.com/gpu=1"}); err == nil || !strings.Contains(err.Error(), "not in any spec under "+dir) {
+		t.Errorf("a name no spec defines: %v", err)
+	}
+}

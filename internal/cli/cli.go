@@ -53,7 +53,11 @@ type command struct {
 	summary string
 	usage   string // argument synopsis after the name
 	help    string // paragraphs shown by --help
-	flags   func(fs *flag.FlagSet) func(e *env, args []string) error
+	// texts, when set, makes summary and help when they are shown, for a
+	// command whose text lists what is registered at run time (the
+	// engines of runtime configure).
+	texts func() (summary, help string)
+	flags func(fs *flag.FlagSet) func(e *env, args []string) error
 	// noConfig commands take no global flags and run with the default
 	// configuration, never reading $GANTRY_CONFIG or a file: the CDI hooks,
 	// which run as root with an environment the image may have written.
@@ -62,6 +66,16 @@ type command struct {
 	// configuration it cannot load, output it cannot write); 0 means 1.
 	// doctor uses 2, keeping 1 for "a check failed".
 	errCode int
+}
+
+// shown is c with its texts made.
+func (c *command) shown() *command {
+	if c.texts == nil {
+		return c
+	}
+	d := *c
+	d.summary, d.help = c.texts()
+	return &d
 }
 
 func (c *command) failCode() int {
@@ -132,7 +146,7 @@ func mainAs(args []string, stdout, stderr io.Writer, flagNames map[string]string
 			}
 			fmt.Fprintf(w, "Usage: gantry %s SUBCOMMAND [flags]\n\nSubcommands:\n", args[0])
 			for _, c := range group {
-				fmt.Fprintf(w, "  %-22s %s\n", c.name, c.summary)
+				fmt.Fprintf(w, "  %-22s %s\n", c.name, c.shown().summary)
 			}
 			fmt.Fprintf(w, "\nSee gantry %s SUBCOMMAND --help.\n", args[0])
 			return code
@@ -378,7 +392,7 @@ Commands:
 	sorted := append([]*command(nil), commands...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].name < sorted[j].name })
 	for _, c := range sorted {
-		fmt.Fprintf(w, "  %-22s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-22s %s\n", c.name, c.shown().summary)
 	}
 	fmt.Fprintf(w, `
 Global flags (before or after the command):
@@ -397,6 +411,7 @@ Examples:
 }
 
 func printCommandHelp(w io.Writer, c *command, fs *flag.FlagSet) {
+	c = c.shown()
 	fmt.Fprintf(w, "Usage: gantry %s [flags] %s\n\n%s\n", c.name, c.usage, c.summary)
 	if c.help != "" {
 		fmt.Fprintf(w, "\n%s\n", strings.TrimSpace(c.help))

@@ -11,25 +11,10 @@ import (
 
 func init() {
 	register(&command{
-		name:    "doctor",
-		summary: "Walk the chain from kernel driver to container and name the first broken link, with the fix",
-		usage:   "[--json] [--container ID [--namespace NS] [--runc-root DIR]] [--pod NAMESPACE/NAME] [--kubelet-dir DIR] [--node NAME] [--cri-socket PATH] [--create-server-socket PATH]",
-		help: doctor.Help() + `
-
-A check whose prerequisite failed is skipped and names it. With --container, the
-container is a Docker container if the docker CLI knows the ID or name, else a
-containerd task (any namespace, or --namespace) read from containerd's state
-directory, else a container runc runs without an engine (its state under
---runc-root, default /run/runc). Its device cgroup is tested by a short-lived
-host process placed in the container's cgroup that opens a 195:255 node
-(the state NVML inside reports as "Failed to initialize NVML: Unknown Error");
-nothing from the image runs (the probe needs root, and counts for a moment
-against the container's memory and pids limits). With --pod, the pod's
-containers are found through the CRI socket (--cri-socket) and examined the
-same way. The Kubernetes checks run where --kubelet-dir exists; the Node is read
-from the API server in a pod with a service account (NODE_NAME or --node names
-it). Prints "PASS|FAIL|INFO|SKIP name: evidence" per check and a fix under each
-failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes,
+		name:  "doctor",
+		usage: "[--json] [--container ID [--namespace NS] [--runc-root DIR]] [--pod NAMESPACE/NAME] [--kubelet-dir DIR] [--node NAME] [--cri-socket PATH] [--create-server-socket PATH]",
+		// The checks follow the engines registered (doctor.AllChecks).
+		texts:   func() (string, string) { return doctorSummary, doctor.Help() + doctorHelp },
 		errCode: 2,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			asJSON := fs.Bool("json", false, "print the checks as JSON")
@@ -101,3 +86,22 @@ func dockerSocketDefault() string {
 	}
 	return doctor.DefaultDockerSocket
 }
+
+const doctorSummary = "Walk the chain from kernel driver to container and name the first broken link, with the fix"
+
+var doctorHelp = `
+
+A check whose prerequisite failed is skipped and names it. With --container, the
+container is a Docker container if the docker CLI knows the ID or name, else a
+containerd task (any namespace, or --namespace) read from containerd's state
+directory, else a container runc runs without an engine (its state under
+--runc-root, default /run/runc). Its device cgroup is tested by a short-lived
+host process placed in the container's cgroup that opens a 195:255 node
+(the state NVML inside reports as "Failed to initialize NVML: Unknown Error");
+nothing from the image runs (the probe needs root, and counts for a moment
+against the container's memory and pids limits). With --pod, the pod's
+containers are found through the CRI socket (--cri-socket) and examined the
+same way. The Kubernetes checks run where --kubelet-dir exists; the Node is read
+from the API server in a pod with a service account (NODE_NAME or --node names
+it). Prints "PASS|FAIL|INFO|SKIP name: evidence" per check and a fix under each
+failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes

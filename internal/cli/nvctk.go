@@ -36,6 +36,10 @@ type nvCommand struct {
 	summary string
 	help    string
 	flags   []nvFlag
+	// texts, when set, fills the parts of a copy of the command that list
+	// what is registered at run time (runtime configure's engines) before
+	// it is shown.
+	texts func(c *nvCommand)
 	// run translates the parsed flags (name -> values, the last one for a
 	// single-valued flag) into a gantry invocation, or does the work itself.
 	run func(c *nvCtx, f nvValues) error
@@ -124,7 +128,7 @@ func NVIDIACTKMain(args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(w, "Subcommands of nvidia-ctk %s:\n", args[0])
 			for _, g := range group {
-				fmt.Fprintf(w, "  %-36s %s\n", g.words, g.summary)
+				fmt.Fprintf(w, "  %-36s %s\n", g.words, g.shown().summary)
 			}
 			return code
 		}
@@ -200,7 +204,7 @@ Commands:
 	sorted := append([]*nvCommand(nil), nvCommands...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].words < sorted[j].words })
 	for _, c := range sorted {
-		fmt.Fprintf(w, "  %-36s %s\n", c.words, c.summary)
+		fmt.Fprintf(w, "  %-36s %s\n", c.words, c.shown().summary)
 	}
 	fmt.Fprintf(w, "  %-36s %s\n", "hook COMMAND", "the CDI hooks, as nvidia-cdi-hook runs them (nvidia-ctk hook --help)")
 	fmt.Fprintf(w, `
@@ -214,7 +218,19 @@ See nvidia-ctk COMMAND --help, and gantry --help for Gantry's own commands.
 `)
 }
 
+// shown is c with its texts made.
+func (c *nvCommand) shown() *nvCommand {
+	if c.texts == nil {
+		return c
+	}
+	d := *c
+	d.flags = slices.Clone(c.flags)
+	c.texts(&d)
+	return &d
+}
+
 func nvCommandHelp(w io.Writer, c *nvCommand) {
+	c = c.shown()
 	fmt.Fprintf(w, "Usage: nvidia-ctk %s [flags]\n\n%s\n\n%s\n\nFlags:\n", c.words, c.summary, strings.TrimSpace(c.help))
 	for _, f := range c.flags {
 		names := make([]string, len(f.Names))

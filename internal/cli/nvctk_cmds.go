@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"strings"
-
 	"github.com/gantry-gpu/gantry/internal/cdicmd"
 	"github.com/gantry-gpu/gantry/internal/engineconfig"
 )
@@ -10,8 +8,15 @@ import (
 func init() {
 	nvCommands = append(nvCommands,
 		&nvCommand{
-			words:   "runtime configure",
-			summary: "register the GPU runtime with docker, containerd or crio (gantry runtime configure)",
+			words: "runtime configure",
+			texts: func(c *nvCommand) {
+				c.summary = "register the GPU runtime with " + engineconfig.EngineList() + " (gantry runtime configure)"
+				for i, f := range c.flags {
+					if f.Names[0] == "runtime" {
+						c.flags[i].Help = engineconfig.EngineList() + " (default docker)"
+					}
+				}
+			},
 			help: `Runs gantry runtime configure: registers gantry-runtime under the name nvidia
 (--nvidia-runtime-name) in the engine's configuration, keeping everything else in
 the file, replacing it atomically and printing the change as a diff. Restart the
@@ -126,11 +131,14 @@ func runNVRuntimeConfigure(c *nvCtx, f nvValues) error {
 	if v, ok := f.Str("runtime"); ok {
 		engine = v
 	}
+	// The engine as gantry runtime configure will read it (an alias such
+	// as cri-o is crio); an unknown one is refused there.
+	eng, _ := engineconfig.ParseEngine(engine)
 	args := []string{"runtime", "configure", "--runtime", engine, "--also-name", ""}
 	file, _ := f.Str("config")
 	dropIn, dropSet := f.Str("drop-in-config")
-	switch strings.ToLower(engine) {
-	case "crio", "cri-o":
+	switch eng {
+	case engineconfig.CRIO:
 		// The drop-in is the file Gantry writes (CRI-O merges drop-ins
 		// over crio.conf, which is not read); --drop-in-config="" edits
 		// --config, crio.conf, in place.
@@ -144,7 +152,7 @@ func runNVRuntimeConfigure(c *nvCtx, f nvValues) error {
 		default:
 			file = engineconfig.DefaultPath(engineconfig.CRIO)
 		}
-	case "containerd":
+	case engineconfig.Containerd:
 		// NVIDIA's toolkit 1.17+ writes containerd's runtime to a drop-in
 		// by default; --drop-in-config="" edits config.toml in place.
 		if !dropSet {
@@ -174,7 +182,7 @@ func runNVRuntimeConfigure(c *nvCtx, f nvValues) error {
 		args = append(args, "--name", v)
 	}
 	runtimePath, pathSet := f.Str("nvidia-runtime-path")
-	if strings.ToLower(engine) == "docker" {
+	if eng == engineconfig.Docker {
 		// NVIDIA's form under NVIDIA's name: {"path":
 		// "nvidia-container-runtime", "args": []}, the path looked up on
 		// dockerd's PATH (make install links that name to gantry-runtime).
@@ -191,7 +199,7 @@ func runNVRuntimeConfigure(c *nvCtx, f nvValues) error {
 		// where it runs); for docker the file is read, as NVIDIA's does.
 		args = append(args, "--config-source", v)
 	}
-	if v, ok := f.Str("executable-path"); ok && strings.ToLower(engine) != "docker" {
+	if v, ok := f.Str("executable-path"); ok && eng != engineconfig.Docker {
 		args = append(args, "--executable-path", v)
 	}
 	if v, ok := f.Str("config-mode"); ok && v != "config" {

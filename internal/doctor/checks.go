@@ -72,7 +72,7 @@ func Run(opts Options) []Check {
 			e.opts.ContainerdState = e.liveState
 		}
 	}
-	return e.run(Checks)
+	return e.run(AllChecks())
 }
 
 // run runs defs in order.
@@ -143,7 +143,14 @@ func (e *env) unmet(d CheckDef) (skipped []Check, omit bool) {
 		case NeedContainer, NeedPod:
 			// named (above)
 		default:
-			panic(fmt.Sprintf("doctor: check %q needs %q, which Run does not know", d.Name, n))
+			eng, ok := needEngine(n)
+			if !ok {
+				panic(fmt.Sprintf("doctor: check %q needs %q, which Run does not know", d.Name, n))
+			}
+			if !engineInstalled(o, eng) {
+				s := skip(d.Name, "%s is not installed (no %s on PATH, no %s)", eng.Title, eng.Program, engineConfig(o, eng))
+				c = &s
+			}
 		}
 		if c != nil {
 			return []Check{*c}, false
@@ -187,10 +194,10 @@ func (e *env) kubeState() *kubeState {
 	return e.kube
 }
 
-// only returns the checks named, in Checks' order.
+// only returns the checks named, in AllChecks' order.
 func only(names ...string) []CheckDef {
 	var out []CheckDef
-	for _, d := range Checks {
+	for _, d := range AllChecks() {
 		for _, n := range names {
 			if d.Name == n {
 				out = append(out, d)

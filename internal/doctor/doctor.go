@@ -98,6 +98,10 @@ type Options struct {
 	ContainerdConfig string
 	CRIOConfig       string
 	CRIODropins      string
+	// EngineConfigs is the configuration file of each registered engine
+	// that has no check written out (engineCheck); its DefaultPath when
+	// absent.
+	EngineConfigs map[engineconfig.Engine]string
 	// Container is a container ID (or name, for Docker) to examine: Docker's
 	// if the docker CLI knows it, else a containerd task; empty for none.
 	Container string

@@ -250,6 +250,12 @@ func engineFor(opts Options, check string) engineProcess {
 		return containerdProcess(opts)
 	case CheckCRIO:
 		return crioProcess(opts)
+	case CheckDocker:
+		return dockerdProcess(opts)
+	}
+	if d, ok := engineOfCheck(check); ok {
+		// An engine without a socket doctor knows: its lone daemon.
+		return engineProcess{comm: d.Program}
 	}
 	return dockerdProcess(opts)
 }
@@ -328,11 +334,8 @@ func modeOf(p string) string {
 // restartFor is the command that makes the engine of an engine check
 // read its configuration again.
 func restartFor(check string) string {
-	switch check {
-	case CheckContainerd:
-		return "systemctl restart containerd"
-	case CheckCRIO:
-		return "systemctl restart crio"
+	if d, ok := engineOfCheck(check); ok {
+		return d.Restart
 	}
 	return "systemctl restart docker"
 }

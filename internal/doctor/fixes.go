@@ -1,6 +1,10 @@
 package doctor
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
+)
 
 // The fixes doctor prints, each written once: Checks' documentation shows
 // them as written (Markdown; upper-case words such as ROOT, FILE or
@@ -27,28 +31,19 @@ const (
 	fixOldCDIHooks   = "rewrite them: `sudo gantry cdi fix-hooks FILE...` (atomically, each original kept as FILE.bak; `make install` does this for /etc/cdi and /var/run/cdi)"
 	fixCDISpec       = "regenerate it: `gantry cdi generate --output FILE` (`gantry cdi generate` belongs in the driver upgrade procedure)"
 
-	fixReadable            = "make the file readable"
-	fixDockerConfigure     = "`gantry runtime configure --runtime docker`, then `systemctl restart docker`"
-	fixDockerReinstall     = "install `gantry-runtime` there, or re-register it: " + fixDockerConfigure
-	fixDockerRestart       = "`systemctl restart docker` (dockerd reads daemon.json when it starts)"
-	fixDockerJSON          = "correct the JSON (dockerd will not start with it), then: " + fixDockerConfigure
-	fixContainerdConfigure = "`gantry runtime configure --runtime containerd`, then `systemctl restart containerd`"
-	fixContainerdLive      = fixContainerdConfigure + " (the containerd serving SOCKET, with the file it was started with)"
-	fixContainerdReinstall = "install `gantry-runtime` there, or re-register it: " + fixContainerdConfigure
-	fixContainerdTOML      = "correct the TOML (containerd will not start with it)"
-	fixContainerdImport    = "correct it, or run `nvidia-ctk runtime configure --runtime=containerd` again to regenerate Gantry's drop-in (containerd will not start with it)"
-	fixCRIOConfigure       = "`gantry runtime configure --runtime crio`, then `systemctl restart crio`"
-	fixCRIOReinstall       = "install `gantry-runtime` there, or re-register it: " + fixCRIOConfigure
-	fixCRIOTOML            = "correct the TOML (CRI-O will not start with it)"
-	fixNVMLHelper          = "install `gantry` beside `gantry-runtime` (`make install` does), or set `runtime.gantry-path` in the Gantry configuration to the gantry binary: `gantry-runtime` links no NVML and asks it for MIG devices"
-	fixHookPath            = "add DIR, where the hook is, to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), or `ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), then `systemctl restart docker`"
+	fixReadable         = "make the file readable"
+	fixDockerRestart    = "`systemctl restart docker` (dockerd reads daemon.json when it starts)"
+	fixContainerdTOML   = "correct the TOML (containerd will not start with it)"
+	fixContainerdImport = "correct it, or run `nvidia-ctk runtime configure --runtime=containerd` again to regenerate Gantry's drop-in (containerd will not start with it)"
+	fixCRIOTOML         = "correct the TOML (CRI-O will not start with it)"
+	fixNVMLHelper       = "install `gantry` beside `gantry-runtime` (`make install` does), or set `runtime.gantry-path` in the Gantry configuration to the gantry binary: `gantry-runtime` links no NVML and asks it for MIG devices"
+	fixHookPath         = "add DIR, where the hook is, to dockerd's `PATH` (an `Environment=PATH=` line in `docker.service`), or `ln -s gantry-runtime /usr/bin/nvidia-container-runtime-hook` (`make install` does it), then `systemctl restart docker`"
 
 	fixServerHeld        = "stop the process that holds the socket without answering (`kill PID`, COMM) and remove the socket (`rm SOCKET`); then start the create server again if you use it (`systemctl restart gantry-runtime-server.service`): until then each GPU create waits"
 	fixServerUnitHeld    = "systemd holds SOCKET for the socket unit but its service does not answer: `systemctl status gantry-runtime-server.service`, then `systemctl restart gantry-runtime-server.service`, or `systemctl stop gantry-runtime-server.socket` to create in-process"
 	fixServerHeldUnknown = "find what holds the socket (`ss -xlp | grep SOCKET`), stop it and remove the socket (`rm SOCKET`)"
 
 	fixNoContainer = "name a running container (`docker ps`; `ctr -n NAMESPACE tasks ls`; `crictl ps`) and run doctor as root on its host, where the docker CLI reaches the daemon; for containerd give `--namespace`, and `--containerd-state` if its state directory is not `" + DefaultContainerdState + "`"
-	fixNoRuntime   = "register Gantry's runtime: " + fixContainerdConfigure + ", and recreate the container under it (Kubernetes: `runtimeClassName: nvidia`, or make nvidia containerd's default runtime; ctr: `ctr run --runc-binary /usr/bin/gantry-runtime`)"
 	fixPlainRunc   = "run it with `--runtime nvidia`, or `--gpus all`ORCDI"
 	fixNoSpec      = "run doctor on the pod's node with `--containerd-state` at containerd's state directory (or a CRI runtime that reports the container's spec)"
 
@@ -115,6 +110,26 @@ const (
 // docFill fills a fix's placeholders with other documented fixes, for
 // the documentation (Markdown kept).
 func docFill(doc string, kv ...string) string { return strings.NewReplacer(kv...).Replace(doc) }
+
+// The fixes that register Gantry's runtime with an engine: the engine's
+// configure command and restart, from engineconfig's registry.
+var (
+	fixDockerConfigure     = configureFix(engineconfig.Docker)
+	fixDockerReinstall     = reinstallFix(fixDockerConfigure)
+	fixDockerJSON          = "correct the JSON (dockerd will not start with it), then: " + fixDockerConfigure
+	fixContainerdConfigure = configureFix(engineconfig.Containerd)
+	fixContainerdLive      = fixContainerdConfigure + " (the containerd serving SOCKET, with the file it was started with)"
+	fixContainerdReinstall = reinstallFix(fixContainerdConfigure)
+	fixCRIOConfigure       = configureFix(engineconfig.CRIO)
+	fixCRIOReinstall       = reinstallFix(fixCRIOConfigure)
+	fixNoRuntime           = "register Gantry's runtime: " + fixContainerdConfigure + ", and recreate the container under it (Kubernetes: `runtimeClassName: nvidia`, or make nvidia containerd's default runtime; ctr: `ctr run --runc-binary /usr/bin/gantry-runtime`)"
+)
+
+// configureFix is "`gantry runtime configure --runtime E`, then `RESTART`".
+func configureFix(e engineconfig.Engine) string {
+	d, _ := engineconfig.Lookup(e)
+	return d.ConfigureCommand()
+}
 
 // fix renders a documented fix for the terminal: the Markdown code marks
 // dropped, and each placeholder of kv (pairs: the word, its value)

@@ -18,6 +18,15 @@ var needDocs = map[Need]string{
 	NeedPod:        "`--pod` names a pod",
 }
 
+// needDoc is needDocs[n], or for an engine's need (engineNeed) what it
+// means.
+func needDoc(n Need) string {
+	if d, ok := needEngine(n); ok {
+		return fmt.Sprintf("%s is installed (`%s` on `PATH`, or its configuration)", d.Title, d.Program)
+	}
+	return needDocs[n]
+}
+
 // needOtherwise says what Run does when a need does not hold.
 func needOtherwise(needs []Need) string {
 	for _, n := range needs {
@@ -33,7 +42,7 @@ func needOtherwise(needs []Need) string {
 func Help() string {
 	var b strings.Builder
 	b.WriteString("Checks, in order (a check whose need does not hold is SKIP, or absent without --container/--pod):\n")
-	for _, c := range Checks {
+	for _, c := range AllChecks() {
 		line := c.Summary
 		if len(c.Needs) > 0 {
 			var needs []string
@@ -93,12 +102,12 @@ gantry --gpus sim:h100x8 --driver-root $TMPDIR/driver doctor \
 The checks, in the order doctor runs them:
 
 `)
-	for _, c := range Checks {
+	for _, c := range AllChecks() {
 		fmt.Fprintf(&b, "## %s\n\n%s\n\n", c.Name, c.Verifies)
 		if len(c.Needs) > 0 {
 			var needs []string
 			for _, n := range c.Needs {
-				needs = append(needs, needDocs[n])
+				needs = append(needs, needDoc(n))
 			}
 			fmt.Fprintf(&b, "Runs when %s; otherwise %s.\n\n", strings.Join(needs, " and "), needOtherwise(c.Needs))
 		}

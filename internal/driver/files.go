@@ -176,7 +176,7 @@ func configFiles() []capFile {
 }
 
 // xorgDirs hold the X server modules (the NVIDIA DDX driver and the GLX
-// server extension); findConfigs looks in <libcuda's dir>/nvidia/xorg first.
+// server extension); findModules looks in <libcuda's dir>/nvidia/xorg first.
 var xorgDirs = []string{
 	"/usr/lib/xorg/modules/drivers",
 	"/usr/lib/xorg/modules/extensions",
@@ -187,17 +187,11 @@ var xorgDirs = []string{
 	"/usr/lib/x86_64-linux-gnu/nvidia/xorg",
 }
 
-// findConfigs returns the configuration files, the X server modules and the
-// GBM backend. Each is taken once, from the first directory that has it,
-// and placed in the container where the loaders look (not where the
-// symlinks it may be lead), so HostPath is the real file and ContainerPath
-// the lookup path.
-func findConfigs(r *resolver, version string, libs []File) []File {
-	return append(findConfigFiles(r, version), findModules(r, version, libs)...)
-}
-
-// findConfigFiles is findConfigs' configuration files, which do not depend
-// on the libraries.
+// findConfigFiles returns the configuration files (findModules the X
+// server modules and the GBM backend, which depend on the libraries). Each
+// is taken once, from the first directory that has it, and placed in the
+// container where the loaders look (not where the symlinks it may be
+// lead), so HostPath is the real file and ContainerPath the lookup path.
 func findConfigFiles(r *resolver, version string) []File {
 	var out []File
 	for _, c := range configFiles() {
@@ -225,7 +219,8 @@ func findConfigFiles(r *resolver, version string) []File {
 	return out
 }
 
-// findModules is findConfigs' X server modules and GBM backend.
+// findModules returns the X server modules and the GBM backend, placed as
+// findConfigFiles places its files.
 func findModules(r *resolver, version string, libs []File) []File {
 	var out []File
 	// X server modules, next to libcuda first (NVIDIA's .run installer),

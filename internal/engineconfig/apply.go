@@ -3,7 +3,6 @@ package engineconfig
 import (
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/gantry-gpu/gantry/internal/atomicfile"
@@ -87,118 +86,48 @@ func Apply(engine Engine, path string, opts Options, dryRun bool) (diff string, 
 // with SourceCommand the engine's own view of it. The note says which
 // when it is not the file.
 func readSource(engine Engine, path string, current []byte, opts Options) ([]byte, string, error) {
+	d, ok := Lookup(engine)
+	if !ok {
+		return current, "", nil // plan names the unknown engine
+	}
 	switch opts.Source {
 	case SourceCommand:
 	case SourceCommandOrFile:
-		if bin, _ := findEngine(engine, opts); bin == "" || engine == Docker {
+		if bin, _ := findEngine(engine, opts); bin == "" || d.Source == nil {
 			return current, "", nil
 		}
 	default:
 		return current, "", nil
 	}
-	switch engine {
-	case Containerd:
-		bin, why := findEngine(engine, opts)
-		if bin == "" {
-			return nil, "", fmt.Errorf("%w: --config-source=command runs `containerd config dump`, but %s: give the binary (--executable-path) or use --config-source=file", ErrInvalidOptions, why)
-		}
-		if current == nil {
-			// containerd's dump of a missing file is its built-in
-			// configuration; a file is made from it.
-			dir, err := os.MkdirTemp("", "gantry-containerd-source-")
-			if err != nil {
-				return nil, "", err
-			}
-			defer os.RemoveAll(dir)
-			empty := filepath.Join(dir, "config.toml")
-			if err := os.WriteFile(empty, nil, 0o600); err != nil {
-				return nil, "", err
-			}
-			path = empty
-		}
-		dump, err := containerdDump(bin, path)
-		if err != nil {
-			return nil, "", fmt.Errorf("%w: --config-source=command: containerd cannot load %s as it is: %v: fix it (or use --config-source=file)", ErrEngineRejects, path, err)
-		}
-		// The dump lists the files it merged under imports, the file
-		// itself first; what they hold is in the dump already. The file's
-		// own imports stay as they were, so a file that another tool owns
-		// keeps being read.
-		doc, err := decodeTOML(dump)
-		if err != nil {
-			return nil, "", fmt.Errorf("%w: `%s config dump` of %s does not parse: %v", ErrEngineRejects, bin, path, err)
-		}
-		keep := []any{}
-		if cur, err := decodeTOML(current); err == nil {
-			if list, ok := cur["imports"].([]any); ok {
-				keep = list
-			}
-		}
-		dump, _, err = applyTOMLOps(dump, doc, []tomlOp{{key: "imports", value: keep}})
-		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", path, err)
-		}
-		return dump, fmt.Sprintf("started from `%s --config %s config dump` (the file, its imports and containerd's defaults; comments are not kept)", bin, path), nil
-	case CRIO:
-		bin, why := findEngine(engine, opts)
-		if bin == "" {
-			return nil, "", fmt.Errorf("%w: --config-source=command runs `crio config`, but %s: give the binary (--executable-path) or use --config-source=file", ErrInvalidOptions, why)
-		}
-		// crio config prints the whole merged configuration: the
-		// drop-in is written from it only when it is the main file.
-		if filepath.Base(path) != filepath.Base(CRIOMainConfig) {
-			return current, fmt.Sprintf("--config-source=command: %s is a drop-in, which holds only the runtime: read as a file", path), nil
-		}
-		out, err := runEngine(bin, "--config", path, "config")
-		if err != nil {
-			return nil, "", fmt.Errorf("%w: --config-source=command: CRI-O cannot load %s as it is: %v: fix it (or use --config-source=file)", ErrEngineRejects, path, err)
-		}
-		return out, fmt.Sprintf("started from `%s --config %s config`", bin, path), nil
+	if d.Source == nil {
+		// dockerd has no command that prints its configuration; NVIDIA's
+		// tool falls back to the file too.
+		return current, fmt.Sprintf("--config-source=command: %s has no command that prints its configuration: read %s as a file", d.Program, path), nil
 	}
-	// dockerd has no command that prints its configuration; NVIDIA's tool
-	// falls back to the file too.
-	return current, "--config-source=command: dockerd has no command that prints its configuration: read " + path + " as a file", nil
+	bin, why := findEngine(engine, opts)
+	return d.Source(bin, why, path, current)
 }
 
 // checkEngine has the engine's own parser read the planned content of
 // path before it is written (see Apply); the line returned goes in the
 // change list.
 func checkEngine(engine Engine, path string, planned []byte, opts Options, names []string) (string, error) {
-	if engine == Containerd {
-		return checkContainerdFiles(path, map[string][]byte{path: planned}, opts, names)
+	d, ok := Lookup(engine)
+	if !ok {
+		return "", nil
+	}
+	if d.Check == nil {
+		return fmt.Sprintf("not checked by %s itself (Gantry has no check that runs it): read back by Gantry's reader only", d.Program), nil
 	}
 	bin, why := "", "the engine check is off (--no-engine-check)"
 	if !opts.SkipEngineCheck {
 		bin, why = findEngine(engine, opts)
 	}
-	switch engine {
-	case Docker:
-		line, err := checkDocker(bin, path, planned)
-		if err == nil && bin == "" {
-			line = fmt.Sprintf("not checked by dockerd itself (%s): read back by Gantry's reader only", why)
-		}
-		return line, err
-	case CRIO:
-		line, err := checkCRIO(bin, path, planned)
-		if err == nil && bin == "" {
-			line = fmt.Sprintf("not checked by crio itself (%s): read back by Gantry's reader only", why)
-		}
-		return line, err
+	line, err := d.Check(bin, path, planned, opts, names)
+	if err == nil && bin == "" && line == "" {
+		line = fmt.Sprintf("not checked by %s itself (%s): read back by Gantry's reader only", d.Program, why)
 	}
-	return "", nil
-}
-
-// checkContainerdFiles is checkContainerd with the containerd of opts,
-// or the line saying why none checked the files.
-func checkContainerdFiles(mainPath string, planned map[string][]byte, opts Options, names []string) (string, error) {
-	bin, why := "", "the engine check is off (--no-engine-check)"
-	if !opts.SkipEngineCheck {
-		bin, why = findEngine(Containerd, opts)
-	}
-	if bin == "" {
-		return fmt.Sprintf("not checked by containerd itself (%s): read back by Gantry's reader only", why), nil
-	}
-	return checkContainerd(bin, mainPath, planned, opts, names)
+	return line, err
 }
 
 // writeFileAtomic replaces path with data so that readers see either the

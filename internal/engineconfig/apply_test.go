@@ -27,7 +27,7 @@ func listDir(t *testing.T, dir string) []string {
 }
 
 func TestApplyCreatesAndIsIdempotent(t *testing.T) {
-	for _, e := range Engines {
+	for _, e := range Engines() {
 		t.Run(string(e), func(t *testing.T) {
 			dir := t.TempDir()
 			// A missing parent directory (e.g. /etc/crio/crio.conf.d) is made.

@@ -62,15 +62,8 @@ func ParseConfigSource(s string) (ConfigSource, error) {
 // engineProgram is the engine's own program, the one whose parser checks
 // a candidate.
 func engineProgram(e Engine) string {
-	switch e {
-	case Docker:
-		return "dockerd"
-	case Containerd:
-		return "containerd"
-	case CRIO:
-		return "crio"
-	}
-	return ""
+	d, _ := Lookup(e)
+	return d.Program
 }
 
 // checkTimeout bounds one run of an engine's parser; generous, for busy

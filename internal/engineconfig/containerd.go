@@ -3,8 +3,91 @@ package engineconfig
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 )
+
+// containerdDefinition is containerd: config.toml, its imports and drop-ins (dropin.go).
+var containerdDefinition = Definition{
+	Name:        Containerd,
+	DefaultPath: "/etc/containerd/config.toml",
+	Writes: `/etc/containerd/config.toml (version 2, 3 and 4 layouts): a runc-v2 runtime
+              "nvidia" whose options.BinaryName is the runtime, copying runc's options,
+              and the default runtime's own entry (runc) when the file has none:
+              containerd 1.x forgets its built-in runc once the file defines a runtime`,
+	Program:   "containerd",
+	CheckHelp: "containerd --config FILE config dump, which must show the default runtime and ours",
+	Restart:   "systemctl restart containerd",
+	Plan:      planned(planContainerd),
+	Parse:     parseContainerd,
+	Read:      ReadContainerd,
+	Check: func(bin, path string, planned []byte, opts Options, names []string) (string, error) {
+		if bin == "" {
+			return "", nil
+		}
+		return checkContainerd(bin, path, map[string][]byte{path: planned}, opts, names)
+	},
+	Source: containerdSource,
+}
+
+// containerdSource is --config-source=command for containerd: `containerd
+// --config PATH config dump`, with the file's own imports kept.
+func containerdSource(bin, why, path string, current []byte) ([]byte, string, error) {
+	if bin == "" {
+		return nil, "", fmt.Errorf("%w: --config-source=command runs `containerd config dump`, but %s: give the binary (--executable-path) or use --config-source=file", ErrInvalidOptions, why)
+	}
+	if current == nil {
+		// containerd's dump of a missing file is its built-in
+		// configuration; a file is made from it.
+		dir, err := os.MkdirTemp("", "gantry-containerd-source-")
+		if err != nil {
+			return nil, "", err
+		}
+		defer os.RemoveAll(dir)
+		empty := filepath.Join(dir, "config.toml")
+		if err := os.WriteFile(empty, nil, 0o600); err != nil {
+			return nil, "", err
+		}
+		path = empty
+	}
+	dump, err := containerdDump(bin, path)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: --config-source=command: containerd cannot load %s as it is: %v: fix it (or use --config-source=file)", ErrEngineRejects, path, err)
+	}
+	// The dump lists the files it merged under imports, the file
+	// itself first; what they hold is in the dump already. The file's
+	// own imports stay as they were, so a file that another tool owns
+	// keeps being read.
+	doc, err := decodeTOML(dump)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: `%s config dump` of %s does not parse: %v", ErrEngineRejects, bin, path, err)
+	}
+	keep := []any{}
+	if cur, err := decodeTOML(current); err == nil {
+		if list, ok := cur["imports"].([]any); ok {
+			keep = list
+		}
+	}
+	dump, _, err = applyTOMLOps(dump, doc, []tomlOp{{key: "imports", value: keep}})
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	return dump, fmt.Sprintf("started from `%s --config %s config dump` (the file, its imports and containerd's defaults; comments are not kept)", bin, path), nil
+}
+
+// checkContainerdFiles is checkContainerd with the containerd of opts,
+// or the line saying why none checked the files.
+func checkContainerdFiles(mainPath string, planned map[string][]byte, opts Options, names []string) (string, error) {
+	bin, why := "", "the engine check is off (--no-engine-check)"
+	if !opts.SkipEngineCheck {
+		bin, why = findEngine(Containerd, opts)
+	}
+	if bin == "" {
+		return fmt.Sprintf("not checked by containerd itself (%s): read back by Gantry's reader only", why), nil
+	}
+	return checkContainerd(bin, mainPath, planned, opts, names)
+}
 
 // runcShimType is the containerd shim that honours options.BinaryName, so
 // pointing BinaryName at gantry-runtime makes the shim exec it instead of

@@ -1,6 +1,45 @@
 package engineconfig
 
-import "fmt"
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// crioDefinition is CRI-O: a drop-in in crio.conf.d, read with crio.conf and the other drop-ins (ReadCRIO).
+var crioDefinition = Definition{
+	Name:        CRIO,
+	Aliases:     []string{"cri-o"}, // how the project spells itself
+	Title:       "CRI-O",
+	DefaultPath: "/etc/crio/crio.conf.d/99-nvidia.toml",
+	Writes:      "/etc/crio/crio.conf.d/99-nvidia.toml: [crio.runtime.runtimes.nvidia]",
+	Program:     "crio",
+	CheckHelp:   "crio config",
+	Restart:     "systemctl restart crio",
+	Plan:        planned(planCRIO),
+	Parse:       parseCRIO,
+	Check: func(bin, path string, planned []byte, _ Options, _ []string) (string, error) {
+		return checkCRIO(bin, path, planned)
+	},
+	Source: crioSource,
+}
+
+// crioSource is --config-source=command for CRI-O: `crio config`, for
+// crio.conf itself.
+func crioSource(bin, why, path string, current []byte) ([]byte, string, error) {
+	if bin == "" {
+		return nil, "", fmt.Errorf("%w: --config-source=command runs `crio config`, but %s: give the binary (--executable-path) or use --config-source=file", ErrInvalidOptions, why)
+	}
+	// crio config prints the whole merged configuration: the
+	// drop-in is written from it only when it is the main file.
+	if filepath.Base(path) != filepath.Base(CRIOMainConfig) {
+		return current, fmt.Sprintf("--config-source=command: %s is a drop-in, which holds only the runtime: read as a file", path), nil
+	}
+	out, err := runEngine(bin, "--config", path, "config")
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: --config-source=command: CRI-O cannot load %s as it is: %v: fix it (or use --config-source=file)", ErrEngineRejects, path, err)
+	}
+	return out, fmt.Sprintf("started from `%s --config %s config`", bin, path), nil
+}
 
 // crioRuntimeType is CRI-O's handler type for a plain OCI runtime binary
 // (the other types, "vm" and "pod", are for sandboxed runtimes).

@@ -10,6 +10,20 @@
 // idempotent: once a file is configured, Plan returns it unchanged with no
 // changes, and Apply writes nothing.
 //
+// # One definition per engine
+//
+// Each engine is one Definition (registry.go): its name and aliases, the
+// file configure edits by default, what it writes there (for --help), its
+// program and restart command, and the functions that plan, parse, read,
+// check and (for --config-source=command) source its configuration.
+// Docker, containerd and CRI-O are defined in docker.go, containerd.go and
+// crio.go; Register adds another. Plan, Apply, Parse and Read dispatch
+// through the registry, `gantry runtime configure` and `nvidia-ctk runtime
+// configure` take their engine names and help from it, and gantry doctor
+// checks every registered engine (one without a check written out in
+// doctor gets one made from its Definition). Adding an engine is its file
+// here; TestRegisteredEngine (internal/cli) registers one in a test.
+//
 // # Reading what is registered
 //
 // Parse, Read, ReadContainerd, ReadCRIO and ParseContainerdStatus are the

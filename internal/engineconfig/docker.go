@@ -9,6 +9,22 @@ import (
 	"strings"
 )
 
+// dockerDefinition is Docker: daemon.json.
+var dockerDefinition = Definition{
+	Name:        Docker,
+	Title:       "Docker",
+	DefaultPath: "/etc/docker/daemon.json",
+	Writes:      `/etc/docker/daemon.json: "runtimes": {"nvidia": {"path": ...}}`,
+	Program:     "dockerd",
+	CheckHelp:   "dockerd --validate (Docker 23+; 20.10 has none, and Gantry reads the runtimes as dockerd does)",
+	Restart:     "systemctl restart docker",
+	Plan:        planned(planDocker),
+	Parse:       parseDocker,
+	Check: func(bin, path string, planned []byte, _ Options, _ []string) (string, error) {
+		return checkDocker(bin, path, planned)
+	},
+}
+
 // jsonMember is one key of a JSON object. Values read from the file are
 // kept verbatim (value), so numbers, escapes, nested key order and even the
 // user's line breaks survive a rewrite; objects we build or change are held

@@ -12,15 +12,13 @@ import (
 // Engine names a container engine whose configuration this package edits.
 type Engine string
 
-// The engines that `gantry runtime configure --runtime` accepts.
+// The engines built in (docker.go, containerd.go, crio.go); Engines()
+// lists every registered one.
 const (
 	Docker     Engine = "docker"
 	Containerd Engine = "containerd"
 	CRIO       Engine = "crio"
 )
-
-// Engines lists every supported engine, in the order help text shows them.
-var Engines = []Engine{Docker, Containerd, CRIO}
 
 // Defaults used when Options leaves a field empty.
 const (
@@ -33,7 +31,7 @@ const (
 
 // Sentinel errors callers can test with errors.Is.
 var (
-	// ErrUnknownEngine: the engine name is not one of Engines.
+	// ErrUnknownEngine: the engine name is not one of Engines().
 	ErrUnknownEngine = errors.New("unknown container engine")
 	// ErrMalformed: the existing configuration file does not parse, or has a
 	// shape the engine itself would reject (for example a list where a table
@@ -45,43 +43,6 @@ var (
 	// ErrInvalidOptions: Options is unusable (relative path, bad name).
 	ErrInvalidOptions = errors.New("invalid runtime options")
 )
-
-// ParseEngine turns a user-supplied engine name into an Engine.
-func ParseEngine(s string) (Engine, error) {
-	for _, e := range Engines {
-		if strings.EqualFold(strings.TrimSpace(s), string(e)) {
-			return e, nil
-		}
-	}
-	// "cri-o" is how the project spells itself; accept it as an alias.
-	if strings.EqualFold(strings.TrimSpace(s), "cri-o") {
-		return CRIO, nil
-	}
-	return "", unknownEngine(s)
-}
-
-func unknownEngine(s string) error {
-	names := make([]string, len(Engines))
-	for i, e := range Engines {
-		names[i] = string(e)
-	}
-	return fmt.Errorf("%w %q: use one of %s", ErrUnknownEngine, s, strings.Join(names, ", "))
-}
-
-// DefaultPath is the file `runtime configure` edits for the engine when the
-// user names none. For CRI-O it is a drop-in that gantry owns, so the
-// distribution's crio.conf is never touched.
-func DefaultPath(e Engine) string {
-	switch e {
-	case Docker:
-		return "/etc/docker/daemon.json"
-	case Containerd:
-		return "/etc/containerd/config.toml"
-	case CRIO:
-		return "/etc/crio/crio.conf.d/99-nvidia.toml"
-	}
-	return ""
-}
 
 // Options says which runtime entries to register and where they point.
 type Options struct {
@@ -191,22 +152,15 @@ func plan(engine Engine, current []byte, opts Options) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	var r result
-	switch engine {
-	case Docker:
-		r, err = planDocker(current, opts, names)
-	case Containerd:
-		r, err = planContainerd(current, opts, names)
-	case CRIO:
-		r, err = planCRIO(current, opts, names)
-	default:
-		// Callers pass ParseEngine's result; a raw string such as
-		// "Docker" is refused rather than guessed at.
-		err = unknownEngine(string(engine))
-	}
+	d, err := definition(engine)
 	if err != nil {
 		return result{}, err
 	}
+	p, err := d.Plan(current, opts, names)
+	if err != nil {
+		return result{}, err
+	}
+	r := result{updated: p.Updated, changes: p.Changes, lossy: p.Lossy}
 	if len(r.changes) == 0 {
 		r.updated = current
 		r.lossy = false

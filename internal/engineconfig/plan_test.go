@@ -349,7 +349,7 @@ func TestParseEngine(t *testing.T) {
 	if _, err := ParseEngine("podman"); !errors.Is(err, ErrUnknownEngine) || !strings.Contains(err.Error(), "docker, containerd, crio") {
 		t.Errorf("ParseEngine(podman) = %v", err)
 	}
-	for _, e := range Engines {
+	for _, e := range Engines() {
 		if !filepath.IsAbs(DefaultPath(e)) {
 			t.Errorf("DefaultPath(%s) = %q", e, DefaultPath(e))
 		}

@@ -62,27 +62,16 @@ func (r Registered) Runtime(name string) (Runtime, bool) {
 	return Runtime{}, false
 }
 
-// Read reads the configuration file of a Docker or containerd engine at
-// path. A missing file is an error wrapping fs.ErrNotExist; one that does
+// Read reads the configuration of engine e at path (Definition.Read:
+// containerd's with its imports). A missing file is an error wrapping fs.ErrNotExist; one that does
 // not parse wraps ErrMalformed. Errors name the file. CRI-O's
 // configuration is several files: use ReadCRIO.
 func Read(e Engine, path string) (Registered, error) {
 	if e == CRIO {
 		return Registered{}, fmt.Errorf("%w: CRI-O's configuration is a main file and drop-ins: use ReadCRIO", ErrInvalidOptions)
 	}
-	if e == Containerd {
-		r, _, err := ReadContainerd(path)
-		return r, err
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Registered{}, err
-	}
-	r, err := Parse(e, b)
-	if err != nil {
-		return Registered{}, fmt.Errorf("%s: %w", path, err)
-	}
-	return r, nil
+	r, _, err := ReadEngine(e, path)
+	return r, err
 }
 
 // ImportError is a file that a containerd configuration's `imports` names
@@ -245,29 +234,30 @@ func ReadCRIO(mainFile, dropinDir string) (Registered, []string, error) {
 // empty configuration. For CRI-O it reads one file (a drop-in); ReadCRIO
 // merges them all.
 func Parse(e Engine, data []byte) (Registered, error) {
-	switch e {
-	case Docker:
-		return parseDocker(data)
-	case Containerd:
-		return parseContainerd(data)
-	case CRIO:
-		doc, err := decodeTOML(data)
-		if err != nil {
-			return Registered{}, err
-		}
-		byName := map[string]string{}
-		for name, v := range table(doc, "crio", "runtime", "runtimes") {
-			rt, _ := v.(map[string]any)
-			p, _ := rt["runtime_path"].(string)
-			if p == "" {
-				p = name
-			}
-			byName[name] = p
-		}
-		d, _ := table(doc, "crio", "runtime")["default_runtime"].(string)
-		return Registered{Runtimes: sortedRuntimes(byName), DefaultRuntime: d, CDI: true}, nil
+	d, err := definition(e)
+	if err != nil {
+		return Registered{}, err
 	}
-	return Registered{}, unknownEngine(string(e))
+	return d.Parse(data)
+}
+
+// parseCRIO reads one CRI-O file (a drop-in); ReadCRIO merges them all.
+func parseCRIO(data []byte) (Registered, error) {
+	doc, err := decodeTOML(data)
+	if err != nil {
+		return Registered{}, err
+	}
+	byName := map[string]string{}
+	for name, v := range table(doc, "crio", "runtime", "runtimes") {
+		rt, _ := v.(map[string]any)
+		p, _ := rt["runtime_path"].(string)
+		if p == "" {
+			p = name
+		}
+		byName[name] = p
+	}
+	d, _ := table(doc, "crio", "runtime")["default_runtime"].(string)
+	return Registered{Runtimes: sortedRuntimes(byName), DefaultRuntime: d, CDI: true}, nil
 }
 
 func parseDocker(data []byte) (Registered, error) {

@@ -16,7 +16,7 @@ func TestReadWhatPlanWrote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range Engines {
+	for _, e := range Engines() {
 		for _, in := range append([]os.DirEntry{nil}, inputs...) {
 			name := "absent"
 			var current []byte

@@ -140,6 +140,22 @@ func TestParseConfigure(t *testing.T) {
 			want: configureRequest{rootfs: "/r", compat: true, req: request.Request{
 				Devices: request.Selection{Mode: request.Void}, MIGConfig: request.Selection{Mode: request.Void}, MIGMonitor: request.Selection{Mode: request.Void}}},
 		},
+		{
+			// NVIDIA's runtime hook passes NVIDIA_IMEX_CHANNELS on as
+			// --imex-channel=LIST: the channels are asked for, not refused.
+			name: "imex channels, repeated and joined",
+			args: []string{"--imex-channel=0,2", "--imex-channel", "2", "/r"},
+			want: configureRequest{rootfs: "/r", compat: true, req: request.Request{
+				Devices: request.Selection{Mode: request.None}, MIGConfig: request.Selection{Mode: request.Void}, MIGMonitor: request.Selection{Mode: request.Void},
+				IMEXChannels: request.Selection{Mode: request.List, IDs: []string{"0", "2"}}}},
+		},
+		{
+			name: "all imex channels",
+			args: []string{"--imex-channel=all", "/r"},
+			want: configureRequest{rootfs: "/r", compat: true, req: request.Request{
+				Devices: request.Selection{Mode: request.None}, MIGConfig: request.Selection{Mode: request.Void}, MIGMonitor: request.Selection{Mode: request.Void},
+				IMEXChannels: request.Selection{Mode: request.All}}},
+		},
 		{name: "missing rootfs", args: []string{"--compute"}, err: "missing ROOTFS"},
 		{name: "relative rootfs", args: []string{"rootfs"}, err: `ROOTFS "rootfs": want the container root's absolute path`},
 		{name: "root rootfs", args: []string{"//"}, err: `ROOTFS "//"`},
@@ -152,7 +168,7 @@ func TestParseConfigure(t *testing.T) {
 		{name: "empty ldconfig", args: []string{"--ldconfig=@", "/r"}, err: "--ldconfig=@"},
 		{name: "bad compat mode", args: []string{"--cuda-compat-mode=yes", "/r"}, err: "want ldconfig, mount or disabled"},
 		{name: "bad MIG list", args: []string{"--mig-config=0", "/r"}, err: "--mig-config"},
-		{name: "imex", args: []string{"--imex-channel=0", "/r"}, err: "IMEX channels are not supported"},
+		{name: "bad imex", args: []string{"--imex-channel=x", "/r"}, err: `--imex-channel="x": "x" is not a channel number`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sets, operands, err := parse(tc.args, configureOptions, false)

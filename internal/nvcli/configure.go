@@ -29,7 +29,7 @@ var configureOptions = []option{
 	{long: "compat32", help: "32-bit libraries"},
 	{long: "mig-config", arg: requiredArg, metavar: "ID", help: "grant the MIG config capability (only \"all\")"},
 	{long: "mig-monitor", arg: requiredArg, metavar: "ID", help: "grant the MIG monitor capability (only \"all\")"},
-	{long: "imex-channel", arg: requiredArg, metavar: "CHANNEL", help: "not supported: Gantry does not inject IMEX channels"},
+	{long: "imex-channel", arg: requiredArg, metavar: "CHANNEL", help: "IMEX channels to give the container: channel numbers (/dev/nvidia-caps-imex-channels/channelN) or all (repeatable, comma lists)"},
 	{long: "no-cgroups", help: "do not touch the device cgroup (the caller grants access)"},
 	{long: "no-devbind", help: "do not create the device nodes in the container"},
 	{long: "no-persistenced", help: "leave out the nvidia-persistenced socket"},
@@ -92,7 +92,7 @@ func parseConfigure(sets []setting, operands []string) (configureRequest, error)
 	}
 	r.rootfs = path.Clean(r.rootfs)
 
-	var devs, migConfig, migMonitor []string
+	var devs, migConfig, migMonitor, imex []string
 	caps := map[driver.Capability]bool{}
 	for _, s := range sets {
 		if c, ok := capabilityFlags[s.name]; ok {
@@ -123,7 +123,7 @@ func parseConfigure(sets []setting, operands []string) (configureRequest, error)
 		case "mig-monitor":
 			migMonitor = append(migMonitor, s.value)
 		case "imex-channel":
-			return r, usagef("--imex-channel=%s: IMEX channels are not supported by Gantry", s.value)
+			imex = append(imex, s.value)
 		case "no-cgroups":
 			r.noCgroups = true
 		case "no-devbind":
@@ -164,6 +164,14 @@ func parseConfigure(sets []setting, operands []string) (configureRequest, error)
 	}
 	if r.req.MIGMonitor, err = parseMIG("--mig-monitor", migMonitor); err != nil {
 		return r, err
+	}
+	// The channels NVIDIA's runtime hook passes on from
+	// NVIDIA_IMEX_CHANNELS (--imex-channel=0,1), read as that variable is.
+	if len(imex) > 0 {
+		joined := strings.Join(imex, ",")
+		if r.req.IMEXChannels, err = request.ParseIMEXChannels(joined); err != nil {
+			return r, usageError{strings.ReplaceAll(err.Error(), request.EnvIMEXChannels+"=", "--imex-channel=")}
+		}
 	}
 	return r, nil
 }

@@ -82,8 +82,10 @@
 //   - --load-kmods, --no-pivot, --no-create-imex-channels and --user are
 //     accepted and change nothing: Gantry loads no kernel modules, never
 //     pivots, makes no IMEX channels and drops no privileges it does not use.
-//   - --imex-channel is refused; --ldcache is accepted only when it names the
-//     driver root's own cache. --cuda-compat-mode=mount is done as ldconfig
+//   - configure --imex-channel gives the container the channels' nodes
+//     (/dev/nvidia-caps-imex-channels/channelN, as NVIDIA_IMEX_CHANNELS
+//     does through the runtime); list refuses it. --ldcache is accepted
+//     only when it names the driver root's own cache. --cuda-compat-mode=mount is done as ldconfig
 //     (cache entries, no mount over the driver's libraries).
 //   - --no-devbind leaves the device nodes out altogether (NVIDIA's still
 //     grants them in the cgroup).

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/ldcache"
 )
@@ -246,7 +248,7 @@ func TestConfigureRuncContainer(t *testing.T) {
 	fd := simHost(t)
 	bin := cliDir(t)
 
-	start := func(t *testing.T, args ...string) (string, string, error) {
+	startWith := func(t *testing.T, script string, args ...string) (string, string, error) {
 		bundle := t.TempDir()
 		rootDir := filepath.Join(bundle, "rootfs")
 		imageRoot(t, rootDir)
@@ -255,7 +257,7 @@ func TestConfigureRuncContainer(t *testing.T) {
 			t.Fatal(err)
 		}
 		log := filepath.Join(bundle, "nvidia.log")
-		runcBundle(t, bundle, insideScript, map[string]any{
+		runcBundle(t, bundle, script, map[string]any{
 			"path": hook,
 			"args": append([]string{"hook.sh"}, args...),
 			"env": []string{
@@ -269,6 +271,10 @@ func TestConfigureRuncContainer(t *testing.T) {
 		out, err := exec.Command("runc", "run", "--bundle", bundle, id).CombinedOutput()
 		exec.Command("runc", "delete", "--force", id).Run()
 		return string(out), rootDir, err
+	}
+
+	start := func(t *testing.T, args ...string) (string, string, error) {
+		return startWith(t, insideScript, args...)
 	}
 
 	t.Run("gpu 1", func(t *testing.T) {
@@ -304,6 +310,37 @@ func TestConfigureRuncContainer(t *testing.T) {
 		// runc's default device rules deny the node we did not grant.
 		if !strings.Contains(out, "open: cat: can't open '/dev/nvidia1': Operation not permitted") {
 			t.Errorf("with --no-cgroups the device cgroup should refuse /dev/nvidia1:\n%s", out)
+		}
+	})
+
+	// NVIDIA's runtime hook passes NVIDIA_IMEX_CHANNELS on as
+	// --imex-channel: the channel's node is made and granted, the others
+	// are not given.
+	t.Run("imex channel", func(t *testing.T) {
+		if !fd.RealDeviceNodes {
+			t.Skip("skipping: the fake driver has no real device nodes")
+		}
+		dir := filepath.Join(fd.Root, "dev/nvidia-caps-imex-channels")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		// A major no driver here registers: a granted open is ENXIO.
+		for i, n := range []string{"channel0", "channel1"} {
+			if err := unix.Mknod(filepath.Join(dir, n), unix.S_IFCHR|0o666, int(unix.Mkdev(509, uint32(i)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		script := "ls /dev/nvidia-caps-imex-channels | tr '\\n' ' '; echo\ncat /dev/nvidia-caps-imex-channels/channel1 2>&1 | sed 's/^/open: /'\n"
+		out, _, err := startWith(t, script, "--device=1", "--utility", "--imex-channel=1")
+		if err != nil {
+			t.Fatalf("runc run: %v\n%s", err, out)
+		}
+		if first, _, _ := strings.Cut(out, "\n"); strings.TrimSpace(first) != "channel1" {
+			t.Errorf("the container's IMEX channels are %q, want channel1 alone:\n%s", first, out)
+		}
+		if !strings.Contains(out, "open: cat: can't open '/dev/nvidia-caps-imex-channels/channel1': No such device or address") {
+			t.Errorf("opening the channel did not get past the device cgroup:\n%s", out)
 		}
 	})
 

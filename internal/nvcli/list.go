@@ -25,7 +25,7 @@ var listOptions = []option{
 	{long: "compat32", help: "with --libraries, list the 32-bit libraries too"},
 	{long: "mig-config", arg: requiredArg, metavar: "ID", help: "list the MIG config capability node (only \"all\")"},
 	{long: "mig-monitor", arg: requiredArg, metavar: "ID", help: "list the MIG monitor capability node (only \"all\")"},
-	{long: "imex-channel", arg: requiredArg, metavar: "CHANNEL", help: "not supported: Gantry does not inject IMEX channels"},
+	{long: "imex-channel", arg: requiredArg, metavar: "CHANNEL", help: "not supported by list (configure --imex-channel injects the channels)"},
 	{long: "no-persistenced", help: "leave out the nvidia-persistenced socket"},
 	{long: "no-fabricmanager", help: "leave out the fabric manager socket"},
 }
@@ -83,7 +83,7 @@ func parseList(sets []setting, operands []string) (listRequest, error) {
 		case "mig-monitor":
 			migMonitor = append(migMonitor, s.value)
 		case "imex-channel":
-			return r, usagef("--imex-channel=%s: IMEX channels are not supported by Gantry", s.value)
+			return r, usagef("--imex-channel=%s: list does not list IMEX channels (they are /dev/nvidia-caps-imex-channels/channelN; configure --imex-channel injects them)", s.value)
 		case "no-persistenced":
 			r.noPersistenced = true
 		case "no-fabricmanager":
