@@ -19,7 +19,9 @@ const module = "github.com/gantry-gpu/gantry/internal/"
 // server, a command. Each stands on the packages below them (inject,
 // edits, request, driver, gpu, ...), never on another front end, so that
 // one can change without the others. A package's subpackages (doctor's
-// gendoc) belong to it.
+// gendoc) belong to it. containerhook is not one: besides gantry-cdi-hook's
+// commands it holds the hook steps and the OCI state reader that the spec
+// writer (cdispec), the pipeline (inject) and hook share, below them all.
 var frontEnds = []string{
 	"cdicmd",       // gantry cdi generate, cdi list (and nvidia-ctk's)
 	"cli",          // the gantry command
