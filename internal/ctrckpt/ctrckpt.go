@@ -466,9 +466,13 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 		return 1, err
 	}
 	var pairs []cudackpt.Pair
+	var nodes []DevNode
 	if found && rec.CUDAProcesses > 0 {
 		_, minors, err := SpecGPUs(bundleSpec)
 		if err != nil {
+			return 1, err
+		}
+		if nodes, err = SpecDevNodes(bundleSpec); err != nil {
 			return 1, err
 		}
 		var now []GPU
@@ -514,7 +518,7 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 		if code != 0 || err != nil {
 			return code, err
 		}
-		return 0, o.restoreCUDA(rec, pairs)
+		return 0, o.restoreCUDA(rec, pairs, nodes)
 	}
 	// Foreground: run it, wait for the pid file, restore CUDA, then wait
 	// for the container's end.
@@ -539,7 +543,7 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 			break
 		}
 	}
-	if err := o.restoreCUDA(rec, pairs); err != nil {
+	if err := o.restoreCUDA(rec, pairs, nodes); err != nil {
 		return 1, err
 	}
 	r := <-exited
@@ -547,8 +551,10 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 }
 
 // restoreCUDA restores and unlocks the CUDA state of the restored
-// container's processes.
-func (o *Options) restoreCUDA(rec Record, pairs []cudackpt.Pair) error {
+// container's processes. When the GPUs move (pairs), the container's /dev
+// first gets the nodes of the restore's GPUs (nodes) in place of the
+// checkpoint's (SyncDevNodes).
+func (o *Options) restoreCUDA(rec Record, pairs []cudackpt.Pair, nodes []DevNode) error {
 	start := time.Now()
 	st, err := o.Runtime.State(o.ID)
 	if err != nil {
@@ -557,6 +563,16 @@ func (o *Options) restoreCUDA(rec Record, pairs []cudackpt.Pair) error {
 	pids, err := o.cudaProcesses(st.PID, cudackpt.Checkpointed)
 	if err != nil {
 		return fmt.Errorf("after the restore: %w", err)
+	}
+	if len(pairs) > 0 {
+		var stale []int
+		for _, g := range rec.GPUs {
+			stale = append(stale, g.Minor)
+		}
+		if err := SyncDevNodes(st.PID, nodes, stale); err != nil {
+			return fmt.Errorf("after the restore: %w", err)
+		}
+		o.log("restored container's /dev: GPU nodes %v (the checkpoint's %v removed)", minorsOf(nodes), stale)
 	}
 	if len(pids) != rec.CUDAProcesses {
 		o.log("restore: %d processes are CUDA-checkpointed, the checkpoint had %d", len(pids), rec.CUDAProcesses)
@@ -569,4 +585,12 @@ func (o *Options) restoreCUDA(rec Record, pairs []cudackpt.Pair) error {
 	}
 	o.log("CUDA restore and unlock of processes %v: %v", pids, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+func minorsOf(nodes []DevNode) []int {
+	var out []int
+	for _, n := range nodes {
+		out = append(out, n.Minor)
+	}
+	return out
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gantry-gpu/gantry/internal/ctrckpt"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
@@ -70,7 +72,15 @@ func newCkptContainer(t *testing.T) *ckptContainer {
 	if err := os.Mkdir(ckdir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	drv, err := fakedriver.Build(filepath.Join(dir, "driver"), fakedriver.Options{GPUs: 8, DeviceNodes: true, Version: "580.159.04", CheckpointDir: ckdir})
+	sys, err := sim.Load("h100x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []fakedriver.Identity
+	for _, d := range sys.Devices {
+		ids = append(ids, fakedriver.Identity{Minor: d.Minor, UUID: d.UUID, Name: d.Name})
+	}
+	drv, err := fakedriver.Build(filepath.Join(dir, "driver"), fakedriver.Options{GPUs: 8, DeviceNodes: true, Version: "580.159.04", CheckpointDir: ckdir, Identities: ids})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,6 +341,16 @@ func TestCheckpointRestoreGPUContainer(t *testing.T) {
 	}
 	if c := k.waitCount(at + 5); c < at {
 		t.Errorf("restored container counts from %d, was at %d", c, at)
+	}
+	// CRIU restored the checkpoint's /dev (GPU 1's node); the CUDA restore
+	// onto GPU 2 needs GPU 2's node there, and GPU 1's must be gone.
+	devDir := filepath.Join("/proc", strconv.Itoa(npid), "root", "dev")
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(devDir, "nvidia2"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Minor(st.Rdev) != 2 {
+		t.Errorf("the restored container has no /dev/nvidia2 node 195:2: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(devDir, "nvidia1")); err == nil {
+		t.Error("the restored container keeps /dev/nvidia1, a GPU its request does not name")
 	}
 	spec := string(k.configJSON())
 	if !strings.Contains(spec, `"/dev/nvidia2"`) || strings.Contains(spec, `"/dev/nvidia1"`) {
