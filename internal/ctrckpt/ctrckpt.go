@@ -176,6 +176,8 @@ type Options struct {
 	GPUs func(minors []int) ([]GPU, error)
 	// DriverVersion is noted in the record.
 	DriverVersion string
+	// CacheDir keeps the driver's probe verdict (runtime.cache-dir).
+	CacheDir string
 	// Log gets one line per step (the runtime's log file).
 	Log func(msg string)
 	// Stdin, Stdout and Stderr are the low-level runtime's.
@@ -488,11 +490,20 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 			return 1, fmt.Errorf("refusing to restore: %w", err)
 		}
 		if len(pairs) > 0 {
-			// The driver must remap, or nothing is started.
-			if _, err := o.Helper.run(cudackpt.OpSupport, nil, pairs); err != nil {
-				return 1, fmt.Errorf("refusing to restore onto other GPUs: %w", err)
+			// The driver must remap, or nothing is started: its verdict,
+			// probed once per driver version (cudackpt.Probe).
+			v, cached, err := cudackpt.Probe(o.Helper.Gantry, cudackpt.ProbeRequest{Lib: o.Helper.Lib, CacheDir: o.CacheDir, DriverVersion: o.DriverVersion})
+			if err != nil {
+				return 1, fmt.Errorf("refusing to restore GPUs %s onto %s: whether NVIDIA driver %s can is unknown: %w", uuids(rec.GPUs), uuids(now), o.DriverVersion, err)
 			}
-			o.log("restoring GPUs %s onto %s", uuids(rec.GPUs), uuids(now))
+			if !v.Allows() {
+				return 1, fmt.Errorf("refusing to restore GPUs %s onto %s: %s%s. Restore with the checkpoint's GPUs in the request (NVIDIA_VISIBLE_DEVICES=%s), or on a host whose driver can (gantry checkpoint --probe-remap says)", uuids(rec.GPUs), uuids(now), v, keptNote(o.CacheDir, v, cached), uuidList(rec.GPUs))
+			}
+			if v.Remap == cudackpt.RemapIdentityOnly {
+				o.log("restoring GPUs %s onto %s: %s", uuids(rec.GPUs), uuids(now), v)
+			} else {
+				o.log("restoring GPUs %s onto %s", uuids(rec.GPUs), uuids(now))
+			}
 		}
 	}
 	if !found || rec.CUDAProcesses == 0 {
@@ -593,4 +604,24 @@ func minorsOf(nodes []DevNode) []int {
 		out = append(out, n.Minor)
 	}
 	return out
+}
+
+func uuidList(g []GPU) string {
+	var s []string
+	for _, d := range g {
+		s = append(s, d.UUID)
+	}
+	return strings.Join(s, ",")
+}
+
+// keptNote says where a verdict is kept, and how to probe again.
+func keptNote(dir string, v cudackpt.Verdict, cached bool) string {
+	if dir == "" {
+		return ""
+	}
+	p := cudackpt.CacheFile(dir, v.DriverVersion)
+	if cached {
+		return " (kept in " + p + "; gantry checkpoint --probe-remap probes again)"
+	}
+	return " (kept in " + p + ")"
 }

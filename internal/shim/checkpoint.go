@@ -105,6 +105,7 @@ func setupHost(o *ctrckpt.Options, cfg config.Config) error {
 	}
 	o.Helper = ctrckpt.Helper{Gantry: gantry, Lib: lib, LockTimeoutMS: lockTimeoutMS}
 	o.DriverVersion = inv.Version
+	o.CacheDir = cfg.Runtime.CacheDir
 	o.GPUs = func(minors []int) ([]ctrckpt.GPU, error) {
 		var out []ctrckpt.GPU
 		for _, m := range minors {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gantry-gpu/gantry/internal/ctrckpt"
+	"github.com/gantry-gpu/gantry/internal/cudackpt"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
 )
@@ -176,6 +177,18 @@ func (k *ckptContainer) calls() string {
 	return string(b)
 }
 
+// callsOf is calls() of process pid only (the probe's own process makes
+// calls too).
+func (k *ckptContainer) callsOf(pid int) string {
+	var out strings.Builder
+	for _, l := range strings.SplitAfter(k.calls(), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out.WriteString(l)
+		}
+	}
+	return out.String()
+}
+
 func (k *ckptContainer) fail(line string) {
 	p := filepath.Join(k.ckdir, "fail")
 	if line == "" {
@@ -329,14 +342,43 @@ func TestCheckpointRestoreGPUContainer(t *testing.T) {
 		t.Errorf("a refused restore made CUDA calls:\n%s", got)
 	}
 
+	// A driver that cannot restore onto another GPU (the fake's switch):
+	// the probe says so and the restore is refused before runc restore,
+	// naming the GPUs, the driver and the fix; the verdict is kept.
 	k.setRequest("2")
+	k.fail("remap")
+	stderr, err = k.restore()
+	for _, w := range []string{"refusing to restore", "580.159.04", "CUDA_ERROR_NOT_SUPPORTED", "NVIDIA_VISIBLE_DEVICES=GPU-"} {
+		if err == nil || !strings.Contains(stderr, w) {
+			t.Errorf("restore onto GPU 2 with a driver that cannot remap: %v, want %q in:\n%s", err, w, stderr)
+		}
+	}
+	if s := k.status(); s != "gone" {
+		t.Errorf("a refused restore left the container %s", s)
+	}
+	if _, err := os.Stat(filepath.Join(k.work, "restore.log")); err == nil {
+		t.Error("runc restore ran (CRIU's restore.log) although the driver cannot remap")
+	}
+	pair := "pairs=" + uuidHex(t, 1) + ">" + uuidHex(t, 2)
+	if calls := k.calls(); !strings.Contains(calls, "restore") || strings.Contains(calls, pair+"\n") {
+		t.Errorf("want the probe's calls only (its pairs name every GPU), not the container's restore (%s):\n%s", pair, calls)
+	}
+	k.fail("")
+	cache := filepath.Join(filepath.Dir(k.config), "cache")
+	if stderr, err := k.restore(); err == nil || !strings.Contains(stderr, "kept in "+cache) {
+		t.Errorf("restore with the verdict kept: %v\n%s", err, stderr)
+	}
+	if got := k.calls(); got != "" {
+		t.Errorf("a kept verdict made CUDA calls:\n%s", got)
+	}
+	os.Remove(cudackpt.CacheFile(cache, "580.159.04"))
+
 	stderr, err = k.restore()
 	if err != nil {
 		t.Fatalf("restore: %v\n%s", err, stderr)
 	}
 	npid := k.initPID()
-	pair := "pairs=" + uuidHex(t, 1) + ">" + uuidHex(t, 2)
-	if got, want := k.calls(), lines(npid, "restore ok "+pair, "unlock ok"); got != want {
+	if got, want := k.callsOf(npid), lines(npid, "restore ok "+pair, "unlock ok"); got != want {
 		t.Errorf("CUDA calls of restore:\n%s\nwant:\n%s", got, want)
 	}
 	if c := k.waitCount(at + 5); c < at {
