@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/ctrckpt"
 	"github.com/gantry-gpu/gantry/internal/cudackpt"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
@@ -62,7 +63,11 @@ restore with GPU pairs works), 1 when it cannot.`,
 				if *leave {
 					a = append(a, "--leave-running")
 				}
-				return runRuntime(e, append(a, args[0]))
+				if err := runRuntime(e, append(a, args[0])); err != nil {
+					return err
+				}
+				printTimings(e, *image, false)
+				return nil
 			}
 		},
 	})
@@ -90,10 +95,30 @@ anything else is refused before the container is made).`,
 				if *work != "" {
 					a = append(a, "--work-path", *work)
 				}
-				return runRuntime(e, append(a, args[0]))
+				if err := runRuntime(e, append(a, args[0])); err != nil {
+					return err
+				}
+				printTimings(e, *image, true)
+				return nil
 			}
 		},
 	})
+}
+
+// printTimings prints the phases gantry-runtime noted in the image's
+// record (ctrckpt.Timings), when it has them.
+func printTimings(e *env, image string, restore bool) {
+	rec, found, err := ctrckpt.ReadRecord(image)
+	if err != nil || !found {
+		return
+	}
+	t := rec.Timings
+	if restore {
+		t = rec.LastRestore
+	}
+	if t != nil {
+		fmt.Fprintf(e.stdout, "timings: %s\n", t)
+	}
 }
 
 // runRuntime runs gantry-runtime (beside this gantry, else /usr/bin) with

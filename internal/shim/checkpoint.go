@@ -57,6 +57,11 @@ func checkpoint(inv Invocation, args []string, cfg config.Config, lowLevel strin
 		LeaveRunning: inv.LeaveRunning, Detach: inv.Detach, PIDFile: inv.PIDFile,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: stderr,
 		Log: func(msg string) { logCheckpoint(cfg, inv, msg) },
+		LogTimings: func(t ctrckpt.Timings) {
+			logLine(cfg, map[string]any{"time": time.Now().Format(time.RFC3339Nano), "front-end": inject.FrontEndRuntime,
+				"container": inv.ContainerID, "command": inv.Command, "timings": t})
+			logEngine(inv, "gantry-runtime "+inv.Command+" timings: "+t.String(), t)
+		},
 	}
 	if err := setupHost(&o, cfg); err != nil {
 		report(stderr, inv, err)
@@ -138,9 +143,34 @@ func logCheckpoint(cfg config.Config, inv Invocation, msg string) {
 	if cfg.Runtime.LogFile == "" {
 		return
 	}
-	line, _ := json.Marshal(map[string]string{
+	logLine(cfg, map[string]any{
 		"time": time.Now().Format(time.RFC3339Nano), "front-end": inject.FrontEndRuntime,
 		"container": inv.ContainerID, "command": inv.Command, "msg": msg,
 	})
+}
+
+// logLine appends fields as one JSON line to runtime.log-file.
+func logLine(cfg config.Config, fields map[string]any) {
+	if cfg.Runtime.LogFile == "" {
+		return
+	}
+	line, _ := json.Marshal(fields)
 	inject.AppendLine(cfg.Runtime.LogFile, line)
+}
+
+// logEngine appends an info line to the engine's runtime log (runc's
+// global --log, which containerd's shim reads): JSON with the timings under
+// "timings" when --log-format json, else runc's text format.
+func logEngine(inv Invocation, msg string, t ctrckpt.Timings) {
+	if inv.Log == "" {
+		return
+	}
+	now := time.Now().Format(time.RFC3339Nano)
+	var line []byte
+	if inv.LogFormat == "json" {
+		line, _ = json.Marshal(map[string]any{"level": "info", "msg": msg, "time": now, "timings": t})
+	} else {
+		line = []byte(fmt.Sprintf("time=%q level=info msg=%q", now, msg))
+	}
+	inject.AppendLine(inv.Log, line)
 }

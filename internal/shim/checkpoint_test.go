@@ -313,6 +313,14 @@ func TestCheckpointRestoreGPUContainer(t *testing.T) {
 	if err != nil || !found || rec.CUDAProcesses != 1 || len(rec.GPUs) != 1 || rec.GPUs[0].Minor != 1 {
 		t.Errorf("record %+v %v %v: want 1 CUDA process, GPU minor 1", rec, found, err)
 	}
+	// The phases, in the record and the log (the bench reads them).
+	if tm := rec.Timings; tm == nil || tm.CUDALockMS <= 0 || tm.CUDACheckpointMS <= 0 || tm.RuntimeMS <= 0 || tm.CUDARestoreMS <= 0 || tm.CUDAUnlockMS <= 0 ||
+		tm.GPUIdleMS < tm.CUDALockMS+tm.CUDACheckpointMS+tm.RuntimeMS+tm.CUDARestoreMS || tm.TotalMS < tm.GPUIdleMS {
+		t.Errorf("checkpoint --leave-running timings %+v: want every phase, GPU idle from lock to unlock", rec.Timings)
+	}
+	if b, _ := os.ReadFile(filepath.Join(filepath.Dir(k.config), "gantry.log")); !strings.Contains(string(b), `"timings":{"cudaLockMs":`) {
+		t.Errorf("the log file has no checkpoint timings:\n%s", b)
+	}
 	os.RemoveAll(k.image)
 	os.RemoveAll(k.work)
 
@@ -380,6 +388,10 @@ func TestCheckpointRestoreGPUContainer(t *testing.T) {
 	npid := k.initPID()
 	if got, want := k.callsOf(npid), lines(npid, "restore ok "+pair, "unlock ok"); got != want {
 		t.Errorf("CUDA calls of restore:\n%s\nwant:\n%s", got, want)
+	}
+	if rec, _, _ := ctrckpt.ReadRecord(k.image); rec.LastRestore == nil || rec.LastRestore.ProbeMS <= 0 || rec.LastRestore.RuntimeMS <= 0 || rec.LastRestore.DevNodesMS <= 0 ||
+		rec.LastRestore.CUDARestoreMS <= 0 || rec.LastRestore.CUDAUnlockMS <= 0 {
+		t.Errorf("restore timings %+v: want probe, runtime, /dev nodes, CUDA restore and unlock", rec.LastRestore)
 	}
 	if c := k.waitCount(at + 5); c < at {
 		t.Errorf("restored container counts from %d, was at %d", c, at)
