@@ -225,6 +225,9 @@ type Options struct {
 	DriverVersion string
 	// CacheDir keeps the driver's probe verdict (runtime.cache-dir).
 	CacheDir string
+	// RequestGPUs is the GPUs a config.json's request names (env,
+	// annotations, mounts, Gantry's CDI names), whatever it was given.
+	RequestGPUs func(spec []byte) ([]GPU, error)
 	// Log gets one line per step (the runtime's log file).
 	Log func(msg string)
 	// LogTimings gets the phases' timings at the end (the log file).
@@ -549,6 +552,9 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 	if err != nil {
 		return 1, err
 	}
+	if err := o.checkRequest(bundleSpec); err != nil {
+		return 1, err
+	}
 	var pairs []cudackpt.Pair
 	var nodes []DevNode
 	if found && rec.CUDAProcesses > 0 {
@@ -738,4 +744,62 @@ func writeRecord(dir string, rec Record) error {
 		return fmt.Errorf("writing %s: %w", RecordFile, err)
 	}
 	return nil
+}
+
+// checkRequest refuses a restore whose config.json gives the container
+// other GPUs than its request names. A config.json Gantry injected already
+// (edits.InjectedAnnotation: an engine that hands the restore the spec of
+// the create, or a retried restore) keeps the GPUs of that injection, and
+// its request may since name others: the request at restore time decides,
+// and a restore never gives the container GPUs its request does not name.
+// A spec without Gantry's mark has the engine's devices (CDI), which are
+// its request.
+func (o *Options) checkRequest(spec []byte) error {
+	var peek struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(spec, &peek); err != nil {
+		return fmt.Errorf("config.json: %w", err)
+	}
+	mark, injected := peek.Annotations[edits.InjectedAnnotation]
+	if !injected || o.RequestGPUs == nil {
+		return nil
+	}
+	_, minors, err := SpecGPUs(spec)
+	if err != nil {
+		return err
+	}
+	var given []GPU
+	if len(minors) > 0 {
+		if o.GPUs == nil {
+			return errors.New("no GPU list to check the restore's GPUs")
+		}
+		if given, err = o.GPUs(minors); err != nil {
+			return fmt.Errorf("the restore's GPUs: %w", err)
+		}
+	}
+	want, err := o.RequestGPUs(spec)
+	if err != nil {
+		return fmt.Errorf("the restore's GPU request: %w", err)
+	}
+	if sameUUIDs(given, want) {
+		return nil
+	}
+	return fmt.Errorf("refusing to restore: config.json carries Gantry's injection (annotation %s=%q) of GPUs %s, but its request names %s: a restore gets only the GPUs its request names. Hand the restore the engine's config.json without Gantry's changes (its request is then injected), or make the request name %s", edits.InjectedAnnotation, mark, uuids(given), uuids(want), uuids(given))
+}
+
+func sameUUIDs(a, b []GPU) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	set := map[string]bool{}
+	for _, g := range a {
+		set[g.UUID] = true
+	}
+	for _, g := range b {
+		if !set[g.UUID] {
+			return false
+		}
+	}
+	return true
 }

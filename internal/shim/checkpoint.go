@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/ctrckpt"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/ocibundle"
 )
@@ -41,15 +42,18 @@ func checkpoint(inv Invocation, args []string, cfg config.Config, lowLevel strin
 		}
 	} else {
 		rec, found, err := ctrckpt.ReadRecord(inv.ImagePath)
-		if err == nil && (!found || rec.CUDAProcesses == 0) {
-			return 0, false
-		}
 		if err == nil {
 			restoreSpec, err = ocibundle.ReadSpec(inv.Bundle)
 		}
 		if err != nil {
 			report(stderr, inv, err)
 			return 1, true
+		}
+		// A restore without CUDA state is the low-level runtime's alone,
+		// unless its config.json carries GPUs Gantry injected (the request
+		// is checked against them).
+		if gpu, _, _ := ctrckpt.SpecGPUs(restoreSpec); (!found || rec.CUDAProcesses == 0) && !injected(restoreSpec) && !gpu {
+			return 0, false
 		}
 	}
 	o := ctrckpt.Options{
@@ -111,6 +115,21 @@ func setupHost(o *ctrckpt.Options, cfg config.Config) error {
 	o.Helper = ctrckpt.Helper{Gantry: gantry, Lib: lib, LockTimeoutMS: lockTimeoutMS}
 	o.DriverVersion = inv.Version
 	o.CacheDir = cfg.Runtime.CacheDir
+	o.RequestGPUs = func(raw []byte) ([]ctrckpt.GPU, error) {
+		var peek inject.SpecFields
+		if err := json.Unmarshal(raw, &peek); err != nil {
+			return nil, err
+		}
+		ds, err := inject.RequestedGPUs(peek.Spec(), cfg, sys)
+		if err != nil {
+			return nil, err
+		}
+		var out []ctrckpt.GPU
+		for _, d := range ds {
+			out = append(out, ctrckpt.GPU{Minor: d.Minor, UUID: d.UUID, Name: d.Name})
+		}
+		return out, nil
+	}
 	o.GPUs = func(minors []int) ([]ctrckpt.GPU, error) {
 		var out []ctrckpt.GPU
 		for _, m := range minors {
@@ -173,4 +192,16 @@ func logEngine(inv Invocation, msg string, t ctrckpt.Timings) {
 		line = []byte(fmt.Sprintf("time=%q level=info msg=%q", now, msg))
 	}
 	inject.AppendLine(inv.Log, line)
+}
+
+// injected reports whether config.json carries Gantry's injection mark.
+func injected(raw []byte) bool {
+	var peek struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if json.Unmarshal(raw, &peek) != nil {
+		return false
+	}
+	_, ok := peek.Annotations[edits.InjectedAnnotation]
+	return ok
 }

@@ -493,3 +493,54 @@ func TestRestoreForeground(t *testing.T) {
 		t.Fatal("restore did not return after the container was killed")
 	}
 }
+
+// A restore handed the config.json Gantry already injected at the create
+// (GPU 1's node, the injection mark) whose request now names GPU 2: the
+// spec would give the container GPU 1, which its request no longer names.
+// Refused before runc restore, naming both GPUs. The same spec with its
+// request unchanged restores (onto GPU 1, as checkpointed).
+func TestRestoreAlreadyInjectedSpec(t *testing.T) {
+	k := newCkptContainer(t)
+	k.start()
+	if stderr, err := k.checkpoint(); err != nil {
+		t.Fatalf("checkpoint: %v\n%s", err, stderr)
+	}
+	k.runtime("delete", k.id)
+	at := k.count()
+	injectedSpec := string(k.configJSON())
+	if !strings.Contains(injectedSpec, "io.github.gantry-gpu.injected") || !strings.Contains(injectedSpec, `"/dev/nvidia1"`) {
+		t.Fatalf("the create's config.json is not injected with GPU 1:\n%s", injectedSpec)
+	}
+	changed := strings.Replace(injectedSpec, "NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_VISIBLE_DEVICES=2", 1)
+	if err := os.WriteFile(filepath.Join(k.bundle, "config.json"), []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sys, err := sim.Load("h100x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := k.restore()
+	for _, w := range []string{"refusing to restore", "carries Gantry's injection", sys.Devices[1].UUID, sys.Devices[2].UUID} {
+		if err == nil || !strings.Contains(stderr, w) {
+			t.Errorf("restore of an injected spec whose request changed: %v, want %q in:\n%s", err, w, stderr)
+		}
+	}
+	if s := k.status(); s != "gone" {
+		t.Errorf("a refused restore left the container %s", s)
+	}
+	if _, err := os.Stat(filepath.Join(k.work, "restore.log")); err == nil {
+		t.Error("runc restore ran for a refused restore")
+	}
+	k.calls()
+	if err := os.WriteFile(filepath.Join(k.bundle, "config.json"), []byte(injectedSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if stderr, err := k.restore(); err != nil {
+		t.Fatalf("restore of the injected spec, request unchanged: %v\n%s", err, stderr)
+	}
+	npid := k.initPID()
+	if got, want := k.callsOf(npid), lines(npid, "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of restore:\n%s\nwant:\n%s", got, want)
+	}
+	k.waitCount(at + 5)
+}
