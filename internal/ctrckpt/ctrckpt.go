@@ -317,6 +317,23 @@ func Checkpoint(o Options) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	if len(pids) > 0 {
+		// What the driver cannot checkpoint is refused before the lock.
+		var models []string
+		for _, g := range rec.GPUs {
+			models = append(models, g.Name)
+		}
+		fs, err := Assess(st.PID, models)
+		if err != nil {
+			return 1, err
+		}
+		if r := Refusals(fs); r != "" {
+			return 1, fmt.Errorf("refusing to checkpoint (nothing was changed): %s", r)
+		}
+		for _, f := range fs {
+			o.log("%s", f)
+		}
+	}
 	rec.CUDAProcesses = len(pids)
 	// The image holds the container's whole memory: a directory only root
 	// can enter, made before CRIU writes into it.

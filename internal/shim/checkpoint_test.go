@@ -26,8 +26,19 @@ const counterSrc = `#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-int main(void) {
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+int main(int argc, char **argv) {
 	dlopen("libcuda.so.1", RTLD_NOW); /* none in a container without GPUs */
+	if (argc > 1 && !strcmp(argv[1], "mps")) {
+		/* An MPS control socket, as the daemon's pipe directory mounted in. */
+		struct sockaddr_un a = {AF_UNIX, "/tmp/nvidia-mps/control"};
+		int s = socket(AF_UNIX, SOCK_STREAM, 0);
+		mkdir("/tmp/nvidia-mps", 0755);
+		if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 1)) return 1;
+		open("/dev/nvidia-uvm", O_RDWR); /* as the CUDA runtime does */
+	}
 	for (unsigned long n = 1;; n++) {
 		char b[32];
 		int len = snprintf(b, sizeof b, "%lu\n", n);
@@ -63,7 +74,7 @@ type ckptContainer struct {
 	spec               []byte // config.json as the engine wrote it
 }
 
-func newCkptContainer(t *testing.T) *ckptContainer {
+func newCkptContainer(t *testing.T, args ...string) *ckptContainer {
 	t.Helper()
 	if why := criuWorks(); why != "" {
 		t.Skip(why)
@@ -91,7 +102,7 @@ func newCkptContainer(t *testing.T) *ckptContainer {
 	}
 	c := newContainer(t, opts{
 		env:  []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
-		args: []string{"/bin/counter"},
+		args: append([]string{"/bin/counter"}, args...),
 		mutate: func(rootfs string) {
 			if err := run("gcc", "-O2", "-o", filepath.Join(rootfs, "bin/counter"), src, "-ldl"); err != nil {
 				t.Fatal(err)
@@ -543,4 +554,24 @@ func TestRestoreAlreadyInjectedSpec(t *testing.T) {
 		t.Errorf("CUDA calls of restore:\n%s\nwant:\n%s", got, want)
 	}
 	k.waitCount(at + 5)
+}
+
+// A container whose CUDA process is an MPS client (an MPS control socket
+// in its /tmp/nvidia-mps, where the driver looks) is refused before the
+// CUDA lock: no CUDA call, no image, and it goes on counting.
+func TestCheckpointRefusesMPSClient(t *testing.T) {
+	k := newCkptContainer(t, "mps")
+	k.start()
+	k.calls()
+	stderr, err := k.checkpoint("--leave-running")
+	if err == nil || !strings.Contains(stderr, "refusing to checkpoint") || !strings.Contains(stderr, "MPS client") {
+		t.Fatalf("checkpoint of an MPS client: %v\n%s", err, stderr)
+	}
+	if got := k.calls(); got != "" {
+		t.Errorf("a refused checkpoint made CUDA calls:\n%s", got)
+	}
+	if _, err := os.Stat(filepath.Join(k.image, "inventory.img")); err == nil {
+		t.Error("runc checkpoint ran for a refused checkpoint")
+	}
+	k.waitCount(k.count() + 5)
 }
