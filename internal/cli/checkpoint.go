@@ -29,6 +29,15 @@ checkpoint API), CRIU dumps the container into --image-path (mode 0700, files
 0600), and with --leave-running the container goes on. Needs CRIU 4.x (gantry
 doctor says) and gantry-runtime beside this gantry (else /usr/bin).
 
+gantry checkpoint --assess CONTAINER says, changing nothing, why the container
+could not be checkpointed, from the driver's documented limits and what /proc
+shows of its processes (found from its cgroup, each in its mount namespace):
+"refused" (an MPS client, a host other than x86-64: a checkpoint is refused
+before anything is done) or "warning" (/dev/nvidia-uvm held: managed memory
+fails the checkpoint, and the container goes on; several CUDA processes: one
+that imported another's GPU memory is lost at restore; NCCL; GPUs of several
+models). Exit status 1 when refused.
+
 gantry checkpoint --probe-remap (no container) asks the driver whether it
 restores a CUDA process onto another GPU of the same model: a small CUDA
 process of its own is checkpointed on one GPU and restored onto another (pairs
@@ -43,7 +52,14 @@ restore with GPU pairs works), 1 when it cannot.`,
 			work := fs.String("work-path", "", "CRIU's logs and work files (default: the image directory)")
 			leave := fs.Bool("leave-running", false, "keep the container running after the checkpoint")
 			probe := fs.Bool("probe-remap", false, "probe whether the driver restores onto other GPUs (no container)")
+			assess := fs.Bool("assess", false, "only say why CONTAINER could not be checkpointed (refusals and warnings); changes nothing")
 			return func(e *env, args []string) error {
+				if *assess {
+					if len(args) != 1 {
+						return usagef("name one container")
+					}
+					return assessContainer(e, *root, args[0])
+				}
 				if *probe {
 					if len(args) != 0 {
 						return usagef("--probe-remap takes no container")
@@ -182,6 +198,36 @@ func probeRemap(e *env) error {
 	}
 	if !v.Allows() {
 		return fmt.Errorf("restores onto other GPUs are refused on this driver (%s)", v.Remap)
+	}
+	return nil
+}
+
+// assessContainer prints why container id (runc, in root) could not be
+// checkpointed.
+func assessContainer(e *env, root, id string) error {
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return fmt.Errorf("runc: %w", err)
+	}
+	st, err := ctrckpt.Runtime{Path: runc, Global: []string{"--root", root}}.State(id)
+	if err != nil {
+		return err
+	}
+	if st.Status != "running" {
+		return fmt.Errorf("container %s is %s: only a running container is examined", id, st.Status)
+	}
+	fs, err := ctrckpt.Assess(st.PID, nil)
+	if err != nil {
+		return err
+	}
+	if len(fs) == 0 {
+		fmt.Fprintf(e.stdout, "container %s: nothing known keeps it from a checkpoint\n", id)
+	}
+	for _, f := range fs {
+		fmt.Fprintf(e.stdout, "container %s: %s\n", id, f)
+	}
+	if r := ctrckpt.Refusals(fs); r != "" {
+		return fmt.Errorf("container %s cannot be checkpointed", id)
 	}
 	return nil
 }
