@@ -9,7 +9,10 @@ import (
 	"path/filepath"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/ctrckpt"
+	"github.com/gantry-gpu/gantry/internal/cudackpt"
 	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/driver"
 )
 
 // gantry checkpoint and gantry restore: runc's checkpoint and restore of a
@@ -24,13 +27,45 @@ func init() {
 the CUDA state of its processes is moved to host memory (the driver's process
 checkpoint API), CRIU dumps the container into --image-path (mode 0700, files
 0600), and with --leave-running the container goes on. Needs CRIU 4.x (gantry
-doctor says) and gantry-runtime beside this gantry (else /usr/bin).`,
+doctor says) and gantry-runtime beside this gantry (else /usr/bin).
+
+gantry checkpoint --assess CONTAINER says, changing nothing, why the container
+could not be checkpointed, from the driver's documented limits and what /proc
+shows of its processes (found from its cgroup, each in its mount namespace):
+"refused" (an MPS client, a host other than x86-64: a checkpoint is refused
+before anything is done) or "warning" (/dev/nvidia-uvm held: managed memory
+fails the checkpoint, and the container goes on; several CUDA processes: one
+that imported another's GPU memory is lost at restore; NCCL; GPUs of several
+models). Exit status 1 when refused.
+
+gantry checkpoint --probe-remap (no container) asks the driver whether it
+restores a CUDA process onto another GPU of the same model: a small CUDA
+process of its own is checkpointed on one GPU and restored onto another (pairs
+naming every GPU), and the verdict is printed and kept per driver version in
+runtime.cache-dir (/run/gantry/cuda-remap-VERSION.json), where a restore onto
+other GPUs reads it (and probes when there is none) before anything is changed.
+Exit status 0 when the driver can (or the host has no two GPUs of one model and
+restore with GPU pairs works), 1 when it cannot.`,
 		flags: func(fs *flag.FlagSet) func(*env, []string) error {
 			root := fs.String("root", "/run/runc", "runc's state directory (containerd: /run/containerd/runc/NAMESPACE)")
 			image := fs.String("image-path", "", "the checkpoint's directory (required)")
 			work := fs.String("work-path", "", "CRIU's logs and work files (default: the image directory)")
 			leave := fs.Bool("leave-running", false, "keep the container running after the checkpoint")
+			probe := fs.Bool("probe-remap", false, "probe whether the driver restores onto other GPUs (no container)")
+			assess := fs.Bool("assess", false, "only say why CONTAINER could not be checkpointed (refusals and warnings); changes nothing")
 			return func(e *env, args []string) error {
+				if *assess {
+					if len(args) != 1 {
+						return usagef("name one container")
+					}
+					return assessContainer(e, *root, args[0])
+				}
+				if *probe {
+					if len(args) != 0 {
+						return usagef("--probe-remap takes no container")
+					}
+					return probeRemap(e)
+				}
 				if len(args) != 1 {
 					return usagef("name one container")
 				}
@@ -44,7 +79,11 @@ doctor says) and gantry-runtime beside this gantry (else /usr/bin).`,
 				if *leave {
 					a = append(a, "--leave-running")
 				}
-				return runRuntime(e, append(a, args[0]))
+				if err := runRuntime(e, append(a, args[0])); err != nil {
+					return err
+				}
+				printTimings(e, *image, false)
+				return nil
 			}
 		},
 	})
@@ -72,10 +111,30 @@ anything else is refused before the container is made).`,
 				if *work != "" {
 					a = append(a, "--work-path", *work)
 				}
-				return runRuntime(e, append(a, args[0]))
+				if err := runRuntime(e, append(a, args[0])); err != nil {
+					return err
+				}
+				printTimings(e, *image, true)
+				return nil
 			}
 		},
 	})
+}
+
+// printTimings prints the phases gantry-runtime noted in the image's
+// record (ctrckpt.Timings), when it has them.
+func printTimings(e *env, image string, restore bool) {
+	rec, found, err := ctrckpt.ReadRecord(image)
+	if err != nil || !found {
+		return
+	}
+	t := rec.Timings
+	if restore {
+		t = rec.LastRestore
+	}
+	if t != nil {
+		fmt.Fprintf(e.stdout, "timings: %s\n", t)
+	}
 }
 
 // runRuntime runs gantry-runtime (beside this gantry, else /usr/bin) with
@@ -104,6 +163,71 @@ func runRuntime(e *env, args []string) error {
 			return fmt.Errorf("gantry-runtime %s failed (exit %d)", args[2], ee.ExitCode())
 		}
 		return err
+	}
+	return nil
+}
+
+// probeRemap runs the driver probe of restores onto other GPUs, afresh,
+// keeps and prints its verdict.
+func probeRemap(e *env) error {
+	inv, err := driver.Discover(driver.Options{Root: e.cfg.DriverRoot, DevRoot: e.cfg.DevRoot})
+	if err != nil {
+		return fmt.Errorf("the NVIDIA driver: %w", err)
+	}
+	lib := ""
+	for _, l := range inv.Libraries {
+		if l.SONAME == "libcuda.so.1" && l.Capability != driver.Compat32 {
+			lib = l.HostPath
+			break
+		}
+	}
+	if lib == "" {
+		return fmt.Errorf("no libcuda.so.1 among the driver's libraries (driver %s)", inv.Version)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	v, _, err := cudackpt.Probe(self, cudackpt.ProbeRequest{Lib: lib, CacheDir: e.cfg.Runtime.CacheDir, DriverVersion: inv.Version, Fresh: true})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "remap: %s\n%s\n", v.Remap, v)
+	if e.cfg.Runtime.CacheDir != "" {
+		fmt.Fprintf(e.stdout, "kept in %s\n", cudackpt.CacheFile(e.cfg.Runtime.CacheDir, inv.Version))
+	}
+	if !v.Allows() {
+		return fmt.Errorf("restores onto other GPUs are refused on this driver (%s)", v.Remap)
+	}
+	return nil
+}
+
+// assessContainer prints why container id (runc, in root) could not be
+// checkpointed.
+func assessContainer(e *env, root, id string) error {
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return fmt.Errorf("runc: %w", err)
+	}
+	st, err := ctrckpt.Runtime{Path: runc, Global: []string{"--root", root}}.State(id)
+	if err != nil {
+		return err
+	}
+	if st.Status != "running" {
+		return fmt.Errorf("container %s is %s: only a running container is examined", id, st.Status)
+	}
+	fs, err := ctrckpt.Assess(st.PID, nil)
+	if err != nil {
+		return err
+	}
+	if len(fs) == 0 {
+		fmt.Fprintf(e.stdout, "container %s: nothing known keeps it from a checkpoint\n", id)
+	}
+	for _, f := range fs {
+		fmt.Fprintf(e.stdout, "container %s: %s\n", id, f)
+	}
+	if r := ctrckpt.Refusals(fs); r != "" {
+		return fmt.Errorf("container %s cannot be checkpointed", id)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gantry-gpu/gantry/internal/cdicmd"
+	"github.com/gantry-gpu/gantry/internal/cudackpt"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
@@ -47,6 +48,11 @@ func fakeRoot(t testing.TB) string {
 }
 
 func TestMain(m *testing.M) {
+	// The test binary stands in for gantry as the CUDA checkpoint helper
+	// too (the remap probe runs /proc/self/exe cuda-checkpoint).
+	if len(os.Args) > 1 && os.Args[1] == cudackpt.HelperCommand {
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	// A configuration file on the test machine must not change the results.
 	// (The child of TestHookCommandsIgnoreDevZeroConfig keeps its own.)
 	if os.Getenv("GANTRY_TEST_HOOK_CHILD") == "" {

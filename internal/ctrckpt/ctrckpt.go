@@ -62,6 +62,53 @@ type Record struct {
 	CUDAProcesses int `json:"cudaProcesses"`
 	// DriverVersion is the NVIDIA driver's.
 	DriverVersion string `json:"driverVersion,omitempty"`
+	// Timings are the checkpoint's phases; LastRestore the last restore's
+	// from this image (written when the image directory can be written).
+	Timings     *Timings `json:"timings,omitempty"`
+	LastRestore *Timings `json:"lastRestore,omitempty"`
+}
+
+// Timings are the phases of a checkpoint or restore, in milliseconds (0:
+// the phase did not run). Checkpoint: CUDALock, CUDACheckpoint (every CUDA
+// process, in turn), Runtime (the low-level runtime's checkpoint: CRIU's
+// dump), and after --leave-running (or a failure's undo) CUDARestore and
+// CUDAUnlock; GPUIdle is from the start of the CUDA lock to the end of the
+// CUDA unlock when the container goes on, else to the end of the dump (the
+// container stopped). Restore: Probe (the driver's remap verdict, when
+// the GPUs move), Runtime (the low-level runtime's restore), DevNodes (the
+// restored /dev's GPU nodes), CUDARestore, CUDAUnlock; GPUIdle is 0. Total
+// is the whole command as gantry-runtime ran it.
+type Timings struct {
+	CUDALockMS       float64 `json:"cudaLockMs,omitempty"`
+	CUDACheckpointMS float64 `json:"cudaCheckpointMs,omitempty"`
+	ProbeMS          float64 `json:"probeMs,omitempty"`
+	RuntimeMS        float64 `json:"runtimeMs,omitempty"`
+	DevNodesMS       float64 `json:"devNodesMs,omitempty"`
+	CUDARestoreMS    float64 `json:"cudaRestoreMs,omitempty"`
+	CUDAUnlockMS     float64 `json:"cudaUnlockMs,omitempty"`
+	GPUIdleMS        float64 `json:"gpuIdleMs,omitempty"`
+	TotalMS          float64 `json:"totalMs"`
+}
+
+// ms is d in milliseconds, to a tenth.
+func ms(d time.Duration) float64 { return float64(d.Round(100*time.Microsecond)) / 1e6 }
+
+// String is the timings in words, for the log and gantry checkpoint.
+func (t Timings) String() string {
+	var parts []string
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"CUDA lock", t.CUDALockMS}, {"CUDA checkpoint", t.CUDACheckpointMS}, {"probe", t.ProbeMS},
+		{"runtime", t.RuntimeMS}, {"/dev nodes", t.DevNodesMS}, {"CUDA restore", t.CUDARestoreMS},
+		{"CUDA unlock", t.CUDAUnlockMS}, {"GPU idle", t.GPUIdleMS}, {"total", t.TotalMS},
+	} {
+		if f.v > 0 || f.name == "total" {
+			parts = append(parts, fmt.Sprintf("%s %.1f ms", f.name, f.v))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // GPU is one GPU of a container.
@@ -176,8 +223,15 @@ type Options struct {
 	GPUs func(minors []int) ([]GPU, error)
 	// DriverVersion is noted in the record.
 	DriverVersion string
+	// CacheDir keeps the driver's probe verdict (runtime.cache-dir).
+	CacheDir string
+	// RequestGPUs is the GPUs a config.json's request names (env,
+	// annotations, mounts, Gantry's CDI names), whatever it was given.
+	RequestGPUs func(spec []byte) ([]GPU, error)
 	// Log gets one line per step (the runtime's log file).
 	Log func(msg string)
+	// LogTimings gets the phases' timings at the end (the log file).
+	LogTimings func(Timings)
 	// Stdin, Stdout and Stderr are the low-level runtime's.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
@@ -237,6 +291,7 @@ func (o *Options) cudaProcesses(initPID int, want cudackpt.State) ([]int, error)
 // container goes on. It returns the exit code for the engine (the
 // low-level runtime's), with an error when Gantry's part failed.
 func Checkpoint(o Options) (int, error) {
+	begin := time.Now()
 	st, err := o.Runtime.State(o.ID)
 	if err != nil {
 		return 1, err
@@ -262,6 +317,23 @@ func Checkpoint(o Options) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	if len(pids) > 0 {
+		// What the driver cannot checkpoint is refused before the lock.
+		var models []string
+		for _, g := range rec.GPUs {
+			models = append(models, g.Name)
+		}
+		fs, err := Assess(st.PID, models)
+		if err != nil {
+			return 1, err
+		}
+		if r := Refusals(fs); r != "" {
+			return 1, fmt.Errorf("refusing to checkpoint (nothing was changed): %s", r)
+		}
+		for _, f := range fs {
+			o.log("%s", f)
+		}
+	}
 	rec.CUDAProcesses = len(pids)
 	// The image holds the container's whole memory: a directory only root
 	// can enter, made before CRIU writes into it.
@@ -271,42 +343,68 @@ func Checkpoint(o Options) (int, error) {
 	if err := os.Chmod(o.ImagePath, 0o700); err != nil {
 		return 1, err
 	}
+	var tm Timings
+	defer func() {
+		tm.TotalMS = ms(time.Since(begin))
+		if o.LogTimings != nil {
+			o.LogTimings(tm)
+		}
+	}()
+	lockStart := time.Now()
 	if len(pids) > 0 {
-		start := time.Now()
-		if err := o.suspend(pids); err != nil {
+		if err := o.suspend(pids, &tm); err != nil {
+			tm.GPUIdleMS = ms(time.Since(lockStart))
 			return 1, err
 		}
-		o.log("CUDA lock and checkpoint of processes %v: %v", pids, time.Since(start).Round(time.Millisecond))
+		o.log("CUDA lock and checkpoint of processes %v: %.1f ms, %.1f ms", pids, tm.CUDALockMS, tm.CUDACheckpointMS)
 	}
 	start := time.Now()
 	code, rerr := o.runLowLevel(nil)
-	o.log("%s checkpoint: exit %d, %v", filepath.Base(o.Runtime.Path), code, time.Since(start).Round(time.Millisecond))
+	tm.RuntimeMS = ms(time.Since(start))
+	if len(pids) > 0 {
+		tm.GPUIdleMS = ms(time.Since(lockStart))
+	}
+	rec.Timings = &tm
+	o.log("%s checkpoint: exit %d, %.1f ms", filepath.Base(o.Runtime.Path), code, tm.RuntimeMS)
 	var errs []error
 	if rerr != nil {
 		errs = append(errs, rerr)
 	}
 	if code == 0 {
+		tm.TotalMS = ms(time.Since(begin))
 		if err := seal(o.ImagePath, rec); err != nil {
 			errs = append(errs, err)
 			code = 1
 		}
 	}
 	if len(pids) > 0 && (code != 0 || o.LeaveRunning) {
-		start := time.Now()
-		if err := o.resume(pids, nil); err != nil {
+		err := o.resume(pids, nil, &tm)
+		tm.GPUIdleMS = ms(time.Since(lockStart))
+		if err != nil {
 			errs = append(errs, fmt.Errorf("the container goes on without its GPU state: %w", err))
 			code = 1
 		} else {
-			o.log("CUDA restore and unlock of processes %v: %v", pids, time.Since(start).Round(time.Millisecond))
+			o.log("CUDA restore and unlock of processes %v: %.1f ms, %.1f ms", pids, tm.CUDARestoreMS, tm.CUDAUnlockMS)
+		}
+		if code == 0 {
+			// The record gets the resume's phases too.
+			tm.TotalMS = ms(time.Since(begin))
+			if err := writeRecord(o.ImagePath, rec); err != nil {
+				errs = append(errs, err)
+				code = 1
+			}
 		}
 	}
+	o.log("timings: %s", tm)
 	return code, errors.Join(errs...)
 }
 
 // suspend locks every process, then checkpoints each; on a failure it
 // undoes what it did and returns why.
-func (o *Options) suspend(pids []int) error {
+func (o *Options) suspend(pids []int, tm *Timings) error {
+	start := time.Now()
 	rs, err := o.Helper.run(cudackpt.OpLock, pids, nil)
+	tm.CUDALockMS = ms(time.Since(start))
 	if err != nil {
 		if locked := done(rs); len(locked) > 0 {
 			if _, uerr := o.Helper.run(cudackpt.OpUnlock, locked, nil); uerr != nil {
@@ -315,7 +413,9 @@ func (o *Options) suspend(pids []int) error {
 		}
 		return fmt.Errorf("CUDA lock: %w (the container goes on)", err)
 	}
+	start = time.Now()
 	rs, err = o.Helper.run(cudackpt.OpCheckpoint, pids, nil)
+	tm.CUDACheckpointMS = ms(time.Since(start))
 	if err != nil {
 		uerr := o.undo(done(rs), pids)
 		if uerr != nil {
@@ -341,11 +441,17 @@ func (o *Options) undo(checkpointed, locked []int) error {
 }
 
 // resume restores and unlocks the processes.
-func (o *Options) resume(pids []int, pairs []cudackpt.Pair) error {
-	if _, err := o.Helper.run(cudackpt.OpRestore, pids, pairs); err != nil {
+func (o *Options) resume(pids []int, pairs []cudackpt.Pair, tm *Timings) error {
+	start := time.Now()
+	_, err := o.Helper.run(cudackpt.OpRestore, pids, pairs)
+	tm.CUDARestoreMS = ms(time.Since(start))
+	if err != nil {
 		return fmt.Errorf("CUDA restore: %w", err)
 	}
-	if _, err := o.Helper.run(cudackpt.OpUnlock, pids, nil); err != nil {
+	start = time.Now()
+	_, err = o.Helper.run(cudackpt.OpUnlock, pids, nil)
+	tm.CUDAUnlockMS = ms(time.Since(start))
+	if err != nil {
 		return fmt.Errorf("CUDA unlock: %w", err)
 	}
 	return nil
@@ -379,12 +485,8 @@ func (o *Options) runLowLevel(extra []string) (int, error) {
 // seal writes the record and makes the image directory's files readable
 // by root only: 0700 directories, 0600 files.
 func seal(dir string, rec Record) error {
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
+	if err := writeRecord(dir, rec); err != nil {
 		return err
-	}
-	if err := atomicfile.Write(filepath.Join(dir, RecordFile), append(b, '\n'), atomicfile.Options{Mode: 0o600}); err != nil {
-		return fmt.Errorf("writing %s: %w", RecordFile, err)
 	}
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -461,14 +563,23 @@ func uuids(g []GPU) string {
 // restore's config.json (its GPUs already injected). ran reports whether
 // the low-level runtime was run: when false, nothing was changed.
 func Restore(o Options, bundleSpec []byte) (code int, err error) {
+	begin := time.Now()
+	var tm Timings
 	rec, found, err := ReadRecord(o.ImagePath)
 	if err != nil {
 		return 1, err
 	}
+	if err := o.checkRequest(bundleSpec); err != nil {
+		return 1, err
+	}
 	var pairs []cudackpt.Pair
+	var nodes []DevNode
 	if found && rec.CUDAProcesses > 0 {
 		_, minors, err := SpecGPUs(bundleSpec)
 		if err != nil {
+			return 1, err
+		}
+		if nodes, err = SpecDevNodes(bundleSpec); err != nil {
 			return 1, err
 		}
 		var now []GPU
@@ -484,16 +595,41 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 			return 1, fmt.Errorf("refusing to restore: %w", err)
 		}
 		if len(pairs) > 0 {
-			// The driver must remap, or nothing is started.
-			if _, err := o.Helper.run(cudackpt.OpSupport, nil, pairs); err != nil {
-				return 1, fmt.Errorf("refusing to restore onto other GPUs: %w", err)
+			// The driver must remap, or nothing is started: its verdict,
+			// probed once per driver version (cudackpt.Probe).
+			pstart := time.Now()
+			v, cached, err := cudackpt.Probe(o.Helper.Gantry, cudackpt.ProbeRequest{Lib: o.Helper.Lib, CacheDir: o.CacheDir, DriverVersion: o.DriverVersion})
+			tm.ProbeMS = ms(time.Since(pstart))
+			if err != nil {
+				return 1, fmt.Errorf("refusing to restore GPUs %s onto %s: whether NVIDIA driver %s can is unknown: %w", uuids(rec.GPUs), uuids(now), o.DriverVersion, err)
 			}
-			o.log("restoring GPUs %s onto %s", uuids(rec.GPUs), uuids(now))
+			if !v.Allows() {
+				return 1, fmt.Errorf("refusing to restore GPUs %s onto %s: %s%s. Restore with the checkpoint's GPUs in the request (NVIDIA_VISIBLE_DEVICES=%s), or on a host whose driver can (gantry checkpoint --probe-remap says)", uuids(rec.GPUs), uuids(now), v, keptNote(o.CacheDir, v, cached), uuidList(rec.GPUs))
+			}
+			if v.Remap == cudackpt.RemapIdentityOnly {
+				o.log("restoring GPUs %s onto %s: %s", uuids(rec.GPUs), uuids(now), v)
+			} else {
+				o.log("restoring GPUs %s onto %s", uuids(rec.GPUs), uuids(now))
+			}
 		}
 	}
 	if !found || rec.CUDAProcesses == 0 {
 		return o.runLowLevel(nil)
 	}
+	defer func() {
+		tm.TotalMS = ms(time.Since(begin))
+		o.log("timings: %s", tm)
+		if o.LogTimings != nil {
+			o.LogTimings(tm)
+		}
+		if code == 0 && err == nil {
+			// Best effort: the image may be read-only (an imported archive).
+			rec.LastRestore = &tm
+			if werr := writeRecord(o.ImagePath, rec); werr != nil {
+				o.log("the restore's timings are not in %s: %v", RecordFile, werr)
+			}
+		}
+	}()
 	start := time.Now()
 	var extra []string
 	pidFile := o.PIDFile
@@ -510,11 +646,12 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 	}
 	if o.Detach {
 		code, err := o.runLowLevel(extra)
-		o.log("%s restore: exit %d, %v", filepath.Base(o.Runtime.Path), code, time.Since(start).Round(time.Millisecond))
+		tm.RuntimeMS = ms(time.Since(start))
+		o.log("%s restore: exit %d, %.1f ms", filepath.Base(o.Runtime.Path), code, tm.RuntimeMS)
 		if code != 0 || err != nil {
 			return code, err
 		}
-		return 0, o.restoreCUDA(rec, pairs)
+		return 0, o.restoreCUDA(rec, pairs, nodes, &tm)
 	}
 	// Foreground: run it, wait for the pid file, restore CUDA, then wait
 	// for the container's end.
@@ -539,7 +676,8 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 			break
 		}
 	}
-	if err := o.restoreCUDA(rec, pairs); err != nil {
+	tm.RuntimeMS = ms(time.Since(start))
+	if err := o.restoreCUDA(rec, pairs, nodes, &tm); err != nil {
 		return 1, err
 	}
 	r := <-exited
@@ -547,9 +685,10 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 }
 
 // restoreCUDA restores and unlocks the CUDA state of the restored
-// container's processes.
-func (o *Options) restoreCUDA(rec Record, pairs []cudackpt.Pair) error {
-	start := time.Now()
+// container's processes. When the GPUs move (pairs), the container's /dev
+// first gets the nodes of the restore's GPUs (nodes) in place of the
+// checkpoint's (SyncDevNodes).
+func (o *Options) restoreCUDA(rec Record, pairs []cudackpt.Pair, nodes []DevNode, tm *Timings) error {
 	st, err := o.Runtime.State(o.ID)
 	if err != nil {
 		return err
@@ -558,15 +697,126 @@ func (o *Options) restoreCUDA(rec Record, pairs []cudackpt.Pair) error {
 	if err != nil {
 		return fmt.Errorf("after the restore: %w", err)
 	}
+	if len(pairs) > 0 {
+		var stale []int
+		for _, g := range rec.GPUs {
+			stale = append(stale, g.Minor)
+		}
+		dstart := time.Now()
+		err := SyncDevNodes(st.PID, nodes, stale)
+		tm.DevNodesMS = ms(time.Since(dstart))
+		if err != nil {
+			return fmt.Errorf("after the restore: %w", err)
+		}
+		o.log("restored container's /dev: GPU nodes %v (the checkpoint's %v removed)", minorsOf(nodes), stale)
+	}
 	if len(pids) != rec.CUDAProcesses {
 		o.log("restore: %d processes are CUDA-checkpointed, the checkpoint had %d", len(pids), rec.CUDAProcesses)
 	}
 	if len(pids) == 0 {
 		return nil
 	}
-	if err := o.resume(pids, pairs); err != nil {
+	if err := o.resume(pids, pairs, tm); err != nil {
 		return err
 	}
-	o.log("CUDA restore and unlock of processes %v: %v", pids, time.Since(start).Round(time.Millisecond))
+	o.log("CUDA restore and unlock of processes %v: %.1f ms, %.1f ms", pids, tm.CUDARestoreMS, tm.CUDAUnlockMS)
 	return nil
+}
+
+func minorsOf(nodes []DevNode) []int {
+	var out []int
+	for _, n := range nodes {
+		out = append(out, n.Minor)
+	}
+	return out
+}
+
+func uuidList(g []GPU) string {
+	var s []string
+	for _, d := range g {
+		s = append(s, d.UUID)
+	}
+	return strings.Join(s, ",")
+}
+
+// keptNote says where a verdict is kept, and how to probe again.
+func keptNote(dir string, v cudackpt.Verdict, cached bool) string {
+	if dir == "" {
+		return ""
+	}
+	p := cudackpt.CacheFile(dir, v.DriverVersion)
+	if cached {
+		return " (kept in " + p + "; gantry checkpoint --probe-remap probes again)"
+	}
+	return " (kept in " + p + ")"
+}
+
+// writeRecord writes the record (0600, atomically).
+func writeRecord(dir string, rec Record) error {
+	b, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, RecordFile), append(b, '\n'), atomicfile.Options{Mode: 0o600}); err != nil {
+		return fmt.Errorf("writing %s: %w", RecordFile, err)
+	}
+	return nil
+}
+
+// checkRequest refuses a restore whose config.json gives the container
+// other GPUs than its request names. A config.json Gantry injected already
+// (edits.InjectedAnnotation: an engine that hands the restore the spec of
+// the create, or a retried restore) keeps the GPUs of that injection, and
+// its request may since name others: the request at restore time decides,
+// and a restore never gives the container GPUs its request does not name.
+// A spec without Gantry's mark has the engine's devices (CDI), which are
+// its request.
+func (o *Options) checkRequest(spec []byte) error {
+	var peek struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if err := json.Unmarshal(spec, &peek); err != nil {
+		return fmt.Errorf("config.json: %w", err)
+	}
+	mark, injected := peek.Annotations[edits.InjectedAnnotation]
+	if !injected || o.RequestGPUs == nil {
+		return nil
+	}
+	_, minors, err := SpecGPUs(spec)
+	if err != nil {
+		return err
+	}
+	var given []GPU
+	if len(minors) > 0 {
+		if o.GPUs == nil {
+			return errors.New("no GPU list to check the restore's GPUs")
+		}
+		if given, err = o.GPUs(minors); err != nil {
+			return fmt.Errorf("the restore's GPUs: %w", err)
+		}
+	}
+	want, err := o.RequestGPUs(spec)
+	if err != nil {
+		return fmt.Errorf("the restore's GPU request: %w", err)
+	}
+	if sameUUIDs(given, want) {
+		return nil
+	}
+	return fmt.Errorf("refusing to restore: config.json carries Gantry's injection (annotation %s=%q) of GPUs %s, but its request names %s: a restore gets only the GPUs its request names. Hand the restore the engine's config.json without Gantry's changes (its request is then injected), or make the request name %s", edits.InjectedAnnotation, mark, uuids(given), uuids(want), uuids(given))
+}
+
+func sameUUIDs(a, b []GPU) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	set := map[string]bool{}
+	for _, g := range a {
+		set[g.UUID] = true
+	}
+	for _, g := range b {
+		if !set[g.UUID] {
+			return false
+		}
+	}
+	return true
 }

@@ -44,9 +44,17 @@ const (
 	// OpSupport calls nothing: it checks that the driver has the API (and
 	// GPU remapping, with pairs), for a refusal before anything changes.
 	OpSupport Op = "support"
+	// OpProbe finds whether the driver restores a CUDA process onto
+	// another GPU (Probe), with --cache-dir and --driver-version.
+	OpProbe Op = "probe"
+	// OpProbeChild is the probe's own CUDA process.
+	OpProbeChild Op = "probe-child"
 )
 
-var ops = map[Op]bool{OpLock: true, OpCheckpoint: true, OpRestore: true, OpUnlock: true, OpState: true, OpSupport: true}
+var ops = map[Op]bool{OpLock: true, OpCheckpoint: true, OpRestore: true, OpUnlock: true, OpState: true, OpSupport: true, OpProbe: true, OpProbeChild: true}
+
+// pidless are the operations that take no PID.
+var pidless = map[Op]bool{OpSupport: true, OpProbe: true, OpProbeChild: true}
 
 // State is a process's CUDA checkpoint state (CUprocessState).
 type State string
@@ -91,6 +99,8 @@ type Reply struct {
 	// NoAPI reports that libcuda has no checkpoint API (driver < r570),
 	// or no GPU remapping when pairs were asked for (< r580).
 	NoAPI bool `json:"noAPI,omitempty"`
+	// Probe is OpProbe's verdict.
+	Probe *Verdict `json:"probe,omitempty"`
 }
 
 // ErrNoAPI is what Run's error wraps when the driver lacks the API.
@@ -209,7 +219,7 @@ type api interface {
 	close()
 }
 
-const usage = "usage: gantry " + HelperCommand + " [--lib PATH] [--timeout-ms N] [--map OLD-UUID=NEW-UUID]... lock|checkpoint|restore|unlock|state PID... | support (an internal command of gantry-runtime)"
+const usage = "usage: gantry " + HelperCommand + " [--lib PATH] [--timeout-ms N] [--map OLD-UUID=NEW-UUID]... lock|checkpoint|restore|unlock|state PID... | support | [--cache-dir DIR --driver-version V] [--fresh] probe (an internal command of gantry-runtime)"
 
 // HelperMain runs HelperCommand: the call named by its argument on each
 // PID, in order, stopping at the first failure (state asks every PID).
@@ -220,6 +230,9 @@ func HelperMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	lib := fs.String("lib", "", "the libcuda to load")
 	timeout := fs.Uint("timeout-ms", 0, "lock timeout")
+	cacheDir := fs.String("cache-dir", "", "probe: where the verdict is kept")
+	driverVersion := fs.String("driver-version", "", "probe: the NVIDIA driver's version")
+	fresh := fs.Bool("fresh", false, "probe: even when a verdict is kept")
 	var pairs [][2][16]byte
 	fs.Func("map", "OLD=NEW GPU UUIDs", func(s string) error {
 		o, n, ok := strings.Cut(s, "=")
@@ -245,8 +258,21 @@ func HelperMain(args []string, stdout, stderr io.Writer) int {
 		return bad(err)
 	}
 	op := Op(fs.Arg(0))
-	if !ops[op] || (fs.NArg() < 2) != (op == OpSupport) {
-		return bad(errors.New("want an operation and at least one PID (support: none)"))
+	if !ops[op] || (fs.NArg() < 2) != pidless[op] {
+		return bad(errors.New("want an operation and at least one PID (support, probe: none)"))
+	}
+	switch op {
+	case OpProbeChild:
+		return probeChildMain(*lib, os.Stdin, stdout)
+	case OpProbe:
+		if *cacheDir != "" && *driverVersion == "" {
+			return bad(errors.New("probe: --cache-dir needs --driver-version"))
+		}
+		reply := probeMain(*lib, *cacheDir, *driverVersion, *fresh)
+		if err := json.NewEncoder(stdout).Encode(reply); err != nil || reply.Probe == nil {
+			return 1
+		}
+		return 0
 	}
 	var pids []int
 	for _, a := range fs.Args()[1:] {
@@ -324,4 +350,10 @@ func Supported(lib string, pairs bool) (noAPI bool, err error) {
 	}
 	a.close()
 	return false, nil
+}
+
+// uuidString is the "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" form of a CUuuid.
+func uuidString(b [16]byte) string {
+	h := hex.EncodeToString(b[:])
+	return "GPU-" + h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

@@ -44,6 +44,25 @@ static int gantry_call_restore(void *f, int pid, gantry_gpu_pair *pairs, unsigne
 static int gantry_call_state(void *f, int pid, int *st) { return ((gantry_state_fn)f)(pid, st); }
 static int gantry_call_init(void *f) { return ((gantry_init_fn)f)(0); }
 static int gantry_call_version(void *f, int *v) { return ((gantry_version_fn)f)(v); }
+// The probe's CUDA process: device, context and memory calls.
+typedef int (*gantry_int_fn)(int *);
+typedef int (*gantry_devget_fn)(int *, int);
+typedef int (*gantry_uuid_fn)(unsigned char *, int);
+typedef int (*gantry_name_fn)(char *, int, int);
+typedef int (*gantry_retain_fn)(void **, int);
+typedef int (*gantry_setcur_fn)(void *);
+typedef int (*gantry_alloc_fn)(unsigned long long *, size_t);
+typedef int (*gantry_htod_fn)(unsigned long long, const void *, size_t);
+typedef int (*gantry_dtoh_fn)(void *, unsigned long long, size_t);
+static int gantry_call_int(void *f, int *v) { return ((gantry_int_fn)f)(v); }
+static int gantry_call_devget(void *f, int *d, int i) { return ((gantry_devget_fn)f)(d, i); }
+static int gantry_call_uuid(void *f, unsigned char *u, int d) { return ((gantry_uuid_fn)f)(u, d); }
+static int gantry_call_name(void *f, char *n, int len, int d) { return ((gantry_name_fn)f)(n, len, d); }
+static int gantry_call_retain(void *f, void **c, int d) { return ((gantry_retain_fn)f)(c, d); }
+static int gantry_call_setcur(void *f, void *c) { return ((gantry_setcur_fn)f)(c); }
+static int gantry_call_alloc(void *f, unsigned long long *p, size_t n) { return ((gantry_alloc_fn)f)(p, n); }
+static int gantry_call_htod(void *f, unsigned long long d, const void *s, size_t n) { return ((gantry_htod_fn)f)(d, s, n); }
+static int gantry_call_dtoh(void *f, void *d, unsigned long long s, size_t n) { return ((gantry_dtoh_fn)f)(d, s, n); }
 static const char *gantry_call_errname(void *f, int code) {
 	const char *s = NULL;
 	if (!f || ((gantry_errname_fn)f)(code, &s) != 0) return NULL;
@@ -54,6 +73,7 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 )
 
@@ -172,3 +192,182 @@ func (l *cudaLib) state(pid int) (int, int, string) {
 }
 
 func (l *cudaLib) close() { C.dlclose(l.h) }
+
+// cudaVersion is cuDriverGetVersion's answer (0 when it has none).
+func (l *cudaLib) cudaVersion() int {
+	var v C.int
+	if f := sym(l.h, "cuDriverGetVersion"); f == nil || C.gantry_call_version(f, &v) != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// call finds a function of the library, for the probe's CUDA process.
+func (l *cudaLib) fn(names ...string) (unsafe.Pointer, error) {
+	for _, n := range names {
+		if f := sym(l.h, n); f != nil {
+			return f, nil
+		}
+	}
+	return nil, fmt.Errorf("libcuda has no %s", strings.Join(names, " or "))
+}
+
+// cudaErr is a failed call of the probe's process.
+func (l *cudaLib) cudaErr(call string, r C.int) error {
+	return fmt.Errorf("%s: %s (CUresult %d)", call, l.name(int(r)), int(r))
+}
+
+// childGPUs lists the GPUs CUDA shows this process, in ordinal order.
+func (l *cudaLib) childGPUs() ([]probeGPU, error) {
+	countF, err := l.fn("cuDeviceGetCount")
+	if err != nil {
+		return nil, err
+	}
+	getF, err := l.fn("cuDeviceGet")
+	if err != nil {
+		return nil, err
+	}
+	uuidF, err := l.fn("cuDeviceGetUuid_v2", "cuDeviceGetUuid")
+	if err != nil {
+		return nil, err
+	}
+	nameF, err := l.fn("cuDeviceGetName")
+	if err != nil {
+		return nil, err
+	}
+	var n C.int
+	if r := C.gantry_call_int(countF, &n); r != 0 {
+		return nil, l.cudaErr("cuDeviceGetCount", r)
+	}
+	var out []probeGPU
+	for i := 0; i < int(n); i++ {
+		var d C.int
+		if r := C.gantry_call_devget(getF, &d, C.int(i)); r != 0 {
+			return nil, l.cudaErr("cuDeviceGet", r)
+		}
+		var u [16]C.uchar
+		if r := C.gantry_call_uuid(uuidF, &u[0], d); r != 0 {
+			return nil, l.cudaErr("cuDeviceGetUuid", r)
+		}
+		var name [256]C.char
+		if r := C.gantry_call_name(nameF, &name[0], 256, d); r != 0 {
+			return nil, l.cudaErr("cuDeviceGetName", r)
+		}
+		var b [16]byte
+		for j := range b {
+			b[j] = byte(u[j])
+		}
+		out = append(out, probeGPU{UUID: uuidString(b), Name: C.GoString(&name[0])})
+	}
+	return out, nil
+}
+
+// probeMem is the probe process's GPU buffer and the pattern in it.
+type probeMem struct {
+	ptr  C.ulonglong
+	want []byte
+}
+
+// childContext makes a context on GPU ordinal and fills a buffer there.
+func (l *cudaLib) childContext(ordinal int) (any, error) {
+	getF, err := l.fn("cuDeviceGet")
+	if err != nil {
+		return nil, err
+	}
+	retainF, err := l.fn("cuDevicePrimaryCtxRetain")
+	if err != nil {
+		return nil, err
+	}
+	setF, err := l.fn("cuCtxSetCurrent")
+	if err != nil {
+		return nil, err
+	}
+	allocF, err := l.fn("cuMemAlloc_v2")
+	if err != nil {
+		return nil, err
+	}
+	htodF, err := l.fn("cuMemcpyHtoD_v2")
+	if err != nil {
+		return nil, err
+	}
+	var d C.int
+	if r := C.gantry_call_devget(getF, &d, C.int(ordinal)); r != 0 {
+		return nil, l.cudaErr("cuDeviceGet", r)
+	}
+	var ctx unsafe.Pointer
+	if r := C.gantry_call_retain(retainF, &ctx, d); r != 0 {
+		return nil, l.cudaErr("cuDevicePrimaryCtxRetain", r)
+	}
+	if r := C.gantry_call_setcur(setF, ctx); r != 0 {
+		return nil, l.cudaErr("cuCtxSetCurrent", r)
+	}
+	m := &probeMem{want: make([]byte, 4096)}
+	for i := range m.want {
+		m.want[i] = byte(i*7 + 3)
+	}
+	if r := C.gantry_call_alloc(allocF, &m.ptr, C.size_t(len(m.want))); r != 0 {
+		return nil, l.cudaErr("cuMemAlloc", r)
+	}
+	src := C.CBytes(m.want)
+	defer C.free(src)
+	if r := C.gantry_call_htod(htodF, m.ptr, src, C.size_t(len(m.want))); r != 0 {
+		return nil, l.cudaErr("cuMemcpyHtoD", r)
+	}
+	return m, nil
+}
+
+// childCheck reports the GPU the context is on now and whether the
+// buffer kept its pattern.
+func (l *cudaLib) childCheck(mem any) (string, bool, error) {
+	m := mem.(*probeMem)
+	curF, err := l.fn("cuCtxGetDevice")
+	if err != nil {
+		return "", false, err
+	}
+	uuidF, err := l.fn("cuDeviceGetUuid_v2", "cuDeviceGetUuid")
+	if err != nil {
+		return "", false, err
+	}
+	dtohF, err := l.fn("cuMemcpyDtoH_v2")
+	if err != nil {
+		return "", false, err
+	}
+	var d C.int
+	if r := C.gantry_call_int(curF, &d); r != 0 {
+		return "", false, l.cudaErr("cuCtxGetDevice", r)
+	}
+	var u [16]C.uchar
+	if r := C.gantry_call_uuid(uuidF, &u[0], d); r != 0 {
+		return "", false, l.cudaErr("cuDeviceGetUuid", r)
+	}
+	var b [16]byte
+	for j := range b {
+		b[j] = byte(u[j])
+	}
+	dst := C.malloc(C.size_t(len(m.want)))
+	defer C.free(dst)
+	if r := C.gantry_call_dtoh(dtohF, dst, m.ptr, C.size_t(len(m.want))); r != 0 {
+		return uuidString(b), false, l.cudaErr("cuMemcpyDtoH", r)
+	}
+	got := C.GoBytes(dst, C.int(len(m.want)))
+	return uuidString(b), string(got) == string(m.want), nil
+}
+
+// childLoad loads libcuda and initialises it, for the probe's process.
+func childLoad(lib string) (probeLib, error) {
+	a, _, err := load(lib, true, false)
+	if err != nil {
+		return nil, err
+	}
+	return a.(*cudaLib), nil
+}
+
+// parentLoad loads libcuda for the probe's calls; noAPI reports a driver
+// without the checkpoint API or GPU pairs.
+func parentLoad(lib string) (probeLib, bool, error) {
+	a, noAPI, err := load(lib, true, true)
+	if err != nil {
+		return nil, noAPI, err
+	}
+	return a.(*cudaLib), false, nil
+}

@@ -12,7 +12,15 @@ import (
 // librarySource is the body every fake library gets: a marker naming it,
 // plus the real entry points that programs call for the few libraries that
 // have them.
-func librarySource(stem, version string, cudaVersion int, ckptDir string) string {
+// ckptParams is what the fake libcuda's checkpoint API is built with
+// (Options.CheckpointDir): the record directory, the driver root (where the
+// host's device nodes are) and the GPUs.
+type ckptParams struct {
+	Dir, Root string
+	IDs       []Identity
+}
+
+func librarySource(stem, version string, cudaVersion int, ck ckptParams) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "/* gantry fakedriver stand-in for %s, driver %s */\n", stem, version)
 	fmt.Fprintf(&b, "const char gantry_fake_library[] = %q;\n", stem)
@@ -28,13 +36,12 @@ int cuDriverGetVersion(int *v) {
 	*v = %d;
 	return 0;
 }
-int cuDeviceGetCount(int *n) {
-	if (!n) return 1;
-	*n = 0;
-	return 0;
-}
 `, cudaVersion)
-		fmt.Fprintf(&b, "#define GANTRY_CKPT_DIR %s\n", cString(ckptDir))
+		fmt.Fprintf(&b, "#define GANTRY_CKPT_DIR %s\n#define GANTRY_FAKE_ROOT %s\n#define GANTRY_CKPT_IDS", cString(ck.Dir), cString(ck.Root))
+		for _, id := range ck.IDs {
+			fmt.Fprintf(&b, " {%d, %s, %s},", id.Minor, cString(id.UUID), cString(id.Name))
+		}
+		b.WriteString("\n")
 		b.WriteString(checkpointSource)
 	case "libnvidia-ml.so":
 		b.WriteString(`
@@ -274,17 +281,34 @@ func cString(s string) string {
 
 // checkpointSource is the fake CUDA process checkpoint API (driver r570+:
 // cuCheckpointProcessLock, ...Checkpoint, ...Restore, ...Unlock,
-// ...GetState, ...GetRestoreThreadId). As in the driver, a process's state
-// (running, locked, checkpointed) lives in that process: in the variable
-// gantry_ckpt_state of its own copy of this library, which the calls, made
-// from another process, read and write through /proc/PID/mem. So it goes
-// into a CRIU image with the process and comes back with it under its new
-// PID. A call made in the wrong state fails (CUDA_ERROR_ILLEGAL_STATE), as
-// on a GPU, so a caller that skips or reorders a step fails; a process that
-// does not map libcuda has no state (CUDA_ERROR_NOT_INITIALIZED). Each call
-// is recorded in GANTRY_CKPT_DIR/calls as "OP PID ok|fail [detail]", and a
-// line "OP" or "OP PID" in GANTRY_CKPT_DIR/fail makes it fail
-// (CUDA_ERROR_UNKNOWN). A restore's GPU UUID pairs are recorded as
+// ...GetState, ...GetRestoreThreadId) and the few device, context and
+// memory calls a small CUDA program makes. As in the driver, a process's
+// state (running, locked, checkpointed; the GPUs it was checkpointed on; its
+// context's GPU; its "device memory") lives in that process: in variables
+// of its own copy of this library, which the calls, made from another
+// process, read and write through /proc/PID/mem. So it goes into a CRIU
+// image with the process and comes back with it under its new PID. A call
+// made in the wrong state fails (CUDA_ERROR_ILLEGAL_STATE), as on a GPU, so
+// a caller that skips or reorders a step fails; a process that does not map
+// libcuda has no state (CUDA_ERROR_NOT_INITIALIZED).
+//
+// The devices are GANTRY_CKPT_IDS (minor, UUID, model) whose /dev/nvidiaN
+// node the process sees (its root's /dev, else the fake driver root's dev/,
+// as a host process of a fake driver has no /dev/nvidiaN). A checkpoint
+// notes the GPUs the process sees. A restore is checked as the driver's
+// documentation and observed behaviour say: GPU UUID pairs, when given,
+// must name every checkpointed GPU once (CUDA_ERROR_INVALID_VALUE), onto
+// known GPUs (CUDA_ERROR_INVALID_DEVICE) of the same model
+// (CUDA_ERROR_INVALID_VALUE); and every GPU restored onto must have its
+// /dev/nvidiaN node in the process's mount namespace, else
+// CUDA_ERROR_NOT_SUPPORTED (what 580 drivers answer when CRIU left the
+// checkpoint's nodes in the container's /dev instead of the new GPU's).
+//
+// Each call is recorded in GANTRY_CKPT_DIR/calls as "OP PID ok|fail
+// [detail]", and a line "OP" or "OP PID" in GANTRY_CKPT_DIR/fail makes it
+// fail (CUDA_ERROR_UNKNOWN); a line "remap" makes every restore whose pairs
+// move a GPU fail with CUDA_ERROR_NOT_SUPPORTED (a driver that cannot
+// restore onto other GPUs). A restore's GPU UUID pairs are recorded as
 // "pairs=OLD>NEW,..." in hex. 64-bit only (it needs libc).
 const checkpointSource = `
 #if __SIZEOF_POINTER__ == 8
@@ -293,15 +317,23 @@ const checkpointSource = `
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 enum { CKPT_RUNNING = 0, CKPT_LOCKED = 1, CKPT_CHECKPOINTED = 2 };
+static const struct { int minor; const char *uuid, *name; } ckpt_ids[] = { GANTRY_CKPT_IDS {-1, 0, 0} };
 volatile int gantry_ckpt_state = CKPT_RUNNING;
-/* ckpt_addr is where pid's copy of gantry_ckpt_state is: its libcuda's
- * first mapping plus the variable's offset in this copy. */
-static unsigned long ckpt_addr(int pid) {
+/* The GPUs (bits by minor) the process was checkpointed on, and its
+ * context's GPU (a minor, -1 for none). */
+volatile unsigned long long gantry_ckpt_gpus = 0;
+volatile int gantry_ctx_minor = -1;
+static unsigned char gantry_devmem[1 << 16];
+static unsigned long gantry_devmem_used = 0;
+/* ckpt_addr is where pid's copy of var is: its libcuda's first mapping
+ * plus the variable's offset in this copy. */
+static unsigned long ckpt_addr(int pid, volatile void *var) {
 	Dl_info info;
 	if (!dladdr((void *)&gantry_ckpt_state, &info) || !info.dli_fbase) return 0;
-	unsigned long off = (unsigned long)((char *)&gantry_ckpt_state - (char *)info.dli_fbase);
+	unsigned long off = (unsigned long)((char *)var - (char *)info.dli_fbase);
 	char p[64], line[4096], path[4096];
 	snprintf(p, sizeof p, "/proc/%d/maps", pid);
 	FILE *f = fopen(p, "r");
@@ -317,17 +349,18 @@ static unsigned long ckpt_addr(int pid) {
 	fclose(f);
 	return base ? base + off : 0;
 }
-static int ckpt_mem(int pid, int *st, int write) {
-	unsigned long a = ckpt_addr(pid);
+static int ckpt_var(int pid, volatile void *var, void *buf, size_t n, int write) {
+	unsigned long a = ckpt_addr(pid, var);
 	if (!a) return -1;
 	char p[64];
 	snprintf(p, sizeof p, "/proc/%d/mem", pid);
 	int fd = open(p, (write ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 	if (fd < 0) return -1;
-	ssize_t n = write ? pwrite(fd, st, sizeof *st, (off_t)a) : pread(fd, st, sizeof *st, (off_t)a);
+	ssize_t r = write ? pwrite(fd, buf, n, (off_t)a) : pread(fd, buf, n, (off_t)a);
 	close(fd);
-	return n == (ssize_t)sizeof *st ? 0 : -1;
+	return r == (ssize_t)n ? 0 : -1;
 }
+static int ckpt_mem(int pid, int *st, int write) { return ckpt_var(pid, &gantry_ckpt_state, st, sizeof *st, write); }
 static int ckpt_path(char *buf, size_t n, const char *name) {
 	if (!GANTRY_CKPT_DIR[0]) return -1;
 	snprintf(buf, n, "%s/%s", GANTRY_CKPT_DIR, name);
@@ -356,6 +389,53 @@ static void ckpt_record(const char *op, int pid, const char *res, const char *de
 	if (n > 0) (void)!write(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 	close(fd);
 }
+/* ckpt_sees reports whether process pid sees GPU minor's device node. */
+static int ckpt_sees(int pid, int minor) {
+	char p[4096];
+	struct stat st;
+	snprintf(p, sizeof p, "/proc/%d/root/dev/nvidia%d", pid, minor);
+	if (stat(p, &st) == 0 && !S_ISDIR(st.st_mode)) return 1;
+	if (!GANTRY_FAKE_ROOT[0]) return 0;
+	snprintf(p, sizeof p, "/proc/%d/root%s/dev/nvidia%d", pid, GANTRY_FAKE_ROOT, minor);
+	return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
+}
+static int ckpt_hex(char c) {
+	if (c >= '0' && c <= '9') return c - '0';
+	if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+	return -1;
+}
+static void ckpt_uuid(int i, unsigned char out[16]) {
+	const char *s = ckpt_ids[i].uuid + 4;
+	int n = 0;
+	memset(out, 0, 16);
+	for (; *s && n < 32; s++) {
+		int h = ckpt_hex(*s);
+		if (h < 0) continue;
+		out[n / 2] |= (unsigned char)(n % 2 ? h : h << 4);
+		n++;
+	}
+}
+static int ckpt_find(const unsigned char u[16]) {
+	unsigned char b[16];
+	for (int i = 0; ckpt_ids[i].minor >= 0; i++) {
+		ckpt_uuid(i, b);
+		if (!memcmp(b, u, 16)) return i;
+	}
+	return -1;
+}
+static int ckpt_index_of_minor(int minor) {
+	for (int i = 0; ckpt_ids[i].minor >= 0; i++)
+		if (ckpt_ids[i].minor == minor) return i;
+	return -1;
+}
+/* ckpt_seen is the GPUs process pid sees, by minor. */
+static unsigned long long ckpt_seen(int pid) {
+	unsigned long long m = 0;
+	for (int i = 0; ckpt_ids[i].minor >= 0; i++)
+		if (ckpt_ids[i].minor < 64 && ckpt_sees(pid, ckpt_ids[i].minor)) m |= 1ULL << ckpt_ids[i].minor;
+	return m;
+}
 /* ckpt_step checks pid's state, records the call and moves pid to next. */
 static int ckpt_step(const char *op, int pid, int want, int next, const char *detail) {
 	int st;
@@ -374,21 +454,61 @@ int cuCheckpointProcessLock(int pid, ckpt_lock_args *a) {
 	if (a) snprintf(d, sizeof d, "timeout=%u", a->timeoutMs);
 	return ckpt_step("lock", pid, CKPT_RUNNING, CKPT_LOCKED, d);
 }
-int cuCheckpointProcessCheckpoint(int pid, void *a) { (void)a; return ckpt_step("checkpoint", pid, CKPT_LOCKED, CKPT_CHECKPOINTED, ""); }
+int cuCheckpointProcessCheckpoint(int pid, void *a) {
+	(void)a;
+	unsigned long long seen = ckpt_seen(pid);
+	int r = ckpt_step("checkpoint", pid, CKPT_LOCKED, CKPT_CHECKPOINTED, "");
+	if (r == 0) ckpt_var(pid, &gantry_ckpt_gpus, &seen, sizeof seen, 1);
+	return r;
+}
 int cuCheckpointProcessRestore(int pid, ckpt_restore_args *a) {
 	char d[4096] = "";
+	int st, ctx = -1;
+	unsigned long long had = 0, onto = 0, olds = 0;
+	if (pid <= 0 || ckpt_mem(pid, &st, 0)) { ckpt_record("restore", pid, "fail", "no-cuda"); return 3; }
+	if (st != CKPT_CHECKPOINTED) { ckpt_record("restore", pid, "fail", "illegal-state"); return 401; }
+	ckpt_var(pid, &gantry_ckpt_gpus, &had, sizeof had, 0);
+	ckpt_var(pid, &gantry_ctx_minor, &ctx, sizeof ctx, 0);
+	int newctx = ctx;
 	if (a && a->gpuPairsCount) {
 		size_t n = 0;
+		int moved = 0;
 		n += snprintf(d + n, sizeof d - n, "pairs=");
 		for (unsigned int i = 0; i < a->gpuPairsCount && n < sizeof d - 80; i++) {
 			if (i) d[n++] = ',';
 			for (int j = 0; j < 16; j++) n += snprintf(d + n, sizeof d - n, "%02x", a->gpuPairs[i].old_uuid[j]);
 			d[n++] = '>';
 			for (int j = 0; j < 16; j++) n += snprintf(d + n, sizeof d - n, "%02x", a->gpuPairs[i].new_uuid[j]);
+			if (memcmp(a->gpuPairs[i].old_uuid, a->gpuPairs[i].new_uuid, 16)) moved = 1;
 		}
 		d[n] = 0;
+		if (moved && ckpt_should_fail("remap", 0)) { ckpt_record("restore", pid, "fail", "not-supported remap"); return 801; /* CUDA_ERROR_NOT_SUPPORTED */ }
+		if (ckpt_ids[0].minor >= 0) {
+			for (unsigned int i = 0; i < a->gpuPairsCount; i++) {
+				int o = ckpt_find(a->gpuPairs[i].old_uuid), w = ckpt_find(a->gpuPairs[i].new_uuid);
+				if (o < 0 || w < 0) { ckpt_record("restore", pid, "fail", "unknown-gpu"); return 101; /* CUDA_ERROR_INVALID_DEVICE */ }
+				unsigned long long ob = 1ULL << ckpt_ids[o].minor, wb = 1ULL << ckpt_ids[w].minor;
+				if ((olds & ob) || (onto & wb)) { ckpt_record("restore", pid, "fail", "duplicate-pair"); return 1; /* CUDA_ERROR_INVALID_VALUE */ }
+				if (strcmp(ckpt_ids[o].name, ckpt_ids[w].name)) { ckpt_record("restore", pid, "fail", "other-model"); return 1; }
+				olds |= ob;
+				onto |= wb;
+				if (ckpt_ids[o].minor == ctx) newctx = ckpt_ids[w].minor;
+			}
+			if ((had & ~olds) != 0) { ckpt_record("restore", pid, "fail", "pairs-miss-a-checkpointed-gpu"); return 1; }
+		}
+	} else {
+		onto = had;
 	}
-	return ckpt_step("restore", pid, CKPT_CHECKPOINTED, CKPT_LOCKED, d);
+	for (int m = 0; m < 64; m++)
+		if ((onto >> m & 1) && !ckpt_sees(pid, m)) {
+			char why[64];
+			snprintf(why, sizeof why, "not-supported no-node=/dev/nvidia%d", m);
+			ckpt_record("restore", pid, "fail", why);
+			return 801;
+		}
+	int r = ckpt_step("restore", pid, CKPT_CHECKPOINTED, CKPT_LOCKED, d);
+	if (r == 0 && newctx != ctx) ckpt_var(pid, &gantry_ctx_minor, &newctx, sizeof newctx, 1);
+	return r;
 }
 int cuCheckpointProcessUnlock(int pid, void *a) { (void)a; return ckpt_step("unlock", pid, CKPT_LOCKED, CKPT_RUNNING, ""); }
 int cuCheckpointProcessGetState(int pid, int *state) {
@@ -398,6 +518,86 @@ int cuCheckpointProcessGetState(int pid, int *state) {
 int cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
 	if (!tid || pid <= 0) return 1;
 	*tid = pid;
+	return 0;
+}
+int cuGetErrorName(int code, const char **s) {
+	static const struct { int code; const char *name; } names[] = {
+		{0, "CUDA_SUCCESS"}, {1, "CUDA_ERROR_INVALID_VALUE"}, {3, "CUDA_ERROR_NOT_INITIALIZED"},
+		{101, "CUDA_ERROR_INVALID_DEVICE"}, {304, "CUDA_ERROR_OPERATING_SYSTEM"},
+		{401, "CUDA_ERROR_ILLEGAL_STATE"}, {801, "CUDA_ERROR_NOT_SUPPORTED"}, {999, "CUDA_ERROR_UNKNOWN"}, {-1, 0}};
+	if (!s) return 1;
+	for (int i = 0; names[i].name; i++)
+		if (names[i].code == code) { *s = names[i].name; return 0; }
+	return 1;
+}
+/* Devices: the GPUs this process sees, in minor order of the table. */
+static int ckpt_ordinal_minor(int ordinal) {
+	int k = 0;
+	for (int i = 0; ckpt_ids[i].minor >= 0; i++)
+		if (ckpt_sees(getpid(), ckpt_ids[i].minor) && k++ == ordinal) return ckpt_ids[i].minor;
+	return -1;
+}
+int cuDeviceGetCount(int *n) {
+	if (!n) return 1;
+	*n = 0;
+	while (ckpt_ordinal_minor(*n) >= 0) (*n)++;
+	return 0;
+}
+int cuDeviceGet(int *dev, int ordinal) {
+	if (!dev || ckpt_ordinal_minor(ordinal) < 0) return 101;
+	*dev = ordinal;
+	return 0;
+}
+int cuDeviceGetUuid(unsigned char *uuid, int dev) {
+	int m = ckpt_ordinal_minor(dev);
+	if (!uuid || m < 0) return 101;
+	ckpt_uuid(ckpt_index_of_minor(m), uuid);
+	return 0;
+}
+int cuDeviceGetUuid_v2(unsigned char *uuid, int dev) { return cuDeviceGetUuid(uuid, dev); }
+int cuDeviceGetName(char *name, int len, int dev) {
+	int m = ckpt_ordinal_minor(dev);
+	if (!name || len <= 0 || m < 0) return 101;
+	snprintf(name, (size_t)len, "%s", ckpt_ids[ckpt_index_of_minor(m)].name);
+	return 0;
+}
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+	int m = ckpt_ordinal_minor(dev);
+	if (!ctx || m < 0) return 101;
+	gantry_ctx_minor = m;
+	*ctx = (void *)(long)(m + 1);
+	return 0;
+}
+int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
+int cuCtxGetDevice(int *dev) {
+	if (!dev) return 1;
+	if (gantry_ctx_minor < 0) return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	if (gantry_ckpt_state != CKPT_RUNNING) return 401;
+	for (int k = 0; ckpt_ordinal_minor(k) >= 0; k++)
+		if (ckpt_ordinal_minor(k) == gantry_ctx_minor) { *dev = k; return 0; }
+	return 101;
+}
+int cuMemAlloc_v2(unsigned long long *p, size_t n) {
+	if (!p || gantry_ctx_minor < 0) return 201;
+	if (n > sizeof gantry_devmem - gantry_devmem_used) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+	*p = (unsigned long long)(gantry_devmem + gantry_devmem_used);
+	gantry_devmem_used += (n + 255) & ~255UL;
+	return 0;
+}
+int cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t n) {
+	if (gantry_ckpt_state != CKPT_RUNNING) return 401;
+	memcpy((void *)dst, src, n);
+	return 0;
+}
+int cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t n) {
+	if (gantry_ckpt_state != CKPT_RUNNING) return 401;
+	memcpy(dst, (void *)src, n);
+	return 0;
+}
+#else
+int cuDeviceGetCount(int *n) {
+	if (!n) return 1;
+	*n = 0;
 	return 0;
 }
 #endif

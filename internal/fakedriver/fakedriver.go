@@ -71,8 +71,21 @@ type Options struct {
 	// "OP PID ok|fail [detail]" to CheckpointDir/calls, and a line
 	// "OP" or "OP PID" in CheckpointDir/fail makes that call fail
 	// (CUDA_ERROR_UNKNOWN). Without it the calls succeed and record
-	// nothing. See CheckpointSource.
+	// nothing. A line "remap" there makes every restore onto another GPU
+	// fail with CUDA_ERROR_NOT_SUPPORTED (a driver that cannot remap).
+	// With it, libcuda also knows the Identities as its devices (those
+	// whose /dev/nvidiaN node the calling process sees, or the root's
+	// dev/nvidiaN on the host) and checks a restore as the driver documents
+	// it: see checkpointSource.
 	CheckpointDir string
+}
+
+// ckpt is what the fake libcuda is compiled with for Options.CheckpointDir.
+func (b *builder) ckpt() ckptParams {
+	if b.opts.CheckpointDir == "" {
+		return ckptParams{}
+	}
+	return ckptParams{Dir: b.opts.CheckpointDir, Root: b.res.Root, IDs: b.opts.Identities}
 }
 
 // Identity is what the fake nvidia-smi says of the GPU behind /dev/nvidia<Minor>.
@@ -381,7 +394,7 @@ func (b *builder) libraries() error {
 			dir = path.Join(dir, l.Sub)
 		}
 		jobs = append(jobs, &job{
-			lib: l, bits: bits, src: librarySource(l.Stem, v, b.cuda, b.opts.CheckpointDir), args: args,
+			lib: l, bits: bits, src: librarySource(l.Stem, v, b.cuda, b.ckpt()), args: args,
 			file: path.Join(dir, file), soname: soname, capab: c,
 		})
 	}
@@ -513,7 +526,7 @@ func (b *builder) programs() error {
 		if m.soname != "" {
 			args = append(args, "-Wl,-soname,"+m.soname)
 		}
-		obj, err := b.cc.build(librarySource(path.Base(m.path), v, b.cuda, ""), args)
+		obj, err := b.cc.build(librarySource(path.Base(m.path), v, b.cuda, ckptParams{}), args)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/gantry-gpu/gantry/internal/ctrckpt"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/inject"
 	"github.com/gantry-gpu/gantry/internal/ocibundle"
 )
@@ -41,9 +42,6 @@ func checkpoint(inv Invocation, args []string, cfg config.Config, lowLevel strin
 		}
 	} else {
 		rec, found, err := ctrckpt.ReadRecord(inv.ImagePath)
-		if err == nil && (!found || rec.CUDAProcesses == 0) {
-			return 0, false
-		}
 		if err == nil {
 			restoreSpec, err = ocibundle.ReadSpec(inv.Bundle)
 		}
@@ -51,12 +49,23 @@ func checkpoint(inv Invocation, args []string, cfg config.Config, lowLevel strin
 			report(stderr, inv, err)
 			return 1, true
 		}
+		// A restore without CUDA state is the low-level runtime's alone,
+		// unless its config.json carries GPUs Gantry injected (the request
+		// is checked against them).
+		if gpu, _, _ := ctrckpt.SpecGPUs(restoreSpec); (!found || rec.CUDAProcesses == 0) && !injected(restoreSpec) && !gpu {
+			return 0, false
+		}
 	}
 	o := ctrckpt.Options{
 		Runtime: rt, Args: args, ID: inv.ContainerID, ImagePath: inv.ImagePath,
 		LeaveRunning: inv.LeaveRunning, Detach: inv.Detach, PIDFile: inv.PIDFile,
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: stderr,
 		Log: func(msg string) { logCheckpoint(cfg, inv, msg) },
+		LogTimings: func(t ctrckpt.Timings) {
+			logLine(cfg, map[string]any{"time": time.Now().Format(time.RFC3339Nano), "front-end": inject.FrontEndRuntime,
+				"container": inv.ContainerID, "command": inv.Command, "timings": t})
+			logEngine(inv, "gantry-runtime "+inv.Command+" timings: "+t.String(), t)
+		},
 	}
 	if err := setupHost(&o, cfg); err != nil {
 		report(stderr, inv, err)
@@ -105,6 +114,22 @@ func setupHost(o *ctrckpt.Options, cfg config.Config) error {
 	}
 	o.Helper = ctrckpt.Helper{Gantry: gantry, Lib: lib, LockTimeoutMS: lockTimeoutMS}
 	o.DriverVersion = inv.Version
+	o.CacheDir = cfg.Runtime.CacheDir
+	o.RequestGPUs = func(raw []byte) ([]ctrckpt.GPU, error) {
+		var peek inject.SpecFields
+		if err := json.Unmarshal(raw, &peek); err != nil {
+			return nil, err
+		}
+		ds, err := inject.RequestedGPUs(peek.Spec(), cfg, sys)
+		if err != nil {
+			return nil, err
+		}
+		var out []ctrckpt.GPU
+		for _, d := range ds {
+			out = append(out, ctrckpt.GPU{Minor: d.Minor, UUID: d.UUID, Name: d.Name})
+		}
+		return out, nil
+	}
 	o.GPUs = func(minors []int) ([]ctrckpt.GPU, error) {
 		var out []ctrckpt.GPU
 		for _, m := range minors {
@@ -137,9 +162,46 @@ func logCheckpoint(cfg config.Config, inv Invocation, msg string) {
 	if cfg.Runtime.LogFile == "" {
 		return
 	}
-	line, _ := json.Marshal(map[string]string{
+	logLine(cfg, map[string]any{
 		"time": time.Now().Format(time.RFC3339Nano), "front-end": inject.FrontEndRuntime,
 		"container": inv.ContainerID, "command": inv.Command, "msg": msg,
 	})
+}
+
+// logLine appends fields as one JSON line to runtime.log-file.
+func logLine(cfg config.Config, fields map[string]any) {
+	if cfg.Runtime.LogFile == "" {
+		return
+	}
+	line, _ := json.Marshal(fields)
 	inject.AppendLine(cfg.Runtime.LogFile, line)
+}
+
+// logEngine appends an info line to the engine's runtime log (runc's
+// global --log, which containerd's shim reads): JSON with the timings under
+// "timings" when --log-format json, else runc's text format.
+func logEngine(inv Invocation, msg string, t ctrckpt.Timings) {
+	if inv.Log == "" {
+		return
+	}
+	now := time.Now().Format(time.RFC3339Nano)
+	var line []byte
+	if inv.LogFormat == "json" {
+		line, _ = json.Marshal(map[string]any{"level": "info", "msg": msg, "time": now, "timings": t})
+	} else {
+		line = []byte(fmt.Sprintf("time=%q level=info msg=%q", now, msg))
+	}
+	inject.AppendLine(inv.Log, line)
+}
+
+// injected reports whether config.json carries Gantry's injection mark.
+func injected(raw []byte) bool {
+	var peek struct {
+		Annotations map[string]string `json:"annotations"`
+	}
+	if json.Unmarshal(raw, &peek) != nil {
+		return false
+	}
+	_, ok := peek.Annotations[edits.InjectedAnnotation]
+	return ok
 }

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gantry-gpu/gantry/internal/createproto"
 	"github.com/gantry-gpu/gantry/internal/ctrckpt"
+	"github.com/gantry-gpu/gantry/internal/cudackpt"
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 	"github.com/gantry-gpu/gantry/internal/gpu/sim"
 )
@@ -24,8 +27,19 @@ const counterSrc = `#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-int main(void) {
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+int main(int argc, char **argv) {
 	dlopen("libcuda.so.1", RTLD_NOW); /* none in a container without GPUs */
+	if (argc > 1 && !strcmp(argv[1], "mps")) {
+		/* An MPS control socket, as the daemon's pipe directory mounted in. */
+		struct sockaddr_un a = {AF_UNIX, "/tmp/nvidia-mps/control"};
+		int s = socket(AF_UNIX, SOCK_STREAM, 0);
+		mkdir("/tmp/nvidia-mps", 0755);
+		if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 1)) return 1;
+		open("/dev/nvidia-uvm", O_RDWR); /* as the CUDA runtime does */
+	}
 	for (unsigned long n = 1;; n++) {
 		char b[32];
 		int len = snprintf(b, sizeof b, "%lu\n", n);
@@ -61,7 +75,7 @@ type ckptContainer struct {
 	spec               []byte // config.json as the engine wrote it
 }
 
-func newCkptContainer(t *testing.T) *ckptContainer {
+func newCkptContainer(t *testing.T, args ...string) *ckptContainer {
 	t.Helper()
 	if why := criuWorks(); why != "" {
 		t.Skip(why)
@@ -71,7 +85,15 @@ func newCkptContainer(t *testing.T) *ckptContainer {
 	if err := os.Mkdir(ckdir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	drv, err := fakedriver.Build(filepath.Join(dir, "driver"), fakedriver.Options{GPUs: 8, DeviceNodes: true, Version: "580.159.04", CheckpointDir: ckdir})
+	sys, err := sim.Load("h100x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []fakedriver.Identity
+	for _, d := range sys.Devices {
+		ids = append(ids, fakedriver.Identity{Minor: d.Minor, UUID: d.UUID, Name: d.Name})
+	}
+	drv, err := fakedriver.Build(filepath.Join(dir, "driver"), fakedriver.Options{GPUs: 8, DeviceNodes: true, Version: "580.159.04", CheckpointDir: ckdir, Identities: ids})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +103,7 @@ func newCkptContainer(t *testing.T) *ckptContainer {
 	}
 	c := newContainer(t, opts{
 		env:  []string{"NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
-		args: []string{"/bin/counter"},
+		args: append([]string{"/bin/counter"}, args...),
 		mutate: func(rootfs string) {
 			if err := run("gcc", "-O2", "-o", filepath.Join(rootfs, "bin/counter"), src, "-ldl"); err != nil {
 				t.Fatal(err)
@@ -165,6 +187,18 @@ func (k *ckptContainer) calls() string {
 	b, _ := os.ReadFile(p)
 	os.Remove(p)
 	return string(b)
+}
+
+// callsOf is calls() of process pid only (the probe's own process makes
+// calls too).
+func (k *ckptContainer) callsOf(pid int) string {
+	var out strings.Builder
+	for _, l := range strings.SplitAfter(k.calls(), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out.WriteString(l)
+		}
+	}
+	return out.String()
 }
 
 func (k *ckptContainer) fail(line string) {
@@ -291,6 +325,14 @@ func TestCheckpointRestoreGPUContainer(t *testing.T) {
 	if err != nil || !found || rec.CUDAProcesses != 1 || len(rec.GPUs) != 1 || rec.GPUs[0].Minor != 1 {
 		t.Errorf("record %+v %v %v: want 1 CUDA process, GPU minor 1", rec, found, err)
 	}
+	// The phases, in the record and the log (the bench reads them).
+	if tm := rec.Timings; tm == nil || tm.CUDALockMS <= 0 || tm.CUDACheckpointMS <= 0 || tm.RuntimeMS <= 0 || tm.CUDARestoreMS <= 0 || tm.CUDAUnlockMS <= 0 ||
+		tm.GPUIdleMS < tm.CUDALockMS+tm.CUDACheckpointMS+tm.RuntimeMS+tm.CUDARestoreMS || tm.TotalMS < tm.GPUIdleMS {
+		t.Errorf("checkpoint --leave-running timings %+v: want every phase, GPU idle from lock to unlock", rec.Timings)
+	}
+	if b, _ := os.ReadFile(filepath.Join(filepath.Dir(k.config), "gantry.log")); !strings.Contains(string(b), `"timings":{"cudaLockMs":`) {
+		t.Errorf("the log file has no checkpoint timings:\n%s", b)
+	}
 	os.RemoveAll(k.image)
 	os.RemoveAll(k.work)
 
@@ -320,18 +362,61 @@ func TestCheckpointRestoreGPUContainer(t *testing.T) {
 		t.Errorf("a refused restore made CUDA calls:\n%s", got)
 	}
 
+	// A driver that cannot restore onto another GPU (the fake's switch):
+	// the probe says so and the restore is refused before runc restore,
+	// naming the GPUs, the driver and the fix; the verdict is kept.
 	k.setRequest("2")
+	k.fail("remap")
+	stderr, err = k.restore()
+	for _, w := range []string{"refusing to restore", "580.159.04", "CUDA_ERROR_NOT_SUPPORTED", "NVIDIA_VISIBLE_DEVICES=GPU-"} {
+		if err == nil || !strings.Contains(stderr, w) {
+			t.Errorf("restore onto GPU 2 with a driver that cannot remap: %v, want %q in:\n%s", err, w, stderr)
+		}
+	}
+	if s := k.status(); s != "gone" {
+		t.Errorf("a refused restore left the container %s", s)
+	}
+	if _, err := os.Stat(filepath.Join(k.work, "restore.log")); err == nil {
+		t.Error("runc restore ran (CRIU's restore.log) although the driver cannot remap")
+	}
+	pair := "pairs=" + uuidHex(t, 1) + ">" + uuidHex(t, 2)
+	if calls := k.calls(); !strings.Contains(calls, "restore") || strings.Contains(calls, pair+"\n") {
+		t.Errorf("want the probe's calls only (its pairs name every GPU), not the container's restore (%s):\n%s", pair, calls)
+	}
+	k.fail("")
+	cache := filepath.Join(filepath.Dir(k.config), "cache")
+	if stderr, err := k.restore(); err == nil || !strings.Contains(stderr, "kept in "+cache) {
+		t.Errorf("restore with the verdict kept: %v\n%s", err, stderr)
+	}
+	if got := k.calls(); got != "" {
+		t.Errorf("a kept verdict made CUDA calls:\n%s", got)
+	}
+	os.Remove(cudackpt.CacheFile(cache, "580.159.04"))
+
 	stderr, err = k.restore()
 	if err != nil {
 		t.Fatalf("restore: %v\n%s", err, stderr)
 	}
 	npid := k.initPID()
-	pair := "pairs=" + uuidHex(t, 1) + ">" + uuidHex(t, 2)
-	if got, want := k.calls(), lines(npid, "restore ok "+pair, "unlock ok"); got != want {
+	if got, want := k.callsOf(npid), lines(npid, "restore ok "+pair, "unlock ok"); got != want {
 		t.Errorf("CUDA calls of restore:\n%s\nwant:\n%s", got, want)
+	}
+	if rec, _, _ := ctrckpt.ReadRecord(k.image); rec.LastRestore == nil || rec.LastRestore.ProbeMS <= 0 || rec.LastRestore.RuntimeMS <= 0 || rec.LastRestore.DevNodesMS <= 0 ||
+		rec.LastRestore.CUDARestoreMS <= 0 || rec.LastRestore.CUDAUnlockMS <= 0 {
+		t.Errorf("restore timings %+v: want probe, runtime, /dev nodes, CUDA restore and unlock", rec.LastRestore)
 	}
 	if c := k.waitCount(at + 5); c < at {
 		t.Errorf("restored container counts from %d, was at %d", c, at)
+	}
+	// CRIU restored the checkpoint's /dev (GPU 1's node); the CUDA restore
+	// onto GPU 2 needs GPU 2's node there, and GPU 1's must be gone.
+	devDir := filepath.Join("/proc", strconv.Itoa(npid), "root", "dev")
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(devDir, "nvidia2"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Minor(st.Rdev) != 2 {
+		t.Errorf("the restored container has no /dev/nvidia2 node 195:2: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(devDir, "nvidia1")); err == nil {
+		t.Error("the restored container keeps /dev/nvidia1, a GPU its request does not name")
 	}
 	spec := string(k.configJSON())
 	if !strings.Contains(spec, `"/dev/nvidia2"`) || strings.Contains(spec, `"/dev/nvidia1"`) {
@@ -419,4 +504,75 @@ func TestRestoreForeground(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("restore did not return after the container was killed")
 	}
+}
+
+// A restore handed the config.json Gantry already injected at the create
+// (GPU 1's node, the injection mark) whose request now names GPU 2: the
+// spec would give the container GPU 1, which its request no longer names.
+// Refused before runc restore, naming both GPUs. The same spec with its
+// request unchanged restores (onto GPU 1, as checkpointed).
+func TestRestoreAlreadyInjectedSpec(t *testing.T) {
+	k := newCkptContainer(t)
+	k.start()
+	if stderr, err := k.checkpoint(); err != nil {
+		t.Fatalf("checkpoint: %v\n%s", err, stderr)
+	}
+	k.runtime("delete", k.id)
+	at := k.count()
+	injectedSpec := string(k.configJSON())
+	if !strings.Contains(injectedSpec, "io.github.gantry-gpu.injected") || !strings.Contains(injectedSpec, `"/dev/nvidia1"`) {
+		t.Fatalf("the create's config.json is not injected with GPU 1:\n%s", injectedSpec)
+	}
+	changed := strings.Replace(injectedSpec, "NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_VISIBLE_DEVICES=2", 1)
+	if err := os.WriteFile(filepath.Join(k.bundle, "config.json"), []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sys, err := sim.Load("h100x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := k.restore()
+	for _, w := range []string{"refusing to restore", "carries Gantry's injection", sys.Devices[1].UUID, sys.Devices[2].UUID} {
+		if err == nil || !strings.Contains(stderr, w) {
+			t.Errorf("restore of an injected spec whose request changed: %v, want %q in:\n%s", err, w, stderr)
+		}
+	}
+	if s := k.status(); s != "gone" {
+		t.Errorf("a refused restore left the container %s", s)
+	}
+	if _, err := os.Stat(filepath.Join(k.work, "restore.log")); err == nil {
+		t.Error("runc restore ran for a refused restore")
+	}
+	k.calls()
+	if err := os.WriteFile(filepath.Join(k.bundle, "config.json"), []byte(injectedSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if stderr, err := k.restore(); err != nil {
+		t.Fatalf("restore of the injected spec, request unchanged: %v\n%s", err, stderr)
+	}
+	npid := k.initPID()
+	if got, want := k.callsOf(npid), lines(npid, "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of restore:\n%s\nwant:\n%s", got, want)
+	}
+	k.waitCount(at + 5)
+}
+
+// A container whose CUDA process is an MPS client (an MPS control socket
+// in its /tmp/nvidia-mps, where the driver looks) is refused before the
+// CUDA lock: no CUDA call, no image, and it goes on counting.
+func TestCheckpointRefusesMPSClient(t *testing.T) {
+	k := newCkptContainer(t, "mps")
+	k.start()
+	k.calls()
+	stderr, err := k.checkpoint("--leave-running")
+	if err == nil || !strings.Contains(stderr, "refusing to checkpoint") || !strings.Contains(stderr, "MPS client") {
+		t.Fatalf("checkpoint of an MPS client: %v\n%s", err, stderr)
+	}
+	if got := k.calls(); got != "" {
+		t.Errorf("a refused checkpoint made CUDA calls:\n%s", got)
+	}
+	if _, err := os.Stat(filepath.Join(k.image, "inventory.img")); err == nil {
+		t.Error("runc checkpoint ran for a refused checkpoint")
+	}
+	k.waitCount(k.count() + 5)
 }
