@@ -115,7 +115,8 @@ type Config struct {
 	Flags     Flags     `json:"flags"`
 	Resources Resources `json:"resources"`
 	Sharing   Sharing   `json:"sharing"`
-	// Imex is read so that NVIDIA's files load; IMEX channels are not offered.
+	// Imex names the IMEX channels given to every container that gets a
+	// device (imex.go).
 	Imex *Imex `json:"imex,omitempty"`
 	// Gantry holds Gantry's own settings. NVIDIA's plugin ignores unknown
 	// top-level keys, so one file can serve both.
@@ -124,7 +125,13 @@ type Config struct {
 	// origin names where each set key came from (file path, env var, flag),
 	// for error messages; keys are the file keys ("flags.migStrategy").
 	origin map[string]string
+	// warnings are what loading ignored (unknown keys, IMEX channels that
+	// are not required): logged and posted as Events on the Node.
+	warnings []string
 }
+
+// Warnings are what loading and validating the configuration ignored.
+func (c *Config) Warnings() []string { return c.warnings }
 
 // Flags are NVIDIA's "flags" section: the settings that also have a
 // command-line flag and an environment variable.
@@ -172,10 +179,15 @@ type GFDFlags struct {
 	MachineTypeFile *string `json:"machineTypeFile,omitempty"`
 }
 
-// Imex is NVIDIA's "imex" section.
+// Imex is NVIDIA's "imex" section: the IMEX channels
+// (/dev/nvidia-caps-imex-channels/channelN) every container that gets a
+// device of this plugin also gets.
 type Imex struct {
 	ChannelIDs []int `json:"channelIDs,omitempty"`
-	Required   bool  `json:"required,omitempty"`
+	// Required makes a missing channel an error at start (the plugin
+	// exits, as NVIDIA's does); otherwise a missing channel is skipped
+	// with a warning and the GPUs are served without it.
+	Required bool `json:"required,omitempty"`
 }
 
 // StrategyList is flags.plugin.deviceListStrategy: one strategy or a list.
@@ -386,7 +398,16 @@ func ParseConfig(data []byte, source string) (Config, error) {
 		return c, fmt.Errorf("%w: %s: empty file: write at least \"version: v1\"", ErrConfig, source)
 	}
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
-		return c, fmt.Errorf("%w: %s: %v (see gantry-device-plugin --help for the keys)", ErrConfig, source, err)
+		// Keys Gantry does not know are ignored with a warning, as NVIDIA's
+		// plugin ignores them: a file written for another release must not
+		// take the node's GPUs away. Anything else wrong is an error.
+		unknown, kerr := unknownKeys(data)
+		c = DefaultConfig()
+		if kerr != nil || len(unknown) == 0 || yaml.Unmarshal(data, &c) != nil {
+			return c, fmt.Errorf("%w: %s: %v (see gantry-device-plugin --help for the keys)", ErrConfig, source, err)
+		}
+		c.warnings = append(c.warnings, fmt.Sprintf("%s: ignoring unknown keys %s (a typo, or a key of a newer NVIDIA release; see gantry-device-plugin --help for the keys)",
+			source, strings.Join(unknown, ", ")))
 	}
 	if c.Version == "" {
 		c.Version = "v1"
@@ -504,8 +525,8 @@ func (c *Config) Validate() error {
 			return badValue(c, "gantry.health.recoveryQuietPeriod", strconv.Quote(q), "want a duration such as 10m or 0s")
 		}
 	}
-	if c.Imex != nil && len(c.Imex.ChannelIDs) > 0 {
-		return badValue(c, "imex.channelIDs", c.Imex.ChannelIDs, "IMEX channels are not supported by gantry-device-plugin; remove the key")
+	if err := c.validateIMEX(); err != nil {
+		return err
 	}
 	for i := range c.Resources.GPUs {
 		if err := c.normalisePattern("resources.gpus", i, &c.Resources.GPUs[i]); err != nil {

@@ -289,9 +289,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		policy.RecoveryQuiet, _ = time.ParseDuration(q) // checked by Validate
 	}
 
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 	p, err := initPlugin(cfg, log)
 	if err != nil {
-		if cfg.Flags.FailOnInitError || *dryRun {
+		// A required IMEX channel that is missing stops the plugin
+		// whatever failOnInitError says, as NVIDIA's does.
+		if cfg.Flags.FailOnInitError || *dryRun || errors.Is(err, ErrIMEXRequired) {
 			fmt.Fprintf(stderr, "gantry-device-plugin: %v\n", err)
 			return 1
 		}
