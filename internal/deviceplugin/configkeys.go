@@ -71,5 +71,3 @@ func walkKeys(v any, t reflect.Type, prefix string, out *[]string) {
 		}
 	}
 }
-
-
