@@ -29,6 +29,10 @@ const (
 // destinations name devices (…/0, …/GPU-uuid, …/all, …/cdi/vendor/class/name).
 const VolumeMountsRoot = "/var/run/nvidia-container-devices"
 
+// configFile is Gantry's config file, named in errors that a setting of it
+// fixes (internal/config.DefaultPath; request does not import config).
+const configFile = "/etc/gantry/config.toml"
+
 // DefaultAnnotationPrefix is the annotation key prefix whose values are
 // comma lists of CDI device names.
 const DefaultAnnotationPrefix = "cdi.k8s.io/"
@@ -216,6 +220,12 @@ func (req *Request) devicesFrom(in Input, env map[string]string, opts Options) e
 	}
 	sel, cdi, err := ParseSelection(name, value)
 	if err != nil {
+		if !opts.AcceptVolumeMounts && path.Clean(strings.TrimSpace(value)) == VolumeMountsRoot {
+			// The device plugin's volume-mounts strategy: the list is in the
+			// mounts, which this node's runtime was not told to read.
+			return fmt.Errorf("%w: %s=%s: the devices are listed as volume mounts under %s (the device plugin's volume-mounts strategy), which this runtime does not read: set runtime.accept-volume-mounts = true in the node's Gantry config (%s, or the file GANTRY_CONFIG names; NVIDIA's accept-nvidia-visible-devices-as-volume-mounts), or use another device list strategy",
+				ErrInvalid, name, value, VolumeMountsRoot, configFile)
+		}
 		return err
 	}
 	if sel.Mode == Void && len(cdi) == 0 {
