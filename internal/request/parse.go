@@ -248,6 +248,7 @@ func (req *Request) devicesFrom(in Input, env map[string]string, opts Options) e
 				if sel, cdi, err = ParseSelection("the kubelet's allocation", allowed); err != nil {
 					return err
 				}
+				req.VisibleDevices = allowed
 			}
 		}
 	}
