@@ -345,7 +345,19 @@ type Gantry struct {
 	// generate writes it with the same kind). Empty means the cdi.kind of
 	// Gantry's config file (default nvidia.com/gpu).
 	CDIKind string `json:"cdiKind,omitempty"`
-	Health  Health `json:"health"`
+	// CDISpecDir is where the plugin writes its own CDI spec (cdiown.go)
+	// when a cdi-* strategy is on and CDIKind is not set; empty means
+	// /var/run/cdi.
+	CDISpecDir string `json:"cdiSpecDir,omitempty"`
+	// CDIHookPath is the host path of gantry-cdi-hook that the hooks of
+	// that spec run; empty means Gantry's cdi.hook-path, else
+	// /usr/bin/gantry-cdi-hook.
+	CDIHookPath string `json:"cdiHookPath,omitempty"`
+	// HostRoot is where the host's / is mounted in the plugin's container
+	// ("/" or empty: the plugin sees the host's paths as they are); the
+	// driver and device roots are looked for under it for that spec.
+	HostRoot string `json:"hostRoot,omitempty"`
+	Health   Health `json:"health"`
 	// MPSShmSize is the size of each MPS daemon's shm, its clients'
 	// /dev/shm (sharing.mps): bytes, or Ki, Mi, Gi ("1Gi"); empty means
 	// mps.DefaultShmSize (1Gi).
@@ -498,6 +510,9 @@ func (c *Config) Validate() error {
 		{"flags.nvidiaDevRoot", c.Flags.NvidiaDevRoot},
 		{"gantry.kubeletDir", c.Gantry.KubeletDir},
 		{"flags.mpsRoot", c.Flags.MpsRoot},
+		{"gantry.cdiSpecDir", c.Gantry.CDISpecDir},
+		{"gantry.cdiHookPath", c.Gantry.CDIHookPath},
+		{"gantry.hostRoot", c.Gantry.HostRoot},
 	} {
 		if k.path != "" && !filepath.IsAbs(k.path) {
 			return badValue(c, k.key, strconv.Quote(k.path), "not an absolute path")

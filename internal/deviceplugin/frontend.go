@@ -123,6 +123,15 @@ var settings = []setting{
 	{key: "gantry.cdiKind", env: []string{"GANTRY_CDI_KIND"}, flags: []string{"cdi-kind"},
 		usage: "vendor/class of CDI names in Allocate answers (default: Gantry's cdi.kind, nvidia.com/gpu)",
 		apply: stringSetter(func(c *Config) *string { return &c.Gantry.CDIKind })},
+	{key: "gantry.cdiSpecDir", env: []string{"GANTRY_CDI_SPEC_DIR"}, flags: []string{"cdi-spec-dir"},
+		usage: "with a cdi-* strategy and no --cdi-kind: where the plugin writes its own CDI spec (default " + DefaultCDISpecDir + ")",
+		apply: stringSetter(func(c *Config) *string { return &c.Gantry.CDISpecDir })},
+	{key: "gantry.cdiHookPath", env: []string{"GANTRY_CDI_HOOK_PATH"}, flags: []string{"cdi-hook-path"},
+		usage: "host path of gantry-cdi-hook that the plugin's CDI spec runs (default: Gantry's cdi.hook-path, else " + DefaultCDIHookPath + ")",
+		apply: stringSetter(func(c *Config) *string { return &c.Gantry.CDIHookPath })},
+	{key: "gantry.hostRoot", env: []string{"HOST_ROOT"}, flags: []string{"host-root"},
+		usage: "where the host's / is mounted in the plugin's container, for the plugin's CDI spec (default /)",
+		apply: stringSetter(func(c *Config) *string { return &c.Gantry.HostRoot })},
 	{key: "gantry.health.recoveryQuietPeriod", env: []string{"GANTRY_HEALTH_RECOVERY_QUIET"}, flags: []string{"health-recovery-quiet"},
 		usage: "an unhealthy GPU is healthy again after this long without a critical event; 0s never (default 10m)",
 		apply: stringSetter(func(c *Config) *string { return &c.Gantry.Health.RecoveryQuietPeriod })},
@@ -275,7 +284,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		gcfg.DevRoot = cfg.Flags.NvidiaDevRoot
 	}
 	cfg.Flags.NvidiaDriverRoot, cfg.Flags.NvidiaDevRoot = gcfg.DriverRoot, gcfg.EffectiveDevRoot()
-	if cfg.Gantry.CDIKind == "" {
+	ownSpec := ownsCDISpec(&cfg)
+	switch {
+	case ownSpec:
+		// The plugin writes the spec of the names it answers (cdiown.go).
+		cfg.Gantry.CDIKind = OwnCDIVendor + "/gpu"
+	case cfg.Gantry.CDIKind == "":
 		cfg.Gantry.CDIKind = gcfg.CDI.Kind
 	}
 	cfg.Gantry.GPUs = gcfg.GPUs
@@ -307,6 +321,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *dryRun {
 		printResources(stdout, p)
 		return 0
+	}
+	if ownSpec && !mpsMode {
+		specCtx, stopSpec := context.WithCancel(ctx)
+		removeSpec, err := startOwnSpec(specCtx, &cfg, gcfg, p, log)
+		defer func() { stopSpec(); removeSpec() }()
+		if err != nil {
+			fmt.Fprintf(stderr, "gantry-device-plugin: %v\n", err)
+			return 1
+		}
 	}
 	if mpsMode {
 		return runMPSManager(ctx, cfg, p, *mpsControl, getenv, log, stderr)
