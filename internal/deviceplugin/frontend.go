@@ -202,6 +202,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	allArgs := args
 	mpsMode := len(args) > 0 && args[0] == "mps-control-daemon"
 	if mpsMode {
 		args = args[1:]
@@ -252,6 +253,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			set[f.Name] = *v
 		}
 	})
+	if pn, err := perNodeFromEnv(getenv, log); err != nil {
+		fmt.Fprintf(stderr, "gantry-device-plugin: %v\n", err)
+		return 1
+	} else if pn != nil {
+		if *configFile != "" {
+			fmt.Fprintf(stderr, "gantry-device-plugin: --config %s and CONFIG_FILE_SRCDIR=%s: give one (the directory picks a file per node)\n", *configFile, pn.dir)
+			return 2
+		}
+		return runPerNode(ctx, pn, allArgs, getenv, stdout, stderr)
+	}
 	file := *configFile
 	if file == "" {
 		file = getenv("CONFIG_FILE")
