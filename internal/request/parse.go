@@ -249,6 +249,11 @@ func (req *Request) devicesFrom(in Input, env map[string]string, opts Options) e
 					return err
 				}
 				req.VisibleDevices = allowed
+			} else if name == EnvVisibleDevices {
+				// One entry with the value used: an env that lists the
+				// variable twice (the image's all, then the kubelet's
+				// value) reads all to a program that takes the first.
+				req.VisibleDevices = value
 			}
 		}
 	}

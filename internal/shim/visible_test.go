@@ -49,8 +49,20 @@ func TestKubeletAllocationSetsVisibleDevices(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(kubelet, "device-plugins", kubeletckpt.File), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	for _, env := range [][]string{
+		{"NVIDIA_VISIBLE_DEVICES=all"},
+		// The image's value, then the kubelet's, as a CRI may append it:
+		// a shell takes the first.
+		{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_VISIBLE_DEVICES=" + gpu.UUID},
+	} {
+		checkVisible(t, gpu.UUID, kubelet, env)
+	}
+}
+
+func checkVisible(t *testing.T, uuid, kubelet string, env []string) {
+	t.Helper()
 	c := newContainer(t, opts{
-		env:    []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
+		env:    append(env, "NVIDIA_DRIVER_CAPABILITIES=compute,utility"),
 		args:   []string{"sh", "-c", gpuScript},
 		config: `kubernetes-env = "allocated"` + "\n" + `kubelet-dir = "` + kubelet + `"`,
 		annotations: map[string]string{
@@ -72,7 +84,7 @@ func TestKubeletAllocationSetsVisibleDevices(t *testing.T) {
 			vis = append(vis, l)
 		}
 	}
-	if len(vis) != 1 || vis[0] != request.EnvVisibleDevices+"="+gpu.UUID {
-		t.Errorf("container env has %q, want exactly %s=%s (what the kubelet allocated):\n%s", vis, request.EnvVisibleDevices, gpu.UUID, out)
+	if len(vis) != 1 || vis[0] != request.EnvVisibleDevices+"="+uuid {
+		t.Errorf("image env %q: container env has %q, want exactly %s=%s (what the kubelet allocated):\n%s", env, vis, request.EnvVisibleDevices, uuid, out)
 	}
 }
