@@ -167,6 +167,11 @@ func Parse(in Input, opts Options) (*Request, error) {
 			}
 		}
 	}
+	if opts.AcceptVolumeMounts {
+		if err := req.addIMEXMounts(in.MountDestinations); err != nil {
+			return nil, err
+		}
+	}
 	return req, nil
 }
 
