@@ -443,6 +443,13 @@ environment, flags.
 
   --config, --config-file FILE  (CONFIG_FILE)
       NVIDIA's config file format (version v1), YAML or JSON; see below
+  CONFIG_FILE_SRCDIR DIR, DEFAULT_CONFIG NAME, NODE_LABEL, FALLBACK_STRATEGIES
+      per-node configs, as NVIDIA's config-manager: DIR holds named config
+      files (a ConfigMap's keys); each node runs the one its label
+      (default nvidia.com/device-plugin.config) names, else DEFAULT_CONFIG
+      (else the fallbacks: named = "default", single = the only one, empty
+      = no file; default named,single), and restarts with the new one when
+      the label changes; needs NODE_NAME and RBAC to get the Node
   --log-level LEVEL
       debug, info, warn, error (default info)
   --dry-run
