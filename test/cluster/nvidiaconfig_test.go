@@ -197,7 +197,10 @@ func patchPlugin(k *kube, ops []map[string]any) {
 		k.must("rollout", "undo", "daemonset/gantry", "-n", "kube-system")
 		k.must("rollout", "status", "daemonset/gantry", "-n", "kube-system", "--timeout=120s")
 	})
-	k.must("rollout", "status", "daemonset/gantry", "-n", "kube-system", "--timeout=120s")
+	if out, err := k.run("rollout", "status", "daemonset/gantry", "-n", "kube-system", "--timeout=240s"); err != nil {
+		pods, _ := k.run("describe", "pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=gantry")
+		k.t.Fatalf("the patched plugin DaemonSet did not roll out: %v\n%s\n%s", err, out, pods)
+	}
 }
 
 func addEnv(name, value string) map[string]any {
@@ -265,14 +268,9 @@ func TestPerNodeConfigLabel(t *testing.T) {
 	}
 	k.getJSON(&cm, "configmap", "-n", "kube-system", "gantry-config")
 	g := gantrySection(t, cm.Data["config.yaml"])
-	configs, _ := json.Marshal(map[string]any{
-		"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]string{"name": "gantry-configs", "namespace": "kube-system"},
-		"data": map[string]string{
-			"default": "version: v1\n" + g,
-			"sliced":  "version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n" + g,
-		},
-	})
-	k.apply(string(configs))
+	k.must("create", "configmap", "gantry-configs", "-n", "kube-system",
+		"--from-literal=default=version: v1\n"+g,
+		"--from-literal=sliced=version: v1\nsharing:\n  timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n"+g)
 	t.Cleanup(func() {
 		k.run("label", "node", nodeName, "nvidia.com/device-plugin.config-")
 		k.run("delete", "configmap", "-n", "kube-system", "gantry-configs")
