@@ -360,6 +360,7 @@ func TestHelmTemplate(t *testing.T) {
 		"dra-sim":         {"dra.enabled=true", "dra.gpus=sim:h100x8", "dra.deviceClasses=false", "dra.devices=4\\,5"},
 		"mps":             {"config.sharing.strategy=mps", "config.sharing.replicas=4"},
 		"mps-own-root":    {"config.sharing.strategy=mps", "config.sharing.replicas=2", "mps.root=/var/lib/mps"},
+		"per-node":        {"config.map.default=version: v1", "config.map.sliced=version: v1", "config.default=default"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := render(t, sets...)
@@ -406,6 +407,22 @@ func TestHelmTemplate(t *testing.T) {
 					t.Error("the plugin does not see an MPS root outside the driver root")
 				}
 			}
+			if name == "per-node" {
+				ds := byKind["*v1.DaemonSet"][0].(*appsv1.DaemonSet)
+				c := ds.Spec.Template.Spec.Containers[0]
+				if envValue(c, "CONFIG_FILE_SRCDIR") != "/available-configs" || envValue(c, "DEFAULT_CONFIG") != "default" ||
+					slices.Contains(c.Args, "--config=/etc/gantry/config.yaml") {
+					t.Errorf("per-node configs: env %v, args %v: want CONFIG_FILE_SRCDIR, DEFAULT_CONFIG and no --config", c.Env, c.Args)
+				}
+				found := false
+				for _, o := range byKind["*v1.ConfigMap"] {
+					cm := o.(*corev1.ConfigMap)
+					found = found || (cm.Data["default"] != "" && cm.Data["sliced"] != "")
+				}
+				if !found {
+					t.Error("no ConfigMap holds the named configs default and sliced")
+				}
+			}
 			if name == "time-slicing" {
 				cm := byKind["*v1.ConfigMap"][0].(*corev1.ConfigMap)
 				if !strings.Contains(cm.Data["config.yaml"], "replicas: 4") || !strings.Contains(cm.Data["config.yaml"], "timeSlicing:") {
@@ -424,6 +441,7 @@ func TestHelmTemplate(t *testing.T) {
 		"labels.output=configmap":                                                `labels.output "configmap"`,
 		"dra.enabled=true,dra.hookPath=gantry-cdi-hook":                          `dra.hookPath "gantry-cdi-hook"`,
 		"dra.enabled=true,dra.gpus=h100x8":                                       `dra.gpus "h100x8"`,
+		"config.map.a=version: v1,config.default=b":                              `config.default "b": name one of config.map's configs (a)`,
 	} {
 		if _, err := render(t, set); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--set %s: error %v, want one containing %q", set, err, want)

@@ -115,7 +115,8 @@ type Config struct {
 	Flags     Flags     `json:"flags"`
 	Resources Resources `json:"resources"`
 	Sharing   Sharing   `json:"sharing"`
-	// Imex is read so that NVIDIA's files load; IMEX channels are not offered.
+	// Imex names the IMEX channels given to every container that gets a
+	// device (imex.go).
 	Imex *Imex `json:"imex,omitempty"`
 	// Gantry holds Gantry's own settings. NVIDIA's plugin ignores unknown
 	// top-level keys, so one file can serve both.
@@ -124,7 +125,13 @@ type Config struct {
 	// origin names where each set key came from (file path, env var, flag),
 	// for error messages; keys are the file keys ("flags.migStrategy").
 	origin map[string]string
+	// warnings are what loading ignored (unknown keys, IMEX channels that
+	// are not required): logged and posted as Events on the Node.
+	warnings []string
 }
+
+// Warnings are what loading and validating the configuration ignored.
+func (c *Config) Warnings() []string { return c.warnings }
 
 // Flags are NVIDIA's "flags" section: the settings that also have a
 // command-line flag and an environment variable.
@@ -172,10 +179,15 @@ type GFDFlags struct {
 	MachineTypeFile *string `json:"machineTypeFile,omitempty"`
 }
 
-// Imex is NVIDIA's "imex" section.
+// Imex is NVIDIA's "imex" section: the IMEX channels
+// (/dev/nvidia-caps-imex-channels/channelN) every container that gets a
+// device of this plugin also gets.
 type Imex struct {
 	ChannelIDs []int `json:"channelIDs,omitempty"`
-	Required   bool  `json:"required,omitempty"`
+	// Required makes a missing channel an error at start (the plugin
+	// exits, as NVIDIA's does); otherwise a missing channel is skipped
+	// with a warning and the GPUs are served without it.
+	Required bool `json:"required,omitempty"`
 }
 
 // StrategyList is flags.plugin.deviceListStrategy: one strategy or a list.
@@ -333,7 +345,19 @@ type Gantry struct {
 	// generate writes it with the same kind). Empty means the cdi.kind of
 	// Gantry's config file (default nvidia.com/gpu).
 	CDIKind string `json:"cdiKind,omitempty"`
-	Health  Health `json:"health"`
+	// CDISpecDir is where the plugin writes its own CDI spec (cdiown.go)
+	// when a cdi-* strategy is on and CDIKind is not set; empty means
+	// /var/run/cdi.
+	CDISpecDir string `json:"cdiSpecDir,omitempty"`
+	// CDIHookPath is the host path of gantry-cdi-hook that the hooks of
+	// that spec run; empty means Gantry's cdi.hook-path, else
+	// /usr/bin/gantry-cdi-hook.
+	CDIHookPath string `json:"cdiHookPath,omitempty"`
+	// HostRoot is where the host's / is mounted in the plugin's container
+	// ("/" or empty: the plugin sees the host's paths as they are); the
+	// driver and device roots are looked for under it for that spec.
+	HostRoot string `json:"hostRoot,omitempty"`
+	Health   Health `json:"health"`
 	// MPSShmSize is the size of each MPS daemon's shm, its clients'
 	// /dev/shm (sharing.mps): bytes, or Ki, Mi, Gi ("1Gi"); empty means
 	// mps.DefaultShmSize (1Gi).
@@ -386,7 +410,16 @@ func ParseConfig(data []byte, source string) (Config, error) {
 		return c, fmt.Errorf("%w: %s: empty file: write at least \"version: v1\"", ErrConfig, source)
 	}
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
-		return c, fmt.Errorf("%w: %s: %v (see gantry-device-plugin --help for the keys)", ErrConfig, source, err)
+		// Keys Gantry does not know are ignored with a warning, as NVIDIA's
+		// plugin ignores them: a file written for another release must not
+		// take the node's GPUs away. Anything else wrong is an error.
+		unknown, kerr := unknownKeys(data)
+		c = DefaultConfig()
+		if kerr != nil || len(unknown) == 0 || yaml.Unmarshal(data, &c) != nil {
+			return c, fmt.Errorf("%w: %s: %v (see gantry-device-plugin --help for the keys)", ErrConfig, source, err)
+		}
+		c.warnings = append(c.warnings, fmt.Sprintf("%s: ignoring unknown keys %s (a typo, or a key of a newer NVIDIA release; see gantry-device-plugin --help for the keys)",
+			source, strings.Join(unknown, ", ")))
 	}
 	if c.Version == "" {
 		c.Version = "v1"
@@ -477,6 +510,9 @@ func (c *Config) Validate() error {
 		{"flags.nvidiaDevRoot", c.Flags.NvidiaDevRoot},
 		{"gantry.kubeletDir", c.Gantry.KubeletDir},
 		{"flags.mpsRoot", c.Flags.MpsRoot},
+		{"gantry.cdiSpecDir", c.Gantry.CDISpecDir},
+		{"gantry.cdiHookPath", c.Gantry.CDIHookPath},
+		{"gantry.hostRoot", c.Gantry.HostRoot},
 	} {
 		if k.path != "" && !filepath.IsAbs(k.path) {
 			return badValue(c, k.key, strconv.Quote(k.path), "not an absolute path")
@@ -504,8 +540,8 @@ func (c *Config) Validate() error {
 			return badValue(c, "gantry.health.recoveryQuietPeriod", strconv.Quote(q), "want a duration such as 10m or 0s")
 		}
 	}
-	if c.Imex != nil && len(c.Imex.ChannelIDs) > 0 {
-		return badValue(c, "imex.channelIDs", c.Imex.ChannelIDs, "IMEX channels are not supported by gantry-device-plugin; remove the key")
+	if err := c.validateIMEX(); err != nil {
+		return err
 	}
 	for i := range c.Resources.GPUs {
 		if err := c.normalisePattern("resources.gpus", i, &c.Resources.GPUs[i]); err != nil {

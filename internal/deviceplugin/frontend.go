@@ -123,6 +123,15 @@ var settings = []setting{
 	{key: "gantry.cdiKind", env: []string{"GANTRY_CDI_KIND"}, flags: []string{"cdi-kind"},
 		usage: "vendor/class of CDI names in Allocate answers (default: Gantry's cdi.kind, nvidia.com/gpu)",
 		apply: stringSetter(func(c *Config) *string { return &c.Gantry.CDIKind })},
+	{key: "gantry.cdiSpecDir", env: []string{"GANTRY_CDI_SPEC_DIR"}, flags: []string{"cdi-spec-dir"},
+		usage: "with a cdi-* strategy and no --cdi-kind: where the plugin writes its own CDI spec (default " + DefaultCDISpecDir + ")",
+		apply: stringSetter(func(c *Config) *string { return &c.Gantry.CDISpecDir })},
+	{key: "gantry.cdiHookPath", env: []string{"GANTRY_CDI_HOOK_PATH"}, flags: []string{"cdi-hook-path"},
+		usage: "host path of gantry-cdi-hook that the plugin's CDI spec runs (default: Gantry's cdi.hook-path, else " + DefaultCDIHookPath + ")",
+		apply: stringSetter(func(c *Config) *string { return &c.Gantry.CDIHookPath })},
+	{key: "gantry.hostRoot", env: []string{"HOST_ROOT"}, flags: []string{"host-root"},
+		usage: "where the host's / is mounted in the plugin's container, for the plugin's CDI spec (default /)",
+		apply: stringSetter(func(c *Config) *string { return &c.Gantry.HostRoot })},
 	{key: "gantry.health.recoveryQuietPeriod", env: []string{"GANTRY_HEALTH_RECOVERY_QUIET"}, flags: []string{"health-recovery-quiet"},
 		usage: "an unhealthy GPU is healthy again after this long without a critical event; 0s never (default 10m)",
 		apply: stringSetter(func(c *Config) *string { return &c.Gantry.Health.RecoveryQuietPeriod })},
@@ -193,6 +202,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	allArgs := args
 	mpsMode := len(args) > 0 && args[0] == "mps-control-daemon"
 	if mpsMode {
 		args = args[1:]
@@ -243,6 +253,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			set[f.Name] = *v
 		}
 	})
+	if pn, err := perNodeFromEnv(getenv, log); err != nil {
+		fmt.Fprintf(stderr, "gantry-device-plugin: %v\n", err)
+		return 1
+	} else if pn != nil {
+		if *configFile != "" {
+			fmt.Fprintf(stderr, "gantry-device-plugin: --config %s and CONFIG_FILE_SRCDIR=%s: give one (the directory picks a file per node)\n", *configFile, pn.dir)
+			return 2
+		}
+		return runPerNode(ctx, pn, allArgs, getenv, stdout, stderr)
+	}
 	file := *configFile
 	if file == "" {
 		file = getenv("CONFIG_FILE")
@@ -275,7 +295,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		gcfg.DevRoot = cfg.Flags.NvidiaDevRoot
 	}
 	cfg.Flags.NvidiaDriverRoot, cfg.Flags.NvidiaDevRoot = gcfg.DriverRoot, gcfg.EffectiveDevRoot()
-	if cfg.Gantry.CDIKind == "" {
+	ownSpec := ownsCDISpec(&cfg)
+	switch {
+	case ownSpec:
+		// The plugin writes the spec of the names it answers (cdiown.go).
+		cfg.Gantry.CDIKind = OwnCDIVendor + "/gpu"
+	case cfg.Gantry.CDIKind == "":
 		cfg.Gantry.CDIKind = gcfg.CDI.Kind
 	}
 	cfg.Gantry.GPUs = gcfg.GPUs
@@ -289,9 +314,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		policy.RecoveryQuiet, _ = time.ParseDuration(q) // checked by Validate
 	}
 
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 	p, err := initPlugin(cfg, log)
 	if err != nil {
-		if cfg.Flags.FailOnInitError || *dryRun {
+		// A required IMEX channel that is missing stops the plugin
+		// whatever failOnInitError says, as NVIDIA's does.
+		if cfg.Flags.FailOnInitError || *dryRun || errors.Is(err, ErrIMEXRequired) {
 			fmt.Fprintf(stderr, "gantry-device-plugin: %v\n", err)
 			return 1
 		}
@@ -302,6 +332,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if *dryRun {
 		printResources(stdout, p)
 		return 0
+	}
+	if ownSpec && !mpsMode {
+		specCtx, stopSpec := context.WithCancel(ctx)
+		removeSpec, err := startOwnSpec(specCtx, &cfg, gcfg, p, log)
+		defer func() { stopSpec(); removeSpec() }()
+		if err != nil {
+			fmt.Fprintf(stderr, "gantry-device-plugin: %v\n", err)
+			return 1
+		}
 	}
 	if mpsMode {
 		return runMPSManager(ctx, cfg, p, *mpsControl, getenv, log, stderr)
@@ -404,6 +443,13 @@ environment, flags.
 
   --config, --config-file FILE  (CONFIG_FILE)
       NVIDIA's config file format (version v1), YAML or JSON; see below
+  CONFIG_FILE_SRCDIR DIR, DEFAULT_CONFIG NAME, NODE_LABEL, FALLBACK_STRATEGIES
+      per-node configs, as NVIDIA's config-manager: DIR holds named config
+      files (a ConfigMap's keys); each node runs the one its label
+      (default nvidia.com/device-plugin.config) names, else DEFAULT_CONFIG
+      (else the fallbacks: named = "default", single = the only one, empty
+      = no file; default named,single), and restarts with the new one when
+      the label changes; needs NODE_NAME and RBAC to get the Node
   --log-level LEVEL
       debug, info, warn, error (default info)
   --dry-run

@@ -139,6 +139,9 @@ func startObservability(ctx context.Context, o observability, cfg Config, sys *g
 	}
 	if client != nil {
 		p.OnHealthChange(func(ev health.Event) { postHealthEvent(client, o.nodeName, ev, log) })
+		for _, w := range p.cfg.Warnings() {
+			postNodeEvent(client, o.nodeName, "Warning", "ConfigIgnored", w, log)
+		}
 	}
 
 	if o.metricsAddr != "" {
@@ -203,6 +206,11 @@ func postHealthEvent(c *kubeapi.Client, node string, ev health.Event, log *slog.
 	if ev.Healthy {
 		typ, reason = "Normal", "GPUHealthy"
 	}
+	postNodeEvent(c, node, typ, reason, fmt.Sprintf("GPU %s: %s", ev.UUID, ev.Reason), log)
+}
+
+// postNodeEvent records an Event on the Node.
+func postNodeEvent(c *kubeapi.Client, node, typ, reason, msg string, log *slog.Logger) {
 	now := time.Now()
 	e := &kubeapi.Event{
 		// A name of our own (not generateName): unique per change, and the
@@ -210,7 +218,7 @@ func postHealthEvent(c *kubeapi.Client, node string, ev health.Event, log *slog.
 		Metadata:       kubeapi.ObjectMeta{Name: fmt.Sprintf("%s.gantry-gpu.%x", node, now.UnixNano()), Namespace: "default"},
 		InvolvedObject: kubeapi.ObjectReference{Kind: "Node", Name: node, APIVersion: "v1"},
 		Reason:         reason,
-		Message:        fmt.Sprintf("GPU %s: %s", ev.UUID, ev.Reason),
+		Message:        msg,
 		Type:           typ,
 		Source:         kubeapi.EventSource{Component: "gantry-device-plugin", Host: node},
 		FirstTimestamp: kubeapi.Time{Time: now}, LastTimestamp: kubeapi.Time{Time: now}, Count: 1,
@@ -218,6 +226,6 @@ func postHealthEvent(c *kubeapi.Client, node string, ev health.Event, log *slog.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := c.CreateEvent(ctx, e); err != nil {
-		log.Warn("posting the health event", "node", node, "err", err)
+		log.Warn("posting an event on the node", "node", node, "reason", reason, "err", err)
 	}
 }

@@ -59,6 +59,8 @@ type Plugin struct {
 
 	kick chan struct{} // asks the reconcile loop to run now
 
+	imex []imexChannel // handed to every container (imex.go)
+
 	// control[i] is set once controlDevices[i] was seen under the device
 	// root: a device node, once created, stays, so only absent ones are
 	// looked for again, by an Allocate at most every controlRecheck
@@ -112,6 +114,15 @@ func New(opts Options) (*Plugin, error) {
 	}
 	if p.resync <= 0 {
 		p.resync = 5 * time.Second
+	}
+	chans, warnings, err := resolveIMEX(&cfg, cfg.DevRoot())
+	if err != nil {
+		return nil, err
+	}
+	p.imex = chans
+	for _, w := range warnings {
+		log.Warn(w)
+		p.cfg.warnings = append(p.cfg.warnings, w)
 	}
 	if cfg.Flags.Plugin.PassDeviceSpecs {
 		// Looked for once now: an Allocate that finds another one's

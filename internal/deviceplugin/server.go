@@ -119,6 +119,7 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		if err != nil {
 			return nil, err
 		}
+		s.addIMEX(cresp)
 		resp.ContainerResponses = append(resp.ContainerResponses, cresp)
 	}
 	return resp, nil

@@ -157,6 +157,10 @@ func Prepare(cfg config.Config, req *request.Request, opts Options, rec *Record)
 	if p.Edits, err = edits.BuildSelected(sys, inv, req, p.Selected, edits.Options{DevRoot: cfg.EffectiveDevRoot()}); err != nil {
 		return nil, err
 	}
+	if req.VisibleDevices != "" {
+		// The container reads what it was given, not the image's "all".
+		p.Edits.Env = append(p.Edits.Env, request.EnvVisibleDevices+"="+req.VisibleDevices)
+	}
 	rec.Edits = p.Edits
 	rec.Phase("edits")
 	if cfg.Runtime.DriverLayout == config.DriverLayoutTree {

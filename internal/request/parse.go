@@ -29,6 +29,10 @@ const (
 // destinations name devices (…/0, …/GPU-uuid, …/all, …/cdi/vendor/class/name).
 const VolumeMountsRoot = "/var/run/nvidia-container-devices"
 
+// configFile is Gantry's config file, named in errors that a setting of it
+// fixes (internal/config.DefaultPath; request does not import config).
+const configFile = "/etc/gantry/config.toml"
+
 // DefaultAnnotationPrefix is the annotation key prefix whose values are
 // comma lists of CDI device names.
 const DefaultAnnotationPrefix = "cdi.k8s.io/"
@@ -163,6 +167,11 @@ func Parse(in Input, opts Options) (*Request, error) {
 			}
 		}
 	}
+	if opts.AcceptVolumeMounts {
+		if err := req.addIMEXMounts(in.MountDestinations); err != nil {
+			return nil, err
+		}
+	}
 	return req, nil
 }
 
@@ -216,6 +225,12 @@ func (req *Request) devicesFrom(in Input, env map[string]string, opts Options) e
 	}
 	sel, cdi, err := ParseSelection(name, value)
 	if err != nil {
+		if !opts.AcceptVolumeMounts && path.Clean(strings.TrimSpace(value)) == VolumeMountsRoot {
+			// The device plugin's volume-mounts strategy: the list is in the
+			// mounts, which this node's runtime was not told to read.
+			return fmt.Errorf("%w: %s=%s: the devices are listed as volume mounts under %s (the device plugin's volume-mounts strategy), which this runtime does not read: set runtime.accept-volume-mounts = true in the node's Gantry config (%s, or the file GANTRY_CONFIG names; NVIDIA's accept-nvidia-visible-devices-as-volume-mounts), or use another device list strategy",
+				ErrInvalid, name, value, VolumeMountsRoot, configFile)
+		}
 		return err
 	}
 	if sel.Mode == Void && len(cdi) == 0 {
@@ -238,6 +253,12 @@ func (req *Request) devicesFrom(in Input, env map[string]string, opts Options) e
 				if sel, cdi, err = ParseSelection("the kubelet's allocation", allowed); err != nil {
 					return err
 				}
+				req.VisibleDevices = allowed
+			} else if name == EnvVisibleDevices {
+				// One entry with the value used: an env that lists the
+				// variable twice (the image's all, then the kubelet's
+				// value) reads all to a program that takes the first.
+				req.VisibleDevices = value
 			}
 		}
 	}

@@ -78,6 +78,13 @@ type Request struct {
 	// variable is: privileged containers, or accept-env-unprivileged).
 	IMEXChannels Selection
 
+	// VisibleDevices, when set, is what NVIDIA_VISIBLE_DEVICES must read in
+	// the container because the devices given are not what the variable
+	// says: the kubelet's allocation used in place of an image's "all".
+	// NVIDIA's stack shows the device plugin's value there (UUIDs, or
+	// indexes with deviceIDStrategy index), and so does this one.
+	VisibleDevices string
+
 	// Kind is the CDI kind ("nvidia.com/gpu") that the bare IDs in Devices
 	// belong to when the request is served through CDI; see CDINames.
 	Kind string
