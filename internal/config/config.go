@@ -85,6 +85,10 @@ type Runtime struct {
 	// KubeletDir is the kubelet's root directory; its device checkpoint is
 	// device-plugins/kubelet_internal_checkpoint under it.
 	KubeletDir string `toml:"kubelet-dir"`
+	// ExclusiveGPUs refuses a container a GPU that another running pod
+	// holds, by the kubelet's device checkpoint or a DRA plugin's prepared
+	// claims under KubeletDir (package gpuholders); default true.
+	ExclusiveGPUs bool `toml:"exclusive-gpus"`
 	// DriverLayout is how a GPU container gets the driver's programs and
 	// libraries: "tree" (the default), the files the container's
 	// capabilities select gathered once per driver version and set of files
@@ -158,6 +162,7 @@ func Default() Config {
 			SwarmResource:         []string{},
 			KubernetesEnv:         KubernetesEnvAllocated,
 			KubeletDir:            "/var/lib/kubelet",
+			ExclusiveGPUs:         true,
 			DriverLayout:          DriverLayoutTree,
 			DriverTreeDir:         "/var/lib/nvidia-docker/volumes/nvidia_driver",
 			DriverTreePath:        "/usr/local/nvidia",

@@ -362,6 +362,13 @@ type Gantry struct {
 	// /dev/shm (sharing.mps): bytes, or Ki, Mi, Gi ("1Gi"); empty means
 	// mps.DefaultShmSize (1Gi).
 	MPSShmSize string `json:"mpsShmSize,omitempty"`
+	// Devices narrows the GPUs offered to these (indices, UUIDs, bus IDs;
+	// owner.go), so that a DRA plugin can have the others; empty is all.
+	Devices string `json:"devices,omitempty"`
+	// OwnersDir is the node's GPU owners directory (package gpuowner);
+	// empty means gantry-gpu-owners beside KubeletDir's parent's other
+	// directories (/var/lib/kubelet/gantry-gpu-owners).
+	OwnersDir string `json:"ownersDir,omitempty"`
 }
 
 // Health holds the health-check settings.

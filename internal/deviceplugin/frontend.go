@@ -17,6 +17,7 @@ import (
 
 	gconfig "github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/gpuowner"
 	"github.com/gantry-gpu/gantry/internal/health"
 )
 
@@ -108,6 +109,12 @@ var settings = []setting{
 	{key: "gantry.gpus", env: []string{"GANTRY_GPUS"}, flags: []string{"gpus"},
 		usage: "GPU backend: nvml, sim:PROFILE (e.g. sim:h100x8) or sim:FILE (default: Gantry's gpus, nvml)",
 		apply: stringSetter(func(c *Config) *string { return &c.Gantry.GPUs })},
+	{key: "gantry.devices", env: []string{"GANTRY_DEVICES"}, flags: []string{"devices"},
+		usage: "comma list of GPUs (index, UUID, bus ID) to offer, for a node shared with the DRA plugin (default all)",
+		apply: stringSetter(func(c *Config) *string { return &c.Gantry.Devices })},
+	{key: "gantry.ownersDir", env: []string{"GANTRY_OWNERS_DIR"}, flags: []string{"owners-dir"},
+		usage: "host directory where the node's GPU plugins record the GPUs each offers, to refuse an overlap (default " + gpuowner.DefaultDir + ")",
+		apply: stringSetter(func(c *Config) *string { return &c.Gantry.OwnersDir })},
 	{key: "gantry.kubeletDir", env: []string{"GANTRY_KUBELET_DIR"}, flags: []string{"kubelet-dir"},
 		usage: "directory of kubelet.sock and the plugin sockets (default " + DefaultKubeletDir + ")",
 		apply: stringSetter(func(c *Config) *string { return &c.Gantry.KubeletDir })},
@@ -357,6 +364,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "gantry-device-plugin: %v\n", err)
 		return 1
 	}
+	owner, err := claimGPUs(ctx, cfg, p, getenv, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "gantry-device-plugin: %v\n", err)
+		return 1
+	}
+	defer owner.Release()
 	log.Info("starting", "gpus", cfg.Gantry.GPUs, "migStrategy", cfg.Flags.MigStrategy,
 		"deviceListStrategy", fmt.Sprint(cfg.Flags.Plugin.DeviceListStrategy), "deviceIDStrategy", cfg.Flags.Plugin.DeviceIDStrategy,
 		"kubeletDir", cfg.Gantry.KubeletDir, "resources", len(p.servers))
@@ -376,6 +389,9 @@ func initPlugin(cfg Config, log *slog.Logger) (*Plugin, error) {
 	sys, err := discover.GPUs(gcfg, false)
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs (%s): %w", cfg.Gantry.GPUs, err)
+	}
+	if sys, err = onlyDevices(sys, cfg.Gantry.Devices, cfg.from("gantry.devices")); err != nil {
+		return nil, err
 	}
 	return New(Options{Config: cfg, System: sys, Log: log})
 }

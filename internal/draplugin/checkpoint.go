@@ -33,6 +33,10 @@ type preparedClaim struct {
 	Devices   []preparedDevice `json:"devices"`
 	// Sharing is what prepare applied to the devices (sharing.go).
 	Sharing []preparedSharing `json:"sharing,omitempty"`
+	// Pods are the pods the claim is reserved for, as the kubelet's
+	// prepares saw them (pods.go): the runtime reads them (package
+	// gpuholders) to refuse the claim's GPUs to other pods.
+	Pods []preparedPod `json:"pods,omitempty"`
 }
 
 type preparedDevice struct {

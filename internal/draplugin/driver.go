@@ -209,6 +209,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	defer d.mu.Unlock()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var added []string
+	repods := false
 	for _, c := range claims {
 		start := time.Now()
 		pc, fresh, err := d.prepare(ctx, c)
@@ -216,6 +217,10 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 			d.log.Warn("prepare failed", "claim", c.Namespace+"/"+c.Name, "uid", c.UID, "err", err)
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
+		}
+		if addPods(&pc, c) && !fresh {
+			d.cp.Claims[string(c.UID)] = pc
+			repods = true
 		}
 		if fresh {
 			d.cp.Claims[string(c.UID)] = pc
@@ -225,7 +230,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		}
 		out[c.UID] = kubeletplugin.PrepareResult{Devices: result(pc)}
 	}
-	if len(added) > 0 {
+	if len(added) > 0 || repods {
 		if err := d.cp.write(d.cpPath); err != nil {
 			// Not recorded, not prepared: the kubelet's retry prepares
 			// them again (their specs are rewritten in place).

@@ -23,6 +23,7 @@ import (
 	gconfig "github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/gpuowner"
 	"github.com/gantry-gpu/gantry/internal/health"
 	"github.com/gantry-gpu/gantry/internal/mps"
 )
@@ -47,6 +48,7 @@ const (
 type flags struct {
 	driverName, nodeName, gpus, driverRoot, devRoot, hostRoot, cdiRoot, hookPath, pluginDir, registryDir string
 	healthDisable, healthEnable, simHealthSocket, devices, mpsShmSize                                    string
+	ownersDir                                                                                            string
 	dryRun                                                                                               bool
 }
 
@@ -71,6 +73,7 @@ func (f *flags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.healthEnable, "enable-healthchecks", env(health.EnvEnableHealthChecks, ""), "comma list of XIDs to treat as critical even though ignored by default (env "+health.EnvEnableHealthChecks+")")
 	fs.StringVar(&f.simHealthSocket, "sim-health-socket", env("GANTRY_SIM_HEALTH_SOCKET", DefaultSimHealthSocket), "with simulated GPUs: the socket that accepts injected faults (`gantry sim` docs; env GANTRY_SIM_HEALTH_SOCKET)")
 	fs.StringVar(&f.devices, "devices", env("GANTRY_DRA_DEVICES", ""), "comma list of GPUs (index, UUID, bus ID) or MIG devices (GPU:MIG, UUID) to publish, for a node shared with the device plugin (env GANTRY_DRA_DEVICES; default all)")
+	fs.StringVar(&f.ownersDir, "owners-dir", env("GANTRY_OWNERS_DIR", ""), "host directory where the node's GPU plugins record the GPUs each offers, to refuse an overlap (env GANTRY_OWNERS_DIR; default gantry-gpu-owners beside --registry-dir, "+gpuowner.DefaultDir+")")
 	fs.StringVar(&f.mpsShmSize, "mps-shm-size", env("GANTRY_MPS_SHM_SIZE", ""), "size of each MPS daemon's shm, a tmpfs the claim's containers get as /dev/shm: bytes, or Ki, Mi, Gi (env GANTRY_MPS_SHM_SIZE; default 1Gi)")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print the ResourceSlice devices this node would publish, as YAML, and exit")
 }
@@ -239,6 +242,11 @@ func serve(ctx context.Context, f flags, stdout io.Writer, log *slog.Logger) err
 	if err != nil {
 		return fmt.Errorf("API server client: %w", err)
 	}
+	owner, err := claimGPUs(ctx, f, d, client, log)
+	if err != nil {
+		return err
+	}
+	defer owner.Release()
 	srv, err := Start(ctx, d, client, f.pluginDir, f.registryDir)
 	if err != nil {
 		return err

@@ -67,7 +67,7 @@ const char *const gantry_neutral_keys[] = {
 	"runtime.accept-volume-mounts", "runtime.log-file", "runtime.disable-require",
 	"runtime.kubernetes-env", "runtime.kubelet-dir", "runtime.no-cgroups",
 	"runtime.driver-layout", "runtime.driver-tree-dir", "runtime.driver-tree-path",
-	"runtime.gantry-path",
+	"runtime.gantry-path", "runtime.exclusive-gpus",
 	"cdi.kind", "cdi.spec-dirs", "cdi.hook-path", NULL};
 
 // runc's flags that take a value (shim's args.go has the same lists).

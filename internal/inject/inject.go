@@ -151,6 +151,9 @@ func Prepare(cfg config.Config, req *request.Request, opts Options, rec *Record)
 		}
 		return nil, err
 	}
+	if err := checkHolders(cfg, req, sys, p.Selected); err != nil {
+		return nil, err
+	}
 	for _, s := range p.Selected {
 		rec.Devices = append(rec.Devices, s.Name())
 	}

@@ -154,6 +154,8 @@ func Parse(in Input, opts Options) (*Request, error) {
 		}
 	}
 	req.Features = featuresFrom(env)
+	req.Privileged = in.Privileged
+	req.PodUID, req.Container, _ = KubernetesContainer(in.Annotations)
 	if v, ok := env[EnvIMEXChannels]; ok {
 		sel, err := ParseIMEXChannels(v)
 		if err != nil {

@@ -91,6 +91,12 @@ type Request struct {
 	// Legacy is true for images built for old CUDA: CUDA_VERSION set and
 	// NVIDIA_REQUIRE_CUDA unset or empty. It changed the defaults used above.
 	Legacy bool
+	// PodUID and Container name the Kubernetes pod and container a
+	// kubelet created the container for (KubernetesContainer); "" outside
+	// Kubernetes.
+	PodUID, Container string
+	// Privileged is Input.Privileged: CAP_SYS_ADMIN in the bounding set.
+	Privileged bool
 	// Warnings name inputs that were ignored on purpose (an env request in an
 	// unprivileged container, unknown capabilities in lenient mode, ...), so
 	// a front end can log them; they never change the outcome.

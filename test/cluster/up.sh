@@ -277,7 +277,8 @@ gk_wait 120 "node $GK_NODE Ready" sh -c "$bin/kubectl get node $GK_NODE -o jsonp
 gpus=$("$bin/gantry" --config "$GK_ETC/gantry.toml" info --json | grep -c '"uuid": *"GPU-' || true)
 # With --dra the node's GPUs are split between the two plugins the way an
 # admin splits them (docs/guide.md, "Beside the device plugin"): the device
-# plugin's pod sees only the first half, the DRA plugin publishes the rest.
+# plugin offers the first half (GANTRY_DEVICES), the DRA plugin publishes
+# the rest (GANTRY_DRA_DEVICES); each refuses to start on the other's GPUs.
 dp_gpus=$gpus
 if [ -n "$dra" ]; then
   dp_gpus=$((gpus / 2))
@@ -294,30 +295,20 @@ if [ "$dp_gpus" -gt 0 ]; then
     # through the plugin's socket, /proc/PID/root/run/gantry/sim-health.sock.)
     # A 20 s recovery quiet period instead of 10 minutes, so that a GPU made
     # unhealthy by an injected XID comes back within a test.
-    sim=sim:$profile
-    if [ "$dp_gpus" != "$gpus" ]; then
-      # Beside the DRA plugin: a simulated host of the profile's first
-      # $dp_gpus GPUs (the same seed, so the same UUIDs), as a second key of
-      # the ConfigMap, which the pod sees in /etc/gantry.
-      sim=sim:/etc/gantry/dp-gpus.yaml
-    fi
-    awk -v sim="$sim" -v n="$dp_gpus" -v all="$gpus" -v prof="$profile" -v pfile="internal/gpu/sim/profiles/$profile.yaml" '
-      /^data:$/ && n != all { print; print "  dp-gpus.yaml: |"; print "    seed: " prof; d = -1
-        while ((getline l < pfile) > 0) {
-          if (l ~ /^#/) continue
-          if (l ~ /^- /) d++
-          if (d < n) print "    " l
-        }
-        next }
+    awk -v sim="sim:$profile" '
       {print} /^    version: v1$/ && !done {print "    gantry:"; print "      gpus: " sim;
         print "      health:"; print "        recoveryQuietPeriod: 20s"; done=1}' \
       deployments/static/gantry-device-plugin.yaml >"$manifest"
-  elif [ "$dp_gpus" != "$gpus" ]; then
-    # Real GPUs: the runtime gives the plugin's pod only these GPUs, so NVML
-    # in it sees only them.
+  fi
+  if [ "$dp_gpus" != "$gpus" ]; then
+    # Beside the DRA plugin: the device plugin offers only the first
+    # $dp_gpus GPUs (GANTRY_DEVICES), simulated or real alike. (Not
+    # NVIDIA_VISIBLE_DEVICES: the plugin's pod is privileged and sees every
+    # GPU whatever the variable says.)
     awk -v list="$(seq -s, 0 $((dp_gpus - 1)))" '
-      prev ~ /name: NVIDIA_VISIBLE_DEVICES$/ { sub(/value: .*/, "value: \"" list "\"") } {print; prev = $0}' \
-      deployments/static/gantry-device-plugin.yaml >"$manifest"
+      { print } /^ *env:$/ && !done { ind = $0; sub(/env:$/, "", ind)
+        print ind "  - name: GANTRY_DEVICES"; print ind "    value: \"" list "\""; done = 1 }' \
+      "$manifest" >"$manifest.tmp" && mv "$manifest.tmp" "$manifest"
   fi
   "$bin/kubectl" apply -f "$manifest" >"$GK_LOG/apply.log"
 fi

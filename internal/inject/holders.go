@@ -1,0 +1,34 @@
+package inject
+
+import (
+	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/edits"
+	"github.com/gantry-gpu/gantry/internal/gpu"
+	"github.com/gantry-gpu/gantry/internal/gpuholders"
+	"github.com/gantry-gpu/gantry/internal/kubeletckpt"
+	"github.com/gantry-gpu/gantry/internal/request"
+)
+
+// checkHolders refuses the selected GPUs when another running pod holds
+// one (runtime.exclusive-gpus, package gpuholders): the last line against
+// a GPU handed out twice on a Kubernetes node, after the plugins' own
+// refusal to offer one GPU twice. Outside Kubernetes the kubelet's files
+// are missing and nothing is held.
+func checkHolders(cfg config.Config, req *request.Request, sys *gpu.System, sel []edits.Selected) error {
+	if !cfg.Runtime.ExclusiveGPUs || len(sel) == 0 {
+		return nil
+	}
+	units := make([]gpuholders.Unit, 0, len(sel))
+	for _, s := range sel {
+		u := gpuholders.Unit{UUID: s.GPU.UUID, Index: s.GPU.Index}
+		if s.MIG != nil {
+			u.MIG = s.MIG.UUID
+		}
+		units = append(units, u)
+	}
+	dir := cfg.Runtime.KubeletDir
+	if dir == "" {
+		dir = kubeletckpt.DefaultKubeletDir
+	}
+	return gpuholders.Check(gpuholders.Options{KubeletDir: dir}, sys, req.PodUID, req.Container, req.Privileged, units)
+}
