@@ -1,0 +1,115 @@
+package nodeinstall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/gantry-gpu/gantry/internal/engineconfig"
+)
+
+// restartRoot is where the restart command runs: PID 1's root when this
+// process shares the host's PID namespace and that root is HostRoot (then
+// systemctl sees no chroot and does what it is asked), else HostRoot.
+func (o *Options) restartRoot() string {
+	if o.HostRoot == "/" {
+		return "/"
+	}
+	var a, b syscall.Stat_t
+	if syscall.Stat("/proc/1/root/", &a) == nil && syscall.Stat(o.HostRoot+"/", &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino {
+		return "/proc/1/root"
+	}
+	return o.HostRoot
+}
+
+// restartAndWait restarts the engine and waits until it answers CRI with
+// (configured) or without Gantry's runtime.
+func (o *Options) restartAndWait(ctx context.Context, configured bool) error {
+	fmt.Fprintf(o.Log, "restarting %s: %s\n", o.Engine, o.RestartCommand)
+	out, err := o.hostCommand(ctx, o.restartRoot(), "/bin/sh", "-c", o.RestartCommand)
+	if len(out) > 0 {
+		fmt.Fprintf(o.Log, "%s", out)
+	}
+	if err != nil {
+		return fmt.Errorf("restart command %q: %w", o.RestartCommand, err)
+	}
+	return o.waitEngine(ctx, configured, time.Now().Add(o.Timeout))
+}
+
+// waitEngine waits until the engine answers a CRI Version call on its
+// socket and, for containerd, its CRI Status shows the runtime "nvidia"
+// at BinDir's gantry-runtime (configured) or no runtime running it (not):
+// what the engine loaded, read from the engine.
+func (o *Options) waitEngine(ctx context.Context, configured bool, deadline time.Time) error {
+	socket := o.host(o.CRISocket)
+	want := filepath.Join(o.BinDir, "gantry-runtime")
+	var last error
+	for {
+		last = o.probe(ctx, socket, want, configured)
+		if last == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %w", o.Timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+var errNotYet = errors.New("not yet")
+
+func (o *Options) probe(ctx context.Context, socket, want string, configured bool) error {
+	if st, err := os.Stat(socket); err != nil {
+		return fmt.Errorf("CRI socket %s: %w", o.CRISocket, err)
+	} else if st.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("CRI socket %s is not a socket", o.CRISocket)
+	}
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rt := runtimeapi.NewRuntimeServiceClient(conn)
+	ver, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		return fmt.Errorf("%s does not answer CRI on %s: %s", o.Engine, o.CRISocket, status.Convert(err).Message())
+	}
+	if o.Engine != engineconfig.Containerd {
+		return nil
+	}
+	st, err := rt.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		return fmt.Errorf("%s CRI Status on %s: %s", ver.GetRuntimeName(), o.CRISocket, status.Convert(err).Message())
+	}
+	reg, err := engineconfig.ParseContainerdStatus([]byte(st.GetInfo()["config"]))
+	if err != nil {
+		return fmt.Errorf("%s on %s: reading its CRI configuration: %w", ver.GetRuntimeName(), o.CRISocket, err)
+	}
+	rt0, ok := reg.Runtime(engineconfig.DefaultRuntimeName)
+	has := ok && rt0.Program == want
+	switch {
+	case configured && !has:
+		return fmt.Errorf("%s %s answers on %s but has not loaded runtime %q running %s (%w: still the old process, or it ignored the drop-in)",
+			ver.GetRuntimeName(), ver.GetRuntimeVersion(), o.CRISocket, engineconfig.DefaultRuntimeName, want, errNotYet)
+	case !configured && has:
+		return fmt.Errorf("%s %s answers on %s but still runs %s for runtime %q (%w)",
+			ver.GetRuntimeName(), ver.GetRuntimeVersion(), o.CRISocket, want, engineconfig.DefaultRuntimeName, errNotYet)
+	}
+	fmt.Fprintf(o.Log, "%s %s answers CRI on %s\n", ver.GetRuntimeName(), ver.GetRuntimeVersion(), o.CRISocket)
+	return nil
+}

@@ -1,0 +1,93 @@
+package nodeinstall
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/gantry-gpu/gantry/internal/kubeapi"
+)
+
+// Node is the Kubernetes side of an install: the Node's ready label and
+// its Events. A nil *Node (no API server, no node name) does nothing.
+type Node struct {
+	Client *kubeapi.Client
+	Name   string
+	// Label is the label set to "true" once the node is set up.
+	Label string
+}
+
+// SetReady puts the label on (ready) or takes it off.
+func (n *Node) SetReady(ctx context.Context, ready bool) error {
+	if n == nil {
+		return nil
+	}
+	var v any
+	if ready {
+		v = "true"
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{n.Label: v}}})
+	if err := n.Client.PatchNode(ctx, n.Name, patch); err != nil {
+		return fmt.Errorf("labelling node %s %s: %w (the ClusterRole needs patch on nodes)", n.Name, n.Label, err)
+	}
+	return nil
+}
+
+// Event posts an Event about the Node (reason, type Normal or Warning).
+func (n *Node) Event(ctx context.Context, typ, reason, msg string) error {
+	if n == nil {
+		return nil
+	}
+	host, _ := os.Hostname()
+	now := kubeapi.Time{Time: time.Now()}
+	ev := &kubeapi.Event{
+		Metadata:       kubeapi.ObjectMeta{Name: fmt.Sprintf("%s.gantry-node.%x", n.Name, time.Now().UnixNano()), Namespace: "default"},
+		InvolvedObject: kubeapi.ObjectReference{APIVersion: "v1", Kind: "Node", Name: n.Name},
+		Reason:         reason, Message: msg, Type: typ, Count: 1,
+		Source:         kubeapi.EventSource{Component: "gantry-node-installer", Host: host},
+		FirstTimestamp: now, LastTimestamp: now,
+	}
+	return n.Client.CreateEvent(ctx, ev)
+}
+
+// OwnerGone reports whether the DaemonSet that owns pod ns/name is
+// deleted or being deleted (uninstall on stop), rather than the pod
+// replaced by a rolling update (keep the node set up: the next pod's
+// install replaces the binaries in place).
+func OwnerGone(ctx context.Context, c *kubeapi.Client, ns, name string) (bool, error) {
+	type meta struct {
+		UID               string  `json:"uid"`
+		DeletionTimestamp *string `json:"deletionTimestamp"`
+		OwnerReferences   []struct {
+			Kind, Name, UID string
+			APIVersion      string `json:"apiVersion"`
+		} `json:"ownerReferences"`
+	}
+	var pod struct {
+		Metadata meta `json:"metadata"`
+	}
+	if err := c.Get(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), &pod); err != nil {
+		return false, err
+	}
+	for _, o := range pod.Metadata.OwnerReferences {
+		if o.Kind != "DaemonSet" {
+			continue
+		}
+		var ds struct {
+			Metadata meta `json:"metadata"`
+		}
+		err := c.Get(ctx, "/apis/apps/v1/namespaces/"+url.PathEscape(ns)+"/daemonsets/"+url.PathEscape(o.Name), &ds)
+		if kubeapi.IsNotFound(err) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return ds.Metadata.UID != o.UID || ds.Metadata.DeletionTimestamp != nil, nil
+	}
+	// A pod of no DaemonSet (run by hand): its deletion is the end.
+	return true, nil
+}
