@@ -92,9 +92,13 @@ func stripComments(doc []byte) []byte {
 func check(t *testing.T, objs []runtime.Object) map[string][]runtime.Object {
 	t.Helper()
 	objs, dra := splitDRA(objs)
+	objs, inst := splitInstaller(objs)
 	byKind := map[string][]runtime.Object{}
 	if len(dra) > 0 {
 		byKind["dra"] = dra
+	}
+	if len(inst) > 0 {
+		byKind["installer"] = inst
 	}
 	for _, o := range objs {
 		kind := fmt.Sprintf("%T", o)
@@ -360,6 +364,7 @@ func TestHelmTemplate(t *testing.T) {
 		"dra-sim":         {"dra.enabled=true", "dra.gpus=sim:h100x8", "dra.deviceClasses=false", "dra.devices=4\\,5"},
 		"mps":             {"config.sharing.strategy=mps", "config.sharing.replicas=4"},
 		"mps-own-root":    {"config.sharing.strategy=mps", "config.sharing.replicas=2", "mps.root=/var/lib/mps"},
+		"installer":       {"installer.enabled=true", "dra.enabled=true", "installer.restartCommand=kill -TERM $(cat /run/x.pid)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := render(t, sets...)
@@ -395,6 +400,22 @@ func TestHelmTemplate(t *testing.T) {
 			} else if len(dra) != 0 {
 				t.Errorf("DRA plugin objects rendered with dra.enabled=false: %d", len(dra))
 			}
+			if inst := byKind["installer"]; name == "installer" {
+				ds := checkInstaller(t, inst)
+				if !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--restart-command=kill -TERM $(cat /run/x.pid)") {
+					t.Errorf("installer args %v lack the restart command", ds.Spec.Template.Spec.Containers[0].Args)
+				}
+				// The plugins start once the installer has set the node up.
+				for _, o := range append(slices.Clone(byKind["*v1.DaemonSet"]), draDaemonSet(t, byKind["dra"])) {
+					if d := o.(*appsv1.DaemonSet); d.Spec.Template.Spec.NodeSelector["gantry.dev/runtime-ready"] != "true" {
+						t.Errorf("%s does not select on gantry.dev/runtime-ready: %v", d.Name, d.Spec.Template.Spec.NodeSelector)
+					}
+				}
+			} else if len(inst) != 0 {
+				t.Errorf("node installer objects rendered with installer.enabled=false: %d", len(inst))
+			} else if sel := byKind["*v1.DaemonSet"][0].(*appsv1.DaemonSet).Spec.Template.Spec.NodeSelector; len(sel) != 0 {
+				t.Errorf("the device plugin selects on %v without the installer", sel)
+			}
 			if mps := byKind[mpsKind]; (len(mps) == 1) != strings.HasPrefix(name, "mps") {
 				t.Errorf("%d MPS control daemon DaemonSets", len(mps))
 			}
@@ -424,6 +445,7 @@ func TestHelmTemplate(t *testing.T) {
 		"labels.output=configmap":                                                `labels.output "configmap"`,
 		"dra.enabled=true,dra.hookPath=gantry-cdi-hook":                          `dra.hookPath "gantry-cdi-hook"`,
 		"dra.enabled=true,dra.gpus=h100x8":                                       `dra.gpus "h100x8"`,
+		"installer.enabled=true,installer.runtime=docker":                        `installer.runtime "docker"`,
 	} {
 		if _, err := render(t, set); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--set %s: error %v, want one containing %q", set, err, want)

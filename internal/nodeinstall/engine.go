@@ -17,10 +17,12 @@ import (
 	"github.com/gantry-gpu/gantry/internal/engineconfig"
 )
 
-// restartRoot is where the restart command runs: PID 1's root when this
-// process shares the host's PID namespace and that root is HostRoot (then
-// systemctl sees no chroot and does what it is asked), else HostRoot.
-func (o *Options) restartRoot() string {
+// execRoot is where host programs run (the restart command, the
+// installed gantry): PID 1's root when this process shares the host's PID
+// namespace and that root is HostRoot's (then systemctl sees no chroot and
+// does what it is asked, and mounts made on the host since the pod started,
+// such as a driver container's /run/nvidia/driver, are seen), else HostRoot.
+func (o *Options) execRoot() string {
 	if o.HostRoot == "/" {
 		return "/"
 	}
@@ -35,7 +37,7 @@ func (o *Options) restartRoot() string {
 // (configured) or without Gantry's runtime.
 func (o *Options) restartAndWait(ctx context.Context, configured bool) error {
 	fmt.Fprintf(o.Log, "restarting %s: %s\n", o.Engine, o.RestartCommand)
-	out, err := o.hostCommand(ctx, o.restartRoot(), "/bin/sh", "-c", o.RestartCommand)
+	out, err := o.hostCommand(ctx, o.execRoot(), "/bin/sh", "-c", o.RestartCommand)
 	if len(out) > 0 {
 		fmt.Fprintf(o.Log, "%s", out)
 	}

@@ -421,7 +421,7 @@ func (o *Options) gantry(ctx context.Context, args ...string) error {
 	if o.DriverRoot != "" {
 		global = append(global, "--driver-root", o.DriverRoot)
 	}
-	out, err := o.hostCommand(ctx, o.HostRoot, filepath.Join(o.BinDir, "gantry"), append(global, args...)...)
+	out, err := o.hostCommand(ctx, o.execRoot(), filepath.Join(o.BinDir, "gantry"), append(global, args...)...)
 	if len(out) > 0 {
 		fmt.Fprintf(o.Log, "%s", out)
 	}
