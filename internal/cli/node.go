@@ -146,9 +146,12 @@ already in place.
 					ns, pod := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
 					if client == nil || ns == "" || pod == "" {
 						fmt.Fprintf(e.stderr, "%s: --on-stop auto needs NODE_NAME, POD_NAMESPACE and POD_NAME to find the DaemonSet; keeping the node set up\n", s)
-					} else if gone, err := nodeinstall.OwnerGone(ctx, client, ns, pod); err != nil {
+					} else if gone, err := nodeinstall.OwnerGone(ctx, client, ns, pod); err != nil && !gone {
 						fmt.Fprintf(e.stderr, "%s: cannot tell whether the DaemonSet is deleted (%v); keeping the node set up\n", s, err)
 					} else {
+						if err != nil {
+							fmt.Fprintf(e.stderr, "%s: the installer's access is revoked (%v): its release is being deleted\n", s, err)
+						}
 						uninstall = gone
 					}
 				}
@@ -196,11 +199,13 @@ keep running. Without a record there is nothing to undo. Give the same --host-ro
 
 func runUninstall(ctx context.Context, e *env, o nodeinstall.Options, node *nodeinstall.Node) error {
 	start := time.Now()
-	err := node.SetReady(ctx, false)
-	var res nodeinstall.Result
-	if err == nil {
-		res, err = nodeinstall.Uninstall(ctx, o)
+	// The label first, so that the plugins stop before the runtime goes; an
+	// API server that no longer lets us in (the release being deleted)
+	// does not stop the node's uninstall.
+	if err := node.SetReady(ctx, false); err != nil {
+		fmt.Fprintf(e.stderr, "gantry node uninstall: %v; uninstalling anyway\n", err)
 	}
+	res, err := nodeinstall.Uninstall(ctx, o)
 	if err != nil {
 		if node != nil {
 			_ = node.Event(ctx, "Warning", "GantryUninstallFailed", err.Error())

@@ -3,7 +3,9 @@ package nodeinstall
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"time"
@@ -56,7 +58,10 @@ func (n *Node) Event(ctx context.Context, typ, reason, msg string) error {
 // OwnerGone reports whether the DaemonSet that owns pod ns/name is
 // deleted or being deleted (uninstall on stop), rather than the pod
 // replaced by a rolling update (keep the node set up: the next pod's
-// install replaces the binaries in place).
+// install replaces the binaries in place). An answer of 401 or 403 counts
+// as deleted: `kubectl delete -f` and helm uninstall remove the
+// installer's ServiceAccount and ClusterRole with its DaemonSet, before
+// or while its pods stop.
 func OwnerGone(ctx context.Context, c *kubeapi.Client, ns, name string) (bool, error) {
 	type meta struct {
 		UID               string  `json:"uid"`
@@ -70,7 +75,7 @@ func OwnerGone(ctx context.Context, c *kubeapi.Client, ns, name string) (bool, e
 		Metadata meta `json:"metadata"`
 	}
 	if err := c.Get(ctx, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), &pod); err != nil {
-		return false, err
+		return revoked(err), err
 	}
 	for _, o := range pod.Metadata.OwnerReferences {
 		if o.Kind != "DaemonSet" {
@@ -84,10 +89,16 @@ func OwnerGone(ctx context.Context, c *kubeapi.Client, ns, name string) (bool, e
 			return true, nil
 		}
 		if err != nil {
-			return false, err
+			return revoked(err), err
 		}
 		return ds.Metadata.UID != o.UID || ds.Metadata.DeletionTimestamp != nil, nil
 	}
 	// A pod of no DaemonSet (run by hand): its deletion is the end.
 	return true, nil
+}
+
+// revoked: the API server no longer lets the installer's account in.
+func revoked(err error) bool {
+	var e *kubeapi.Error
+	return errors.As(err, &e) && (e.Code == http.StatusUnauthorized || e.Code == http.StatusForbidden)
 }
