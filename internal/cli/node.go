@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -215,6 +216,14 @@ func runUninstall(ctx context.Context, e *env, o nodeinstall.Options, node *node
 	msg := fmt.Sprintf("Gantry uninstalled from %s in %.1f s", o.BinDir, time.Since(start).Seconds())
 	if res.Changed {
 		msg += fmt.Sprintf(" (%s restarted with its original configuration, answered after %.1f s)", o.Engine, res.Restart.Seconds())
+	}
+	if len(res.KeptFor) > 0 {
+		msg += fmt.Sprintf("; the binaries in %s stay for pods still running with the runtime (%s): run gantry node uninstall again once they are gone", o.BinDir, strings.Join(res.KeptFor, ", "))
+		fmt.Fprintln(e.stderr, msg)
+		if node != nil {
+			_ = node.Event(ctx, "Warning", "GantryBinariesKept", msg)
+		}
+		return nil
 	}
 	fmt.Fprintln(e.stderr, msg)
 	if node != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -114,4 +116,59 @@ func (o *Options) probe(ctx context.Context, socket, want string, configured boo
 	}
 	fmt.Fprintf(o.Log, "%s %s answers CRI on %s\n", ver.GetRuntimeName(), ver.GetRuntimeVersion(), o.CRISocket)
 	return nil
+}
+
+// runtimeHandlers are the CRI runtime handlers (RuntimeClass handlers)
+// whose containers run Gantry's binaries: the names configure registers.
+var runtimeHandlers = []string{engineconfig.DefaultRuntimeName, "gantry"}
+
+// gpuSandboxes lists the ready pod sandboxes the engine runs with Gantry's
+// runtime (namespace/name), whose containers' shims run BinDir's
+// gantry-runtime to stop them.
+func (o *Options) gpuSandboxes(ctx context.Context) ([]string, error) {
+	conn, err := grpc.NewClient("unix://"+o.host(o.CRISocket), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := runtimeapi.NewRuntimeServiceClient(conn).ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
+		Filter: &runtimeapi.PodSandboxFilter{State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}}})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s's pods on %s: %s", o.Engine, o.CRISocket, status.Convert(err).Message())
+	}
+	var out []string
+	for _, sb := range resp.GetItems() {
+		if slices.Contains(runtimeHandlers, sb.GetRuntimeHandler()) {
+			out = append(out, sb.GetMetadata().GetNamespace()+"/"+sb.GetMetadata().GetName())
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// waitGPUPodsGone waits until no ready pod runs with Gantry's runtime, or
+// the deadline; it returns those still there.
+func (o *Options) waitGPUPodsGone(ctx context.Context, deadline time.Time) []string {
+	said := false
+	for {
+		pods, err := o.gpuSandboxes(ctx)
+		if err != nil {
+			fmt.Fprintf(o.Log, "%v: cannot tell which pods use the runtime\n", err)
+			return nil
+		}
+		if len(pods) == 0 || time.Now().After(deadline) {
+			return pods
+		}
+		if !said {
+			fmt.Fprintf(o.Log, "waiting up to %s for the pods that run with Gantry's runtime to stop: %s\n", time.Until(deadline).Round(time.Second), strings.Join(pods, ", "))
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return pods
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -177,6 +177,10 @@ type Result struct {
 	Changed bool
 	// Restart is how long the restart took until the engine answered.
 	Restart time.Duration
+	// KeptFor: uninstall restored the configuration but kept the binaries
+	// (and a record naming them) for these pods (namespace/name), which
+	// still ran with the runtime; uninstall again once they are gone.
+	KeptFor []string
 }
 
 // Install sets the node up (see the package documentation). It is
@@ -196,10 +200,16 @@ func Install(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	fresh := rec == nil
+	// A record without files is one an uninstall left for binaries that
+	// pods still used: the configuration is the original again.
+	fresh := rec == nil || len(rec.Files) == 0
 	if fresh {
+		var kept []string
+		if rec != nil {
+			kept = rec.CreatedDirs
+		}
 		rec = &record{Version: 1, Engine: string(o.Engine), BinDir: o.BinDir}
-		rec.CreatedDirs = o.missingDirs(o.StateDir)
+		rec.CreatedDirs = append(kept, o.missingDirs(o.StateDir)...)
 		if err := os.MkdirAll(o.host(filepath.Dir(o.StateDir)), 0o755); err != nil {
 			return res, fmt.Errorf("creating the state directory %s: %w", o.StateDir, err)
 		}
@@ -314,6 +324,10 @@ func Uninstall(ctx context.Context, o Options) (Result, error) {
 		}
 		return res, err
 	}
+	// Pods that run with the runtime need its binary to be stopped (their
+	// shims run it): give them the time to go (the device plugin's, once
+	// the label is off), and keep the binaries for those that stay.
+	inUse := o.waitGPUPodsGone(ctx, time.Now().Add(o.Timeout))
 	var errs []error
 	for _, f := range rec.Files {
 		cur, _ := o.snapshot(f.Path)
@@ -336,6 +350,16 @@ func Uninstall(ctx context.Context, o Options) (Result, error) {
 			return res, fmt.Errorf("the original configuration is back, but %s did not come back healthy: %w", o.Engine, err)
 		}
 		res.Restart = time.Since(start)
+	}
+	if len(inUse) > 0 {
+		// The record stays, naming the binaries, for the next uninstall.
+		kept := *rec
+		kept.Files = nil
+		if err := o.saveRecord(&kept); err != nil {
+			return res, err
+		}
+		res.KeptFor = inUse
+		return res, nil
 	}
 	// The binaries go once the engine no longer names them.
 	if err := o.removeInstalled(rec); err != nil {
