@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -39,8 +40,55 @@ type savedFile struct {
 	GID     int         `json:"gid,omitempty"`
 }
 
-// host turns a host path into the path this process opens.
-func (o *Options) host(p string) string { return filepath.Join(o.HostRoot, p) }
+// host turns a host path into the path this process opens: p under
+// HostRoot, its symlinks resolved as the host resolves them (an absolute
+// target, such as /var/run -> /run, is the host's path, not this
+// container's). Components that do not exist yet are appended as they are.
+func (o *Options) host(p string) string {
+	if o.HostRoot == "/" {
+		return p
+	}
+	return filepath.Join(o.HostRoot, resolveIn(o.HostRoot, p))
+}
+
+// resolveIn resolves p's symlinks inside root and returns the host path.
+func resolveIn(root, p string) string {
+	rest := strings.Split(strings.Trim(filepath.Clean("/"+p), "/"), "/")
+	cur := "/"
+	for links := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		if c == "" || c == "." {
+			continue
+		}
+		if c == ".." {
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		fi, err := os.Lstat(filepath.Join(root, next))
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			if err != nil {
+				// Not there (yet): the rest as it is.
+				return filepath.Join(append([]string{next}, rest...)...)
+			}
+			cur = next
+			continue
+		}
+		if links++; links > 40 {
+			return filepath.Join(append([]string{next}, rest...)...)
+		}
+		target, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			return filepath.Join(append([]string{next}, rest...)...)
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
+	}
+	return cur
+}
 
 func (o *Options) recordPath() string { return o.host(filepath.Join(o.StateDir, recordName)) }
 
