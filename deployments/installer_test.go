@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,7 +18,7 @@ import (
 // splitInstaller takes the node installer's objects (named *-node-installer).
 func splitInstaller(objs []runtime.Object) (rest, inst []runtime.Object) {
 	for _, o := range objs {
-		if a, err := meta.Accessor(o); err == nil && strings.HasSuffix(a.GetName(), "-node-installer") {
+		if a, err := meta.Accessor(o); err == nil && strings.Contains(a.GetName(), "-node-installer") {
 			inst = append(inst, o)
 			continue
 		}
@@ -37,7 +38,15 @@ func checkInstaller(t *testing.T, objs []runtime.Object) *appsv1.DaemonSet {
 	var role *rbacv1.ClusterRole
 	var sa *corev1.ServiceAccount
 	var binding *rbacv1.ClusterRoleBinding
+	var hook *batchv1.Job
 	for _, o := range objs {
+		a, _ := meta.Accessor(o)
+		if strings.HasSuffix(a.GetName(), "-pre-delete") {
+			if j, ok := o.(*batchv1.Job); ok {
+				hook = j
+			}
+			continue
+		}
 		switch v := o.(type) {
 		case *appsv1.DaemonSet:
 			ds = v
@@ -47,6 +56,16 @@ func checkInstaller(t *testing.T, objs []runtime.Object) *appsv1.DaemonSet {
 			sa = v
 		case *rbacv1.ClusterRoleBinding:
 			binding = v
+		}
+	}
+	if hook != nil {
+		// The chart's pre-delete hook removes this DaemonSet, foreground.
+		c := hook.Spec.Template.Spec.Containers[0]
+		if ds != nil && (!slices.Equal(c.Command, []string{"gantry", "node", "remove-installer"}) || len(c.Args) == 0 || c.Args[len(c.Args)-1] != ds.Namespace+"/"+ds.Name) {
+			t.Errorf("pre-delete hook runs %v %v, want gantry node remove-installer ... %s/%s", c.Command, c.Args, ds.Namespace, ds.Name)
+		}
+		for _, p := range imageProblems(readImage(t), corev1.PodSpec{Containers: hook.Spec.Template.Spec.Containers}, false) {
+			t.Error(p)
 		}
 	}
 	if ds == nil || role == nil || sa == nil || binding == nil {

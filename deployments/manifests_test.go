@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -402,6 +403,9 @@ func TestHelmTemplate(t *testing.T) {
 			}
 			if inst := byKind["installer"]; name == "installer" {
 				ds := checkInstaller(t, inst)
+				if !slices.ContainsFunc(inst, func(o runtime.Object) bool { _, ok := o.(*batchv1.Job); return ok }) {
+					t.Error("no pre-delete hook Job with the installer")
+				}
 				if !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--restart-command=kill -TERM $(cat /run/x.pid)") {
 					t.Errorf("installer args %v lack the restart command", ds.Spec.Template.Spec.Containers[0].Args)
 				}

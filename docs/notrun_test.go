@@ -82,7 +82,7 @@ var notRun = []notRunEntry{
 	{line: `kubectl apply -f deployments/static/gantry-dra-plugin.yaml`,
 		tests: []string{"deployments.TestStaticManifests", "internal/draplugin.TestPrepareWritesClaimSpec"},
 		why:   "needs a cluster with DRA; the first test decodes the manifest strictly and checks the DaemonSet's paths and RBAC, the second drives the plugin's gRPC service as the kubelet does"},
-	{line: `kubectl apply -f deployments/static/installer/gantry-node-installer.yaml`,
+	{line: `kubectl (apply|delete) -f deployments/static/installer/gantry-node-installer.yaml|kubectl delete daemonset -n kube-system gantry-node-installer --cascade=foreground`,
 		tests: []string{"deployments.TestStaticInstallerManifest", "test/cluster.TestNodeInstaller"},
 		why:   "needs a cluster; the first test decodes the manifest strictly and checks the DaemonSet, the second applies it to the test cluster's node brought up without Gantry (up.sh --no-gantry), runs a GPU pod and deletes it"},
 	{line: `sudo gantry node (install|uninstall) --host-root / --runtime crio`,

@@ -198,6 +198,37 @@ keep running. Without a record there is nothing to undo. Give the same --host-ro
 	})
 }
 
+func init() {
+	register(&command{
+		name:     "node remove-installer",
+		usage:    "NAMESPACE/DAEMONSET",
+		summary:  "Delete the node installer DaemonSet and wait while each node uninstalls (the chart's pre-delete hook)",
+		noConfig: true,
+		help: `Deletes the DaemonSet with foreground propagation and waits until it is gone, that
+is until each of its pods has uninstalled on SIGTERM (gantry node install --wait) and
+exited. Run before the rest of the installer's objects go (its ServiceAccount and
+ClusterRole, which the pods need to take the Node's label off): the chart's
+pre-delete hook Job runs it on helm uninstall. Without Helm, kubectl does the same:
+kubectl delete daemonset -n kube-system gantry-node-installer --cascade=foreground.
+
+  gantry node remove-installer kube-system/gantry-node-installer`,
+		flags: func(fs *flag.FlagSet) func(*env, []string) error {
+			timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the pods to uninstall")
+			return func(e *env, args []string) error {
+				if len(args) != 1 || !strings.Contains(args[0], "/") {
+					return usagef("give the DaemonSet as NAMESPACE/NAME")
+				}
+				ns, name, _ := strings.Cut(args[0], "/")
+				c, err := kubeapi.FromEnvironment()
+				if err != nil {
+					return err
+				}
+				return nodeinstall.RemoveDaemonSet(context.Background(), c, ns, name, *timeout, func(s string) { fmt.Fprintln(e.stderr, s) })
+			}
+		},
+	})
+}
+
 func runUninstall(ctx context.Context, e *env, o nodeinstall.Options, node *nodeinstall.Node) error {
 	start := time.Now()
 	// The label first, so that the plugins stop before the runtime goes; an

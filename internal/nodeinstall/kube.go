@@ -102,3 +102,36 @@ func revoked(err error) bool {
 	var e *kubeapi.Error
 	return errors.As(err, &e) && (e.Code == http.StatusUnauthorized || e.Code == http.StatusForbidden)
 }
+
+// RemoveDaemonSet deletes the installer DaemonSet ns/name with foreground
+// propagation and waits until it is gone: its pods each uninstall on
+// SIGTERM (the DaemonSet being deleted), with the installer's account
+// still there to take the label off, before the rest of a release goes.
+// The chart's pre-delete hook runs it. A DaemonSet already gone is done.
+func RemoveDaemonSet(ctx context.Context, c *kubeapi.Client, ns, name string, timeout time.Duration, log func(string)) error {
+	path := "/apis/apps/v1/namespaces/" + url.PathEscape(ns) + "/daemonsets/" + url.PathEscape(name)
+	if err := c.Delete(ctx, path, "Foreground"); err != nil {
+		if kubeapi.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("deleting DaemonSet %s/%s: %w", ns, name, err)
+	}
+	log(fmt.Sprintf("deleting DaemonSet %s/%s (foreground): waiting for its pods to uninstall", ns, name))
+	end := time.Now().Add(timeout)
+	for {
+		var ds struct{}
+		err := c.Get(ctx, path, &ds)
+		if kubeapi.IsNotFound(err) {
+			log(fmt.Sprintf("DaemonSet %s/%s and its pods are gone", ns, name))
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("DaemonSet %s/%s still there after %s (its pods still uninstalling? kubectl -n %s logs -l app.kubernetes.io/name=... shows them): %v", ns, name, timeout, ns, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}

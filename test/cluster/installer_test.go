@@ -120,9 +120,10 @@ func TestNodeInstaller(t *testing.T) {
 		if out, err := k.kubectlStdin(manifest, "apply", "-f", "-"); err != nil {
 			t.Fatalf("kubectl apply the installer: %v\n%s", err, out)
 		}
-		k.eventually(240*time.Second, "node labelled "+readyLabel+"=true", func() string {
-			if v := k.node().Metadata.Labels[readyLabel]; v != "true" {
-				return fmt.Sprintf("label %q; installer: %s", v, lastLine(k.installerLogs()))
+		k.eventually(240*time.Second, "node labelled "+readyLabel+"=true by the new installer pod", func() string {
+			v := k.node().Metadata.Labels[readyLabel]
+			if logs := k.installerLogs(); v != "true" || !strings.Contains(logs, "labelled "+readyLabel+"=true") {
+				return fmt.Sprintf("label %q; installer: %s", v, lastLine(logs))
 			}
 			return ""
 		})
@@ -158,8 +159,12 @@ func TestNodeInstaller(t *testing.T) {
 	uninstall := func(round int) time.Duration {
 		t.Helper()
 		start := time.Now()
-		// As an admin removes it: the whole manifest (the DaemonSet and its
-		// account go together; the pod uninstalls on SIGTERM).
+		// As the guide says to remove it: the DaemonSet first, waiting for
+		// its pods (each uninstalls on SIGTERM, with its account still
+		// there to take the label off), then the rest of the manifest.
+		if out, err := k.run("delete", "daemonset", "-n", "kube-system", "gantry-node-installer", "--cascade=foreground", "--wait=true", "--timeout=300s"); err != nil {
+			t.Fatalf("kubectl delete the installer DaemonSet: %v\n%s", err, out)
+		}
 		if out, err := k.kubectlStdin(manifest, "delete", "-f", "-", "--wait=true"); err != nil {
 			t.Fatalf("kubectl delete the installer: %v\n%s", err, out)
 		}
