@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -92,9 +93,13 @@ func stripComments(doc []byte) []byte {
 func check(t *testing.T, objs []runtime.Object) map[string][]runtime.Object {
 	t.Helper()
 	objs, dra := splitDRA(objs)
+	objs, inst := splitInstaller(objs)
 	byKind := map[string][]runtime.Object{}
 	if len(dra) > 0 {
 		byKind["dra"] = dra
+	}
+	if len(inst) > 0 {
+		byKind["installer"] = inst
 	}
 	for _, o := range objs {
 		kind := fmt.Sprintf("%T", o)
@@ -361,6 +366,7 @@ func TestHelmTemplate(t *testing.T) {
 		"mps":             {"config.sharing.strategy=mps", "config.sharing.replicas=4"},
 		"mps-own-root":    {"config.sharing.strategy=mps", "config.sharing.replicas=2", "mps.root=/var/lib/mps"},
 		"per-node":        {"config.map.default=version: v1", "config.map.sliced=version: v1", "config.default=default"},
+		"installer":       {"installer.enabled=true", "dra.enabled=true", "installer.restartCommand=kill -TERM $(cat /run/x.pid)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			out, err := render(t, sets...)
@@ -395,6 +401,25 @@ func TestHelmTemplate(t *testing.T) {
 				}
 			} else if len(dra) != 0 {
 				t.Errorf("DRA plugin objects rendered with dra.enabled=false: %d", len(dra))
+			}
+			if inst := byKind["installer"]; name == "installer" {
+				ds := checkInstaller(t, inst)
+				if !slices.ContainsFunc(inst, func(o runtime.Object) bool { _, ok := o.(*batchv1.Job); return ok }) {
+					t.Error("no pre-delete hook Job with the installer")
+				}
+				if !slices.Contains(ds.Spec.Template.Spec.Containers[0].Args, "--restart-command=kill -TERM $(cat /run/x.pid)") {
+					t.Errorf("installer args %v lack the restart command", ds.Spec.Template.Spec.Containers[0].Args)
+				}
+				// The plugins start once the installer has set the node up.
+				for _, o := range append(slices.Clone(byKind["*v1.DaemonSet"]), draDaemonSet(t, byKind["dra"])) {
+					if d := o.(*appsv1.DaemonSet); d.Spec.Template.Spec.NodeSelector["gantry.dev/runtime-ready"] != "true" {
+						t.Errorf("%s does not select on gantry.dev/runtime-ready: %v", d.Name, d.Spec.Template.Spec.NodeSelector)
+					}
+				}
+			} else if len(inst) != 0 {
+				t.Errorf("node installer objects rendered with installer.enabled=false: %d", len(inst))
+			} else if sel := byKind["*v1.DaemonSet"][0].(*appsv1.DaemonSet).Spec.Template.Spec.NodeSelector; len(sel) != 0 {
+				t.Errorf("the device plugin selects on %v without the installer", sel)
 			}
 			if mps := byKind[mpsKind]; (len(mps) == 1) != strings.HasPrefix(name, "mps") {
 				t.Errorf("%d MPS control daemon DaemonSets", len(mps))
@@ -442,6 +467,7 @@ func TestHelmTemplate(t *testing.T) {
 		"dra.enabled=true,dra.hookPath=gantry-cdi-hook":                          `dra.hookPath "gantry-cdi-hook"`,
 		"dra.enabled=true,dra.gpus=h100x8":                                       `dra.gpus "h100x8"`,
 		"config.map.a=version: v1,config.default=b":                              `config.default "b": name one of config.map's configs (a)`,
+		"installer.enabled=true,installer.runtime=docker":                        `installer.runtime "docker"`,
 	} {
 		if _, err := render(t, set); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--set %s: error %v, want one containing %q", set, err, want)

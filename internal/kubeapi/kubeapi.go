@@ -181,6 +181,22 @@ func (c *Client) GetNode(ctx context.Context, name string) (*Node, error) {
 	return &n, nil
 }
 
+// Get reads the object at the API path (/apis/apps/v1/namespaces/NS/daemonsets/NAME)
+// into out, for the few reads that have no method of their own.
+func (c *Client) Get(ctx context.Context, path string, out any) error {
+	return c.do(ctx, http.MethodGet, path, "", nil, out)
+}
+
+// Delete deletes the object at the API path with the propagation policy
+// (Foreground, Background, Orphan; "" for the object's default).
+func (c *Client) Delete(ctx context.Context, path, propagation string) error {
+	var body []byte
+	if propagation != "" {
+		body = []byte(`{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"` + propagation + `"}`)
+	}
+	return c.do(ctx, http.MethodDelete, path, "application/json", body, nil)
+}
+
 // PatchNode applies a strategic merge patch (a JSON object; for metadata
 // maps, a null value deletes the key) to the Node name.
 func (c *Client) PatchNode(ctx context.Context, name string, patch []byte) error {

@@ -55,7 +55,7 @@ for sig in TERM KILL; do
   [ -z "$pids" ] || kill -$sig $pids 2>/dev/null
   sleep 0.5
 done
-stop kube-scheduler kube-controller-manager kube-apiserver etcd containerd
+stop kube-scheduler kube-controller-manager kube-apiserver etcd containerd containerd-daemon
 for pid in $(gk_pgrep "containerd-shim-runc-v2 .*$GK_RUN/containerd.sock"); do kill -9 "$pid" 2>/dev/null; done
 
 # Mounts under the state directories, the kubelet's and the containers',

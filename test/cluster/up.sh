@@ -24,6 +24,14 @@
 #                      the DRA plugin publishes the rest (--devices); on a one-GPU
 #                      host the DRA plugin gets the GPU and the device plugin is not
 #                      installed. GANTRY_CLUSTER_DRA=1 does the same.
+#   --no-gantry        the node as it is before Gantry: containerd without Gantry's
+#                      runtime and no CDI spec, for the node installer DaemonSet to set
+#                      up (TestNodeInstaller); the device plugin DaemonSet selects on
+#                      the installer's label gantry.dev/runtime-ready=true. containerd
+#                      runs under a supervisor that starts it again when it exits, as
+#                      a service manager does: the installer's restart command kills
+#                      the pid in $GK_RUN/containerd-daemon.pid. GANTRY_CLUSTER_NO_GANTRY=1
+#                      does the same.
 # Everything lives under /var/lib/gantry-k8s, /run/gantry-k8s, /etc/gantry-k8s and
 # /var/lib/kubelet; logs in /var/lib/gantry-k8s/log. The node's address
 # (10.199.0.1) and the kubernetes Service's (10.96.0.1) are added to lo, pods
@@ -33,7 +41,7 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 . test/cluster/lib.sh
 
-mode= profile=h100x8 driver_root= bin=$repo/bin/cluster dra=${GANTRY_CLUSTER_DRA:-}
+mode= profile=h100x8 driver_root= bin=$repo/bin/cluster dra=${GANTRY_CLUSTER_DRA:-} no_gantry=${GANTRY_CLUSTER_NO_GANTRY:-}
 while [ $# -gt 0 ]; do
   case "$1" in
     --sim) mode=sim; profile=${2:?--sim needs a profile (gantry sim profiles)}; shift 2 ;;
@@ -41,6 +49,7 @@ while [ $# -gt 0 ]; do
     --driver-root) driver_root=${2:?--driver-root needs a directory}; shift 2 ;;
     --bin) bin=$(cd "${2:?--bin needs a directory}" && pwd); shift 2 ;;
     --dra) dra=1; shift ;;
+    --no-gantry) no_gantry=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) gk_die "up.sh: unknown argument $1 (see test/cluster/up.sh --help)" ;;
   esac
@@ -48,6 +57,7 @@ done
 if [ -z "$mode" ]; then
   if [ -e /dev/nvidiactl ]; then mode=nvml; else mode=sim; fi
 fi
+[ -z "$no_gantry" ] || [ -z "$dra" ] || gk_die "up.sh: --no-gantry and --dra do not go together (yet)"
 [ "$(id -u)" = 0 ] || gk_die "run as root (sudo test/cluster/up.sh)"
 for f in gantry-k8s containerd-shim-runc-v2 runc gantry gantry-runtime gantry-cdi-hook cni/bridge images/gantry.tar images/pause.tar; do
   [ -e "$bin/$f" ] || gk_die "$bin/$f is missing: run test/cluster/build.sh first"
@@ -123,7 +133,7 @@ printf '[runtime]\nlog-file = "%s"\ndriver-tree-dir = "%s"\n' "$GK_LOG/gantry-ru
 # doctor fails a node with Podman and no spec): /var/run/cdi/gantry-k8s.yaml,
 # unless a spec there or in /etc/cdi already defines nvidia.com/gpu (then two
 # would conflict). down.sh removes the file named in $GK_RUN/cdi-spec.
-if ! grep -qs '^kind: *"\?nvidia.com/gpu' /etc/cdi/*.yaml /var/run/cdi/*.yaml &&
+if [ -z "$no_gantry" ] && ! grep -qs '^kind: *"\?nvidia.com/gpu' /etc/cdi/*.yaml /var/run/cdi/*.yaml &&
   ! grep -qs '"kind": *"nvidia.com/gpu"' /etc/cdi/*.json /var/run/cdi/*.json; then
   mkdir -p /var/run/cdi
   "$bin/gantry" --config "$GK_ETC/gantry.toml" cdi generate --output /var/run/cdi/gantry-k8s.yaml >/dev/null
@@ -190,13 +200,29 @@ state = "$GK_RUN/containerd"
       bin_dirs = ['$bin/cni']
       conf_dir = '$GK_ETC/cni'
 TOML
-# The step a cluster admin runs: register Gantry's runtime as "nvidia" (the
-# RuntimeClass's handler).
-GANTRY_CONFIG=$GK_ETC/gantry.toml "$bin/gantry" runtime configure --runtime containerd \
-  --config-file "$GK_ETC/containerd.toml" --runtime-path "$bin/gantry-runtime" >"$GK_LOG/runtime-configure.log"
-# gantry-runtime reads GANTRY_CONFIG from the environment containerd's shims
-# hand it; PATH finds this release's shim and runc first.
-start containerd env GANTRY_CONFIG="$GK_ETC/gantry.toml" "$bin/containerd" --config "$GK_ETC/containerd.toml"
+if [ -z "$no_gantry" ]; then
+  # The step a cluster admin runs: register Gantry's runtime as "nvidia" (the
+  # RuntimeClass's handler).
+  GANTRY_CONFIG=$GK_ETC/gantry.toml "$bin/gantry" runtime configure --runtime containerd \
+    --config-file "$GK_ETC/containerd.toml" --runtime-path "$bin/gantry-runtime" >"$GK_LOG/runtime-configure.log"
+  # gantry-runtime reads GANTRY_CONFIG from the environment containerd's shims
+  # hand it; PATH finds this release's shim and runc first.
+  start containerd env GANTRY_CONFIG="$GK_ETC/gantry.toml" "$bin/containerd" --config "$GK_ETC/containerd.toml"
+else
+  # A supervisor (outside every pod's cgroup) that starts containerd again
+  # whenever it exits; on SIGTERM (down.sh) it stops containerd and itself.
+  start containerd sh -c 'trap "kill \$c 2>/dev/null; wait \$c; exit 0" TERM INT
+    while :; do
+      env GANTRY_CONFIG="$0" "$1" --config "$2" & c=$!
+      echo $c >"$3"
+      wait $c
+      sleep 0.2
+    done' "$GK_ETC/gantry.toml" "$bin/containerd" "$GK_ETC/containerd.toml" "$GK_RUN/containerd-daemon.pid"
+  touch "$GK_RUN/no-gantry"
+  # The spec the node installer will write (TestNodeInstaller), removed by
+  # down.sh should an uninstall not have.
+  echo /var/run/cdi/gantry-k8s.yaml >"$GK_RUN/cdi-spec"
+fi
 ctr() { "$bin/ctr" --address "$GK_RUN/containerd.sock" "$@"; }
 gk_wait 60 containerd ctr version
 for img in "$bin"/images/*.tar; do
@@ -310,6 +336,12 @@ if [ "$dp_gpus" -gt 0 ]; then
         print ind "  - name: GANTRY_DEVICES"; print ind "    value: \"" list "\""; done = 1 }' \
       "$manifest" >"$manifest.tmp" && mv "$manifest.tmp" "$manifest"
   fi
+  if [ -n "$no_gantry" ]; then
+    # The plugin starts once the node installer has set the node up.
+    awk '{print} /^      serviceAccountName: gantry$/ {print "      nodeSelector:"; print "        gantry.dev/runtime-ready: \"true\""}' \
+      "$manifest" >"$manifest.tmp" && mv "$manifest.tmp" "$manifest"
+    grep -q 'gantry.dev/runtime-ready' "$manifest" || gk_die "could not add the ready label's nodeSelector to $manifest"
+  fi
   "$bin/kubectl" apply -f "$manifest" >"$GK_LOG/apply.log"
 fi
 
@@ -340,7 +372,7 @@ if [ -n "$dra" ]; then
   gk_wait "${GK_WAIT:-180}" "$want_dra DRA devices of $GK_NODE in ResourceSlices" sh -c \
     "$bin/kubectl get resourceslices --field-selector spec.nodeName=$GK_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\n\"}{end}' | grep -c . | grep -qx $want_dra"
 fi
-if [ "$dp_gpus" -gt 0 ]; then
+if [ "$dp_gpus" -gt 0 ] && [ -z "$no_gantry" ]; then
   gk_wait "${GK_WAIT:-180}" "nvidia.com/gpu on $GK_NODE" sh -c \
     "$bin/kubectl get node $GK_NODE -o jsonpath='{.status.allocatable.nvidia\.com/gpu}' | grep -qx '[1-9][0-9]*'"
 fi

@@ -43,3 +43,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/name: {{ include "gantry.name" . }}-dra
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
+
+{{/* A plugin's nodeSelector: its own, and with the node installer the
+ready label it sets once the node's runtime is in place. Called with
+(list $ SELECTOR); renders YAML (fromYaml reads it back). */}}
+{{- define "gantry.nodeSelector" -}}
+{{- $root := index . 0 -}}
+{{- $sel := dict -}}
+{{- with index . 1 }}{{- $sel = merge $sel . -}}{{- end -}}
+{{- if $root.Values.installer.enabled -}}
+{{- $_ := set $sel $root.Values.installer.readyLabel "true" -}}
+{{- end -}}
+{{- if $sel }}{{ toYaml $sel }}{{ end -}}
+{{- end -}}
+
+{{- define "gantry.installerSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "gantry.name" . }}-node-installer
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
