@@ -614,7 +614,13 @@ func Restore(o Options, bundleSpec []byte) (code int, err error) {
 		}
 	}
 	if !found || rec.CUDAProcesses == 0 {
-		return o.runLowLevel(nil)
+		code, err := o.runLowLevel(nil)
+		if found && o.Detach && code == 0 && err == nil {
+			// No CUDA state, but the container's /dev must still hold the
+			// request's GPU nodes, not the checkpoint's.
+			err = o.syncMoved(rec, bundleSpec)
+		}
+		return code, err
 	}
 	defer func() {
 		tm.TotalMS = ms(time.Since(begin))
@@ -819,4 +825,36 @@ func sameUUIDs(a, b []GPU) bool {
 		}
 	}
 	return true
+}
+
+// syncMoved gives a restored container without CUDA state the request's
+// GPU nodes when they differ from the checkpoint's.
+func (o *Options) syncMoved(rec Record, spec []byte) error {
+	nodes, err := SpecDevNodes(spec)
+	if err != nil {
+		return err
+	}
+	var stale []int
+	same := len(nodes) == len(rec.GPUs)
+	for i, g := range rec.GPUs {
+		stale = append(stale, g.Minor)
+		if same && nodes[i].Minor != g.Minor {
+			same = false
+		}
+	}
+	if same {
+		return nil
+	}
+	st, err := o.Runtime.State(o.ID)
+	if err != nil {
+		return err
+	}
+	if _, err := Processes(st.PID); err != nil {
+		return fmt.Errorf("after the restore: %w", err)
+	}
+	if err := SyncDevNodes(st.PID, nodes, stale); err != nil {
+		return fmt.Errorf("after the restore: %w", err)
+	}
+	o.log("restored container's /dev: GPU nodes %v (the checkpoint's %v removed)", minorsOf(nodes), stale)
+	return nil
 }

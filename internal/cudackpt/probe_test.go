@@ -1,9 +1,12 @@
 package cudackpt
 
 import (
+	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -160,5 +163,52 @@ func TestReadCacheRefusesHostileFiles(t *testing.T) {
 	}
 	if _, found, err := ReadCache(dir, "999.9"); found || err != nil {
 		t.Errorf("another driver's version: %v %v", found, err)
+	}
+}
+
+// The fake libcuda checks a restore as the driver documents it: GPU pairs
+// must name every GPU the process was checkpointed on (it sees all three
+// here), each onto one of the same model; a refused restore leaves the
+// process checkpointed, and a complete map of one model restores it.
+func TestFakeRestoreChecksPairs(t *testing.T) {
+	lib, ck := probeDriver(t, probeIDs)
+	pid := strconv.Itoa(startHolder(t, t.TempDir(), lib))
+	call := func(args ...string) Reply {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		HelperMain(append([]string{"--lib", lib}, args...), &out, &errOut)
+		var r Reply
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatalf("%v: %q %s", args, out.String(), errOut.String())
+		}
+		return r
+	}
+	call("lock", pid)
+	call("checkpoint", pid)
+	a, b, c := probeIDs[0].UUID, probeIDs[1].UUID, probeIDs[2].UUID
+	for _, tc := range []struct {
+		maps   []string
+		code   int
+		detail string
+	}{
+		{[]string{a + "=" + c}, 1, "pairs-miss-a-checkpointed-gpu"},
+		{[]string{a + "=" + b, b + "=" + a, c + "=" + c}, 1, "other-model"},
+		{[]string{a + "=" + c, c + "=" + c, b + "=" + b}, 1, "duplicate-pair"},
+		{[]string{a + "=GPU-dddddddd-0000-4000-8000-000000000000", b + "=" + b, c + "=" + c}, 101, "unknown-gpu"},
+	} {
+		var args []string
+		for _, m := range tc.maps {
+			args = append(args, "--map", m)
+		}
+		r := call(append(args, "restore", pid)...)
+		if len(r.Results) != 1 || r.Results[0].Code != tc.code {
+			t.Errorf("restore %v: %+v, want CUresult %d", tc.maps, r, tc.code)
+		}
+		if calls := readCalls(t, ck); !strings.Contains(calls, "restore fail "+tc.detail) {
+			t.Errorf("restore %v recorded %q, want %s", tc.maps, calls, tc.detail)
+		}
+	}
+	if r := call("--map", a+"="+c, "--map", c+"="+a, "--map", b+"="+b, "restore", pid); len(r.Results) != 1 || r.Results[0].Error != "" {
+		t.Errorf("a complete map of one model: %+v", r)
 	}
 }

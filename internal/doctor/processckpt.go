@@ -52,8 +52,9 @@ func checkContainerCheckpoint(cfg config.Config, kernel bool) Check {
 	case !kernel:
 		have = append(have, "driver API not checked (no kernel driver)")
 	default:
-		lib := ""
+		lib, version := "", ""
 		if inv, err := driver.Discover(driver.Options{Root: cfg.DriverRoot, DevRoot: cfg.DevRoot}); err == nil {
+			version = inv.Version
 			for _, l := range inv.Libraries {
 				if l.SONAME == "libcuda.so.1" && l.Capability != driver.Compat32 {
 					lib = l.HostPath
@@ -67,6 +68,18 @@ func checkContainerCheckpoint(cfg config.Config, kernel bool) Check {
 			have = append(have, "the CUDA process checkpoint API, without GPU remapping ("+err.Error()+")")
 		} else {
 			have = append(have, "the CUDA process checkpoint API with GPU remapping")
+			// The probe's kept verdict (a restore onto other GPUs runs it).
+			switch v, found, err := cudackpt.ReadCache(cfg.Runtime.CacheDir, version); {
+			case cfg.Runtime.CacheDir == "":
+			case err != nil:
+				missing = append(missing, "the kept remap verdict: "+err.Error())
+			case !found:
+				have = append(have, "restore onto other GPUs not probed yet (gantry checkpoint --probe-remap)")
+			case !v.Allows():
+				have = append(have, "restore onto other GPUs is refused: "+v.String())
+			default:
+				have = append(have, "restore onto other GPUs: "+v.Remap)
+			}
 		}
 	}
 	if len(missing) > 0 {

@@ -31,7 +31,8 @@ const counterSrc = `#include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 int main(int argc, char **argv) {
-	dlopen("libcuda.so.1", RTLD_NOW); /* none in a container without GPUs */
+	if (!(argc > 1 && !strcmp(argv[1], "nocuda")))
+		dlopen("libcuda.so.1", RTLD_NOW); /* none in a container without GPUs */
 	if (argc > 1 && !strcmp(argv[1], "mps")) {
 		/* An MPS control socket, as the daemon's pipe directory mounted in. */
 		struct sockaddr_un a = {AF_UNIX, "/tmp/nvidia-mps/control"};
@@ -575,4 +576,36 @@ func TestCheckpointRefusesMPSClient(t *testing.T) {
 		t.Error("runc checkpoint ran for a refused checkpoint")
 	}
 	k.waitCount(k.count() + 5)
+}
+
+// A GPU container with no CUDA process, restored with its request changed
+// from GPU 1 to GPU 2: no CUDA call, and its /dev gets GPU 2's node in
+// place of the checkpoint's GPU 1 (CRIU restored the old /dev).
+func TestRestoreWithoutCUDAMovesNodes(t *testing.T) {
+	k := newCkptContainer(t, "nocuda")
+	k.start()
+	if stderr, err := k.checkpoint(); err != nil {
+		t.Fatalf("checkpoint: %v\n%s", err, stderr)
+	}
+	k.runtime("delete", k.id)
+	if rec, found, err := ctrckpt.ReadRecord(k.image); err != nil || !found || rec.CUDAProcesses != 0 || len(rec.GPUs) != 1 {
+		t.Fatalf("record %+v %v %v: want GPU 1, no CUDA process", rec, found, err)
+	}
+	at := k.count()
+	k.setRequest("2")
+	if stderr, err := k.restore(); err != nil {
+		t.Fatalf("restore: %v\n%s", err, stderr)
+	}
+	devDir := filepath.Join("/proc", strconv.Itoa(k.initPID()), "root", "dev")
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(devDir, "nvidia2"), &st); err != nil || unix.Minor(st.Rdev) != 2 {
+		t.Errorf("the restored container has no /dev/nvidia2: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(devDir, "nvidia1")); err == nil {
+		t.Error("the restored container keeps /dev/nvidia1, a GPU its request does not name")
+	}
+	if got := k.calls(); got != "" {
+		t.Errorf("CUDA calls for a container without CUDA state:\n%s", got)
+	}
+	k.waitCount(at + 3)
 }
