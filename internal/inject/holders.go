@@ -9,13 +9,15 @@ import (
 	"github.com/gantry-gpu/gantry/internal/request"
 )
 
-// checkHolders refuses the selected GPUs when another running pod holds
-// one (runtime.exclusive-gpus, package gpuholders): the last line against
-// a GPU handed out twice on a Kubernetes node, after the plugins' own
-// refusal to offer one GPU twice. Outside Kubernetes the kubelet's files
-// are missing and nothing is held.
+// checkHolders refuses the selected GPUs of a container a kubelet created
+// when another running pod holds one (runtime.exclusive-gpus, package
+// gpuholders): the last line against a GPU handed out twice on a
+// Kubernetes node, after the plugins' own refusal to offer one GPU twice.
+// Other containers (docker run on the node, tests) are not checked: the
+// kubelet's records are about pods, and a create outside Kubernetes reads
+// none of its files.
 func checkHolders(cfg config.Config, req *request.Request, sys *gpu.System, sel []edits.Selected) error {
-	if !cfg.Runtime.ExclusiveGPUs || len(sel) == 0 {
+	if !cfg.Runtime.ExclusiveGPUs || len(sel) == 0 || req.PodUID == "" {
 		return nil
 	}
 	units := make([]gpuholders.Unit, 0, len(sel))

@@ -72,9 +72,10 @@ func TestPluginsRefuseOverlap(t *testing.T) {
 		}
 	})
 	firstDP := host[0]
+	var refusal string
 	k.eventually(120*time.Second, "the DRA plugin's refusal in its log", func() string {
-		if l := logs("gantry-dra"); !strings.Contains(l, "already offered by gantry-device-plugin") {
-			return "log: " + l
+		if refusal = logs("gantry-dra"); !strings.Contains(refusal, "already offered by gantry-device-plugin") {
+			return "log: " + refusal
 		}
 		return ""
 	})
@@ -85,8 +86,8 @@ func TestPluginsRefuseOverlap(t *testing.T) {
 		return ""
 	})
 	t.Logf("events: %s", events())
-	if l := logs("gantry-dra"); !strings.Contains(l, "GANTRY_DRA_DEVICES") || !strings.Contains(l, "GANTRY_DEVICES") {
-		t.Errorf("the refusal does not name the settings:\n%s", l)
+	if !strings.Contains(refusal, "GANTRY_DRA_DEVICES") || !strings.Contains(refusal, "GANTRY_DEVICES") || !strings.Contains(refusal, firstDP) {
+		t.Errorf("the refusal does not name the GPUs and the settings:\n%s", refusal)
 	}
 	if p, _ := k.pluginPod(); p != dpPod || k.allocatable() != strconv.Itoa(dp) {
 		t.Errorf("the device plugin was disturbed: pod %s (was %s), allocatable %s (was %d)", p, dpPod, k.allocatable(), dp)
@@ -108,11 +109,12 @@ func TestPluginsRefuseOverlap(t *testing.T) {
 		})
 	})
 	k.eventually(120*time.Second, "the device plugin's refusal in its log", func() string {
-		if l := logs("gantry"); !strings.Contains(l, "already offered by gantry-dra-plugin") {
-			return "log: " + l
+		if refusal = logs("gantry"); !strings.Contains(refusal, "already offered by gantry-dra-plugin") {
+			return "log: " + refusal
 		}
 		return ""
 	})
+	t.Logf("device plugin: %s", refusal)
 	k.eventually(60*time.Second, "a GPUOwnerConflict Event on the Node from the device plugin", func() string {
 		if ev := events(); !strings.Contains(ev, "gantry-device-plugin: GPU") || !strings.Contains(ev, host[len(host)-1]) {
 			return "events: " + ev
