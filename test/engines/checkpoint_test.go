@@ -1,0 +1,531 @@
+//go:build linux
+
+package engines
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gantry-gpu/gantry/internal/ctrckpt"
+	"github.com/gantry-gpu/gantry/internal/fakedriver"
+)
+
+// counterName is the CUDA counter's path in the checkpoint tests' image.
+const counterName = "/usr/bin/cuda-counter"
+
+// counterSrc is the checkpointed containers' program: it loads
+// libcuda.so.1 (the fake driver's, whose copy in the process keeps the
+// process's CUDA checkpoint state, so a CUDA call made on another pid than
+// the container's finds nothing) and counts, writing the count to
+// /tmp/count, until killed. A restored container counts on from the count
+// it had.
+const counterSrc = `#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+	if (!dlopen("libcuda.so.1", RTLD_NOW)) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+	for (unsigned long n = 1;; n++) {
+		char b[32];
+		int len = snprintf(b, sizeof b, "%lu\n", n);
+		int fd = open("/tmp/count.new", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd >= 0) { (void)!write(fd, b, len); close(fd); rename("/tmp/count.new", "/tmp/count"); }
+		usleep(20000);
+	}
+}
+`
+
+// ckptFixture is what the engine checkpoint tests share: a fake driver
+// whose libcuda records the CUDA checkpoint calls in ckdir, a Gantry
+// configuration on it, and an image with the counter.
+type ckptFixture struct {
+	f      *fixture
+	dir    string
+	ckdir  string
+	config string // GANTRY_CONFIG: the fixture's, on the recording driver
+	driver *fakedriver.Result
+	image  string // OCI archive of the counter image
+	name   string // its name
+}
+
+// criuSkip returns why CRIU cannot checkpoint here, or "".
+func criuSkip() string {
+	p, err := exec.LookPath("criu")
+	if err != nil {
+		return "criu not installed (scripts/install-criu.sh installs CRIU 4.x)"
+	}
+	out, err := exec.Command(p, "--version").CombinedOutput()
+	v := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "Version: "))
+	if err != nil || v == "" || v[0] < '4' || len(strings.SplitN(v, ".", 2)[0]) != 1 {
+		return "criu " + v + " is not CRIU 4.x (Debian 12's 3.17 fails on current kernels; scripts/install-criu.sh installs 4.x)"
+	}
+	if out, err := exec.Command(p, "check").CombinedOutput(); err != nil {
+		return "criu check fails here: " + strings.TrimSpace(string(out))
+	}
+	return ""
+}
+
+func newCkptFixture(t *testing.T, f *fixture) *ckptFixture {
+	t.Helper()
+	if why := criuSkip(); why != "" {
+		t.Skip(why)
+	}
+	c := &ckptFixture{f: f, dir: t.TempDir(), name: "docker.io/gantry-test/cuda-counter:1"}
+	c.ckdir = filepath.Join(c.dir, "cuda-calls")
+	if err := os.Mkdir(c.ckdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	c.driver, err = fakedriver.Build(filepath.Join(c.dir, "driver"), fakedriver.Options{GPUs: 8, DeviceNodes: true, Version: "580.159.04", CheckpointDir: c.ckdir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := os.ReadFile(f.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.NewReplacer(
+		fmt.Sprintf("driver-root = %q", f.driver.Root), fmt.Sprintf("driver-root = %q", c.driver.Root),
+		fmt.Sprintf("cache-dir = %q", filepath.Join(f.dir, "cache")), fmt.Sprintf("cache-dir = %q", filepath.Join(c.dir, "cache")),
+		fmt.Sprintf("driver-tree-dir = %q", filepath.Join(f.dir, "trees")), fmt.Sprintf("driver-tree-dir = %q", filepath.Join(c.dir, "trees")),
+	).Replace(string(base))
+	if !strings.Contains(cfg, c.driver.Root) {
+		t.Fatalf("the fixture's configuration names no driver root:\n%s", base)
+	}
+	c.config = filepath.Join(c.dir, "gantry.toml")
+	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The image: the test image's tree and the counter, built with the
+	// host's gcc and glibc (which the tree has).
+	root := filepath.Join(c.dir, "image")
+	if out, err := exec.Command("cp", "-a", f.rootfs, root).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	src := filepath.Join(c.dir, "counter.c")
+	if err := os.WriteFile(src, []byte(counterSrc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-O2", "-o", filepath.Join(root, counterName), src, "-ldl").CombinedOutput(); err != nil {
+		t.Fatalf("gcc counter: %v\n%s", err, out)
+	}
+	if err := copyLibs(filepath.Join(root, counterName), root, map[string]bool{}); err != nil {
+		t.Fatal(err)
+	}
+	layer, err := tarTree(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.image = filepath.Join(c.dir, "counter-oci.tar")
+	if err := writeImageArchive(c.image, layer, c.name, []string{counterName}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// calls returns the fake driver's record since the last call, and resets it.
+func (c *ckptFixture) calls() string {
+	p := filepath.Join(c.ckdir, "calls")
+	b, _ := os.ReadFile(p)
+	os.Remove(p)
+	return string(b)
+}
+
+// ckptLines is the record the fake libcuda keeps of ops on pid.
+func ckptLines(pid int, ops ...string) string {
+	var b strings.Builder
+	for _, op := range ops {
+		name, detail, _ := strings.Cut(op, " ")
+		b.WriteString(name + " " + strconv.Itoa(pid) + " " + detail + "\n")
+	}
+	return b.String()
+}
+
+// count is what the counter in the container whose init is host pid wrote
+// last, read through the process's root.
+func count(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/root/tmp/count", pid))
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}
+
+// waitCount waits until the counter of pid counted to at least n.
+func waitCount(t *testing.T, pid, n int) int {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		if c := count(pid); c >= n {
+			return c
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the container (pid %d) did not count to %d in 90 s (at %d)", pid, n, count(pid))
+	return 0
+}
+
+// checkImageSealed checks a checkpoint image directory: directories 0700,
+// files 0600, and Gantry's record of the GPUs there.
+func checkImageSealed(t *testing.T, dir string, gpuMinor int) {
+	t.Helper()
+	n := 0
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if perm := fi.Mode().Perm(); fi.IsDir() && perm != 0o700 || fi.Mode().IsRegular() && perm != 0o600 {
+			t.Errorf("%s: mode %v, want 0700 directories and 0600 files", p, perm)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	rec, found, err := ctrckpt.ReadRecord(dir)
+	if err != nil || !found || rec.CUDAProcesses != 1 || len(rec.GPUs) != 1 || rec.GPUs[0].Minor != gpuMinor {
+		t.Errorf("%s: record %+v %v %v: want 1 CUDA process on GPU minor %d", dir, rec, found, err, gpuMinor)
+	}
+}
+
+// checkArchive checks an exported checkpoint archive (tar, gzip or not):
+// the file itself 0600, and every file of the CRIU image in it 0600 with
+// Gantry's record among them.
+func checkArchive(t *testing.T, path string) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		t.Errorf("checkpoint archive %s: mode %v, readable by others", path, perm)
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	var r io.Reader = fh
+	if zr, err := gzip.NewReader(fh); err == nil {
+		r = zr
+	} else if _, err := fh.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(r)
+	var record, pages bool
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		name := strings.TrimPrefix(h.Name, "./")
+		if !strings.HasPrefix(name, "checkpoint/") || h.Typeflag != tar.TypeReg {
+			continue
+		}
+		if perm := h.FileInfo().Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s: %s mode %v in the archive, want 0600", path, name, perm)
+		}
+		record = record || name == "checkpoint/"+ctrckpt.RecordFile
+		pages = pages || strings.HasPrefix(name, "checkpoint/pages-")
+	}
+	if !record || !pages {
+		t.Errorf("%s: the archive lacks the CRIU image (pages %v) or Gantry's record (%v)", path, pages, record)
+	}
+}
+
+// criuLogIn is the end of the CRIU log an engine's error names ("log
+// file: PATH"), for a failure's message.
+func criuLogIn(out string) string {
+	_, rest, ok := strings.Cut(out, "log file: ")
+	if !ok {
+		return ""
+	}
+	path := strings.FieldsFunc(rest, func(r rune) bool { return r == '"' || r == '\\' || r == ' ' || r == '\n' })[0]
+	return "\n" + path + ":\n" + tail(path, 3000)
+}
+
+// argsRecorder is a runtime that records its arguments and the names of
+// its environment variables, one line per call, in log, then runs runtime
+// with them and GANTRY_CONFIG=config: what an engine passes. (Podman runs
+// the runtime's checkpoint with PATH and XDG_RUNTIME_DIR alone, so the
+// runtime reads the default configuration file, which the tests must not
+// write.)
+func argsRecorder(t *testing.T, dir, runtime, config string) (path, log string) {
+	t.Helper()
+	d := filepath.Join(dir, "recorder")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(d, filepath.Base(runtime))
+	log = filepath.Join(dir, "runtime-args.log")
+	script := fmt.Sprintf(`#!/bin/sh
+echo "$* [env: $(env | sed 's/=.*//' | sort | tr '\n' ' ')]" >> %q
+export GANTRY_CONFIG=%q
+exec %q "$@"
+`, log, config, runtime)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, log
+}
+
+// recordedCalls returns the recorded runtime calls of the commands named.
+func recordedCalls(log string, commands ...string) []string {
+	b, _ := os.ReadFile(log)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, f := range strings.Fields(l) {
+			if slices.Contains(commands, f) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// podmanCkptCase is one podman container checkpointed and restored through
+// gantry-runtime: podman is the command that runs podman with the case's
+// global flags (and, for CDI, in withCDI's namespace); opts are run's GPU
+// options; minor the GPU they name.
+type podmanCkptCase struct {
+	e       *podmanEngine
+	c       *ckptFixture
+	podman  func(args ...string) (string, error)
+	opts    []string
+	minor   int
+	argsLog string
+}
+
+func (k podmanCkptCase) inspect(t *testing.T, name, format string) string {
+	t.Helper()
+	out, err := k.podman("inspect", "--format", format, name)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// podman warns on stderr (the fake driver's device numbers, which the
+	// host's /dev lacks); the answer is the last line.
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+func (k podmanCkptCase) pid(t *testing.T, name string) int {
+	t.Helper()
+	s := k.inspect(t, name, "{{.State.Pid}}")
+	pid, err := strconv.Atoi(s)
+	if err != nil || pid <= 0 {
+		t.Fatalf("podman inspect %s: pid %q", name, s)
+	}
+	return pid
+}
+
+// run checkpoints a running GPU container with --leave-running (when
+// leave), then without, exports each, removes the container and restores
+// it from the archive, checking the CUDA calls, the container's count and
+// the archives.
+func (k podmanCkptCase) run(t *testing.T, name string, leave bool) {
+	e, c := k.e, k.c
+	args := slices.Concat([]string{"run", "-d", "--name", name, "--network", "none", "--cgroup-parent", e.cgroupParent}, k.opts)
+	if apparmorUnusable() {
+		args = append(args, "--security-opt", "apparmor=unconfined")
+	}
+	if out, err := k.podman(append(args, c.name)...); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, e.f.runtimeLogTail())
+	}
+	t.Cleanup(func() { k.podman("rm", "--force", name) })
+	pid := k.pid(t, name)
+	waitCount(t, pid, 3)
+	c.calls()
+	dir := t.TempDir()
+
+	if leave {
+		archive := filepath.Join(dir, "leave-running.tar.gz")
+		if out, err := k.podman("container", "checkpoint", "--leave-running", "--compress", "gzip", "--export", archive, name); err != nil {
+			t.Fatalf("podman container checkpoint --leave-running: %v\n%s%s\n%s", err, out, criuLogIn(out), e.f.runtimeLogTail())
+		}
+		if got, want := c.calls(), ckptLines(pid, "lock ok timeout=30000", "checkpoint ok", "restore ok", "unlock ok"); got != want {
+			t.Errorf("CUDA calls of podman container checkpoint --leave-running:\n%s\nwant:\n%s", got, want)
+		}
+		if s := k.inspect(t, name, "{{.State.Status}}"); s != "running" {
+			t.Fatalf("after checkpoint --leave-running the container is %s", s)
+		}
+		waitCount(t, pid, count(pid)+5)
+		checkArchive(t, archive)
+	}
+
+	archive := filepath.Join(dir, "checkpoint.tar.gz")
+	waitCount(t, pid, 50)
+	before := count(pid)
+	if out, err := k.podman("container", "checkpoint", "--compress", "gzip", "--export", archive, name); err != nil {
+		t.Fatalf("podman container checkpoint: %v\n%s%s\n%s", err, out, criuLogIn(out), e.f.runtimeLogTail())
+	}
+	if got, want := c.calls(), ckptLines(pid, "lock ok timeout=30000", "checkpoint ok"); got != want {
+		t.Errorf("CUDA calls of podman container checkpoint:\n%s\nwant:\n%s", got, want)
+	}
+	if s := k.inspect(t, name, "{{.State.Status}}"); s != "exited" {
+		t.Errorf("after checkpoint the container is %s, want exited", s)
+	}
+	checkArchive(t, archive)
+	if out, err := k.podman("rm", name); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+
+	if out, err := k.podman("container", "restore", "--import", archive); err != nil {
+		t.Fatalf("podman container restore --import: %v\n%s%s\n%s", err, out, criuLogIn(out), e.f.runtimeLogTail())
+	}
+	npid := k.pid(t, name)
+	if got, want := c.calls(), ckptLines(npid, "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of podman container restore --import:\n%s\nwant:\n%s", got, want)
+	}
+	if s := k.inspect(t, name, "{{.State.Status}}"); s != "running" {
+		t.Fatalf("after restore the container is %s", s)
+	}
+	// The restored process counts on from where it was: it never started
+	// again (a fresh one would count from 1).
+	if n := waitCount(t, npid, before+5); n < before {
+		t.Errorf("the restored container counts from %d, was at %d", n, before)
+	}
+	if n := count(npid); n < before {
+		t.Errorf("the restored container's count %d is below the checkpoint's %d: it started afresh", n, before)
+	}
+	ckpt := filepath.Join(k.inspect(t, name, "{{.StaticDir}}"), "checkpoint")
+	if _, err := os.Stat(ckpt); err == nil {
+		checkImageSealed(t, ckpt, k.minor)
+	}
+	// What podman ran: checkpoint with the image and work paths under the
+	// container's directory (and --leave-running twice, podman 4.3), with
+	// PATH and XDG_RUNTIME_DIR alone in its environment; restore through
+	// conmon with --detach and --pid-file.
+	var sawRestore bool
+	for _, l := range recordedCalls(k.argsLog, "checkpoint", "restore") {
+		if !strings.Contains(l, "--image-path") {
+			continue // podman's feature check, checkpoint --help
+		}
+		t.Logf("podman ran: gantry-runtime %s", l)
+		if strings.Contains(l, " restore ") {
+			sawRestore = true
+			if !strings.Contains(l, " --detach ") || !strings.Contains(l, " --pid-file ") {
+				t.Errorf("podman's restore lacks --detach or --pid-file: %s", l)
+			}
+		}
+	}
+	if !sawRestore {
+		t.Errorf("no restore recorded in %s", k.argsLog)
+	}
+	os.Remove(k.argsLog)
+}
+
+// cdiHolder starts a process that holds a mount namespace set up as
+// withCDI's, until the test ends, and returns its namespace's path for
+// nsenter.
+func (e *podmanEngine) cdiHolder(t *testing.T) string {
+	t.Helper()
+	cmd, err := e.cdiCmd("sleep", "100000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid)); strings.TrimSpace(string(comm)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the CDI namespace's holder did not start")
+		}
+	}
+	return fmt.Sprintf("/proc/%d/ns/mnt", cmd.Process.Pid)
+}
+
+// TestPodmanCheckpoint checkpoints GPU containers with `podman container
+// checkpoint --export` and restores them with `podman container restore
+// --import`, through gantry-runtime as podman's --runtime, with real runc
+// and CRIU; the CUDA step runs against the fake driver's libcuda, which
+// keeps each process's checkpoint state in the process and records every
+// call. Two containers: one asking by NVIDIA_VISIBLE_DEVICES, one given
+// its GPU by Gantry's CDI spec (--device nvidia.com/gpu=0), which
+// gantry-runtime finds by its /dev/nvidia0 node. For each: lock and
+// checkpoint of the container's pid before runc checkpoint (with restore
+// and unlock after --leave-running), restore and unlock of the restored
+// pid after runc restore, the container counting on from where it was,
+// and the checkpoint's files 0600 in the archive.
+func TestPodmanCheckpoint(t *testing.T) {
+	e := startPodman(t)
+	f := e.f
+	c := newCkptFixture(t, f)
+	if out, err := e.podman("load", "-i", c.image); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	lowLevel, err := e.podman("info", "--format", "{{.Host.OCIRuntime.Path}}")
+	lowLevel = strings.TrimSpace(lowLevel)
+	if err != nil || !filepath.IsAbs(lowLevel) {
+		t.Fatalf("podman info: its OCI runtime: %q %v", lowLevel, err)
+	}
+	base, err := os.ReadFile(c.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(base), "[runtime]\n", fmt.Sprintf("[runtime]\n  low-level = %q\n", lowLevel), 1)
+	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// podman, conmon (conmon_env_vars) and so the runtime read the
+	// recording driver's configuration.
+	saved := e.env
+	t.Cleanup(func() { e.env = saved })
+	e.env = append(slices.Clone(saved), "GANTRY_CONFIG="+c.config)
+	conf := filepath.Join(e.dir, "containers.conf")
+	old, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(conf, old, 0o644) })
+	if err := os.WriteFile(conf, []byte(strings.ReplaceAll(string(old), "GANTRY_CONFIG="+f.config, "GANTRY_CONFIG="+c.config)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rt, argsLog := argsRecorder(t, c.dir, f.runtime, c.config)
+	global := []string{"--runtime", rt}
+
+	t.Run("Env", func(t *testing.T) {
+		k := podmanCkptCase{e: e, c: c, opts: []string{"-e", "NVIDIA_VISIBLE_DEVICES=1"}, minor: 1, argsLog: argsLog,
+			podman: func(args ...string) (string, error) {
+				return command(e.env, slices.Concat([]string{"podman"}, e.global, global, args)...)
+			}}
+		k.run(t, "ckpt-env", true)
+	})
+
+	t.Run("CDI", func(t *testing.T) {
+		spec := "/var/run/cdi/nvidia.yaml"
+		if out, err := e.withCDI(f.gantry, "--config", c.config, "cdi", "generate", "--output", spec); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		// Every podman command in one namespace: podman mounts the
+		// container's root file system in the namespace it runs in, and
+		// runc's checkpoint resolves the mounts' destinations in it (a
+		// destination under /lib, a link in the image, must be resolved
+		// for CRIU to know the mount as external).
+		ns := e.cdiHolder(t)
+		k := podmanCkptCase{e: e, c: c, opts: []string{"--device", "nvidia.com/gpu=0"}, minor: 0, argsLog: argsLog,
+			podman: func(args ...string) (string, error) {
+				return command(e.env, slices.Concat([]string{"nsenter", "--mount=" + ns, "--", "podman"}, e.global, global, args)...)
+			}}
+		k.run(t, "ckpt-cdi", false)
+	})
+}
