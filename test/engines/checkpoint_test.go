@@ -529,3 +529,203 @@ func TestPodmanCheckpoint(t *testing.T) {
 		k.run(t, "ckpt-cdi", false)
 	})
 }
+
+// ctrCkptVersion is one containerd release the checkpoint test runs.
+type ctrCkptVersion struct {
+	name, bin, ctr string
+	shim           string // containerd-shim-runc-v2 of the release, first in the daemon's PATH; "" for PATH's
+}
+
+// TestContainerdCheckpoint checkpoints and restores a GPU container
+// through containerd's runc v2 shim with gantry-runtime as its runc binary
+// (ctr run --runc-binary, what a runtime entry's BinaryName makes it), with
+// real runc and CRIU, on containerd 1.6 (Debian's) and 2.x (where
+// scripts/build-containerd2.sh built it): ctr tasks checkpoint (the task
+// goes on), ctr tasks checkpoint --exit --image-path (CRIU's files in a
+// directory, 0600), and ctr containers checkpoint --task then ctr
+// containers restore --live, the restored counter going on. containerd
+// pauses the task (cgroup freezer) before every checkpoint, so
+// gantry-runtime thaws it for the CUDA calls (which need the process
+// running) and pauses it again before runc checkpoint.
+func TestContainerdCheckpoint(t *testing.T) {
+	f := need(t)
+	if why := containerdSkip(); why != "" {
+		t.Skip(why)
+	}
+	c := newCkptFixture(t, f)
+	bin1, _ := exec.LookPath("containerd")
+	versions := []ctrCkptVersion{{name: "1.6", bin: bin1, ctr: "ctr"}}
+	if bin2, ctr2, why := containerd2(); why == "" {
+		v := ctrCkptVersion{name: "2.x", bin: bin2, ctr: ctr2}
+		if shim := filepath.Join(filepath.Dir(bin2), "containerd-shim-runc-v2"); fileExists(shim) {
+			v.shim = shim
+		}
+		versions = append(versions, v)
+	} else {
+		t.Logf("containerd 2.x not run: %s", why)
+	}
+	for _, v := range versions {
+		t.Run(v.name, func(t *testing.T) { containerdCheckpoint(t, f, c, v) })
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func containerdCheckpoint(t *testing.T, f *fixture, c *ckptFixture, v ctrCkptVersion) {
+	hostDirsCleanup(t)
+	dir := t.TempDir()
+	env := f.daemonEnv()
+	if v.shim != "" {
+		shimDir := filepath.Join(dir, "shim")
+		if err := os.MkdirAll(shimDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(v.shim, filepath.Join(shimDir, "containerd-shim-runc-v2")); err != nil {
+			t.Fatal(err)
+		}
+		for i, kv := range env {
+			if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+				env[i] = "PATH=" + shimDir + ":" + p
+			}
+		}
+	}
+	ns := fmt.Sprintf("gantry-ckpt-%d", os.Getpid())
+	t.Cleanup(func() { removeCgroupDirs("/" + ns) })
+	cdir := filepath.Join(dir, "containerd")
+	if err := os.MkdirAll(cdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(cdir, "containerd.sock")
+	config := filepath.Join(cdir, "config.toml")
+	cfg := fmt.Sprintf(containerdConfig, filepath.Join(cdir, "root"), filepath.Join(cdir, "state"), sock, sock+".ttrpc", filepath.Join(cdir, "opt"))
+	if err := os.WriteFile(config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runCfg := fmt.Sprintf(containerdRunConfig, config)
+	// 2.x's CRI plugins, off as 1.6's are (they would want CNI).
+	runCfg = strings.Replace(runCfg, "disabled_plugins = [\n", "disabled_plugins = [\n  \"io.containerd.cri.v1.runtime\",\n  \"io.containerd.cri.v1.images\",\n", 1)
+	runConfig := filepath.Join(cdir, "run.toml")
+	if err := os.WriteFile(runConfig, []byte(runCfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, "containerd", filepath.Join(cdir, "containerd.log"), dir, env, v.bin, "--config", runConfig)
+	d.waitReady(t, func() error {
+		_, err := command(env, v.ctr, "--address", sock, "version")
+		return err
+	})
+	ctr := func(args ...string) (string, error) {
+		return command(env, slices.Concat([]string{v.ctr, "--address", sock, "--namespace", ns}, args)...)
+	}
+	if out, err := ctr("version"); err == nil {
+		t.Logf("%s", strings.TrimSpace(out))
+	}
+	snapshotter := "native"
+	if f.overlay {
+		snapshotter = "overlayfs"
+	}
+	if out, err := ctr("images", "import", "--snapshotter", snapshotter, c.image); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, tail(d.log, 4000))
+	}
+	rt, argsLog := argsRecorder(t, dir, f.runtime, c.config)
+	runcRoot := filepath.Join(dir, "runc")
+	id := "ckpt"
+	if out, err := ctr("run", "-d", "--null-io", "--snapshotter", snapshotter, "--runc-binary", rt, "--runc-root", runcRoot,
+		"--env", "NVIDIA_VISIBLE_DEVICES=1", c.name, id); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out, f.runtimeLogTail())
+	}
+	t.Cleanup(func() {
+		ctr("tasks", "kill", "-s", "KILL", id)
+		time.Sleep(time.Second)
+		ctr("tasks", "delete", "--force", id)
+		ctr("containers", "delete", id)
+	})
+	task := func() (pid int, status string) {
+		out, err := ctr("tasks", "ls")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if fs := strings.Fields(l); len(fs) == 3 && fs[0] == id {
+				pid, _ = strconv.Atoi(fs[1])
+				return pid, fs[2]
+			}
+		}
+		return 0, "gone"
+	}
+	pid, _ := task()
+	waitCount(t, pid, 3)
+	c.calls()
+
+	// ctr tasks checkpoint: into the content store, the task going on.
+	if out, err := ctr("tasks", "checkpoint", id); err != nil {
+		t.Fatalf("ctr tasks checkpoint: %v\n%s%s\n%s", err, out, criuLogIn(out), f.runtimeLogTail())
+	} else {
+		t.Logf("ctr tasks checkpoint: %s", strings.TrimSpace(out))
+	}
+	if got, want := c.calls(), ckptLines(pid, "lock ok timeout=30000", "checkpoint ok", "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of ctr tasks checkpoint:\n%s\nwant:\n%s", got, want)
+	}
+	if p, s := task(); p != pid || s != "RUNNING" {
+		t.Fatalf("after ctr tasks checkpoint the task is %d %s, want %d RUNNING", p, s, pid)
+	}
+	waitCount(t, pid, count(pid)+5)
+
+	// ctr containers checkpoint --task, the task killed and the container
+	// removed, then ctr containers restore --live.
+	ref := "gantry-test/checkpoint:" + id
+	waitCount(t, pid, 50)
+	before := count(pid)
+	if out, err := ctr("containers", "checkpoint", "--task", "--rw", id, ref); err != nil {
+		t.Fatalf("ctr containers checkpoint --task: %v\n%s%s\n%s", err, out, criuLogIn(out), f.runtimeLogTail())
+	}
+	if got, want := c.calls(), ckptLines(pid, "lock ok timeout=30000", "checkpoint ok", "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of ctr containers checkpoint --task:\n%s\nwant:\n%s", got, want)
+	}
+	if out, err := ctr("tasks", "kill", "-s", "KILL", id); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, s := task(); s == "STOPPED" || s == "gone" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the task did not stop on SIGKILL")
+		}
+	}
+	for _, args := range [][]string{{"tasks", "delete", id}, {"containers", "delete", id}} {
+		if out, err := ctr(args...); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	if out, err := ctr("containers", "restore", "--live", "--rw", id, ref); err != nil {
+		t.Fatalf("ctr containers restore --live: %v\n%s%s\n%s", err, out, criuLogIn(out), f.runtimeLogTail())
+	}
+	npid, status := task()
+	if status != "RUNNING" {
+		t.Fatalf("after ctr containers restore --live the task is %s", status)
+	}
+	if got, want := c.calls(), ckptLines(npid, "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of ctr containers restore --live:\n%s\nwant:\n%s", got, want)
+	}
+	if n := waitCount(t, npid, before+5); n < before {
+		t.Errorf("the restored task counts from %d, was at %d", n, before)
+	}
+
+	// ctr tasks checkpoint --exit --image-path: CRIU's files in a
+	// directory of the caller's, root's alone.
+	image := filepath.Join(dir, "image")
+	if out, err := ctr("tasks", "checkpoint", "--exit", "--image-path", image, "--work-path", filepath.Join(dir, "work"), id); err != nil {
+		t.Fatalf("ctr tasks checkpoint --exit --image-path: %v\n%s%s\n%s", err, out, criuLogIn(out), f.runtimeLogTail())
+	}
+	if got, want := c.calls(), ckptLines(npid, "lock ok timeout=30000", "checkpoint ok"); got != want {
+		t.Errorf("CUDA calls of ctr tasks checkpoint --exit:\n%s\nwant:\n%s", got, want)
+	}
+	checkImageSealed(t, image, 1)
+
+	for _, l := range recordedCalls(argsLog, "checkpoint", "restore", "pause", "resume") {
+		t.Logf("the shim ran: gantry-runtime %s", l)
+	}
+}
