@@ -69,9 +69,10 @@ func kubeletCheckpoint(t *testing.T, ns, pod, container string) (string, error) 
 // counting) goes on counting; gantry-runtime's log shows the CUDA lock and
 // checkpoint and the restore and unlock of that process; the archive under
 // /var/lib/kubelet/checkpoints is root's alone and holds CRIU's image with
-// Gantry's record of the GPU. containerd's CRI has no restore: a pod whose
-// image is the archive is not restored (CRI-O's way); the test records what
-// containerd answers.
+// Gantry's record of the GPU. containerd 2.4's CRI has no restore (CRI-O
+// restores a container whose image is an OCI image made of the archive): a
+// pod naming the archive's path as its image does not run (the kubelet
+// answers InvalidImageName), and the test logs the answer.
 func TestCheckpointGPUPod(t *testing.T) {
 	k := newKube(t)
 	k.apply(podSpec{name: ckptCounterPod, image: probeImage, gpus: 1, runtimeClass: true, script: ckptCounterShell}.yaml())
@@ -188,9 +189,9 @@ func TestCheckpointGPUPod(t *testing.T) {
 		return ""
 	})
 
-	// Restore: CRI-O restores a container whose image is a checkpoint
-	// archive or an OCI image made from one; containerd 2.x's CRI has no
-	// such path, so the kubelet treats the archive as an image name.
+	// Restore: CRI-O restores a container whose image is an OCI image made
+	// of a checkpoint archive; containerd 2.4's CRI has no such path, and
+	// the archive's path is no image name.
 	restore := fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: restored\nspec:\n  restartPolicy: Never\n  runtimeClassName: nvidia\n"+
 		"  containers:\n  - name: main\n    image: %s\n    imagePullPolicy: Never\n    resources:\n      limits:\n        nvidia.com/gpu: 1\n", archive)
 	k.apply(restore)
