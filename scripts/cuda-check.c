@@ -13,8 +13,11 @@
  *
  * Usage:
  *   cuda-check               run the kernel on every visible device
- *   cuda-check --load-only   only dlopen libcuda.so.1, cuInit, cuDriverGetVersion
- *                            (for the fake driver of `gantry sim driver-root`)
+ *   cuda-check --load-only [--hold SECONDS]
+ *                            only dlopen libcuda.so.1, cuInit, cuDriverGetVersion
+ *                            (for the fake driver of `gantry sim driver-root`),
+ *                            then keep libcuda loaded SECONDS seconds (a CUDA
+ *                            process to checkpoint)
  *   cuda-check --mem MIB[,MIB...] [--hold SECONDS]
  *                            also, on each device after the kernel, print the
  *                            memory cuMemGetInfo reports and try to allocate
@@ -162,7 +165,7 @@ int main(int argc, char **argv)
 		} else if (strcmp(argv[i], "--hold") == 0 && i + 1 < argc) {
 			hold = strtol(argv[++i], NULL, 10);
 		} else {
-			fprintf(stderr, "usage: cuda-check [--load-only] [--mem MIB [--hold SECONDS]]\n");
+			fprintf(stderr, "usage: cuda-check [--load-only [--hold SECONDS]] [--mem MIB [--hold SECONDS]]\n");
 			return 2;
 		}
 	}
@@ -187,6 +190,11 @@ int main(int argc, char **argv)
 	if (load_only) {
 		printf("cuda-check: OK cuInit succeeded, driver-api=%d.%d libcuda=%s\n",
 		       version / 1000, (version % 1000) / 10, path);
+		fflush(stdout);
+		/* sleep returns early when interrupted: a CRIU dump ends an
+		 * interrupted sleep with EINTR. */
+		for (unsigned left = hold > 0 ? (unsigned)hold : 0; left > 0;)
+			left = sleep(left);
 		return 0;
 	}
 

@@ -149,6 +149,17 @@ func (r Runtime) State(id string) (RuncState, error) {
 	return s, nil
 }
 
+// Do runs one command of the low-level runtime on container id (pause,
+// resume), its output in the error when it fails.
+func (r Runtime) Do(command, id string) error {
+	args := append(append([]string{}, r.Global...), command, id)
+	out, err := exec.Command(r.Path, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s %s: %v: %s", r.Path, command, id, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 // SpecGPUs reads a config.json: whether Gantry injected GPUs into it (or
 // it has NVIDIA device nodes some other way, CDI through the engine), and
 // the minors of its /dev/nvidiaN nodes.
@@ -296,8 +307,40 @@ func Checkpoint(o Options) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	if st.Status != "running" {
-		return 1, fmt.Errorf("container is %s: a GPU container is checkpointed running (resume it first)", st.Status)
+	// containerd (ctr, CRI) pauses a container before its checkpoint, so
+	// that its root file system, copied afterwards, matches the memory
+	// image. The CUDA driver does its part through a thread of the process
+	// itself, which a frozen cgroup never runs: the container is thawed for
+	// the CUDA calls and paused again before the low-level runtime's
+	// checkpoint (as CRIU's CUDA plugin does), and left paused.
+	paused := st.Status == "paused"
+	if st.Status != "running" && !paused {
+		return 1, fmt.Errorf("container is %s: a GPU container is checkpointed running or paused", st.Status)
+	}
+	thawed := false
+	thaw := func() error {
+		if !paused || thawed {
+			return nil
+		}
+		if err := o.Runtime.Do("resume", o.ID); err != nil {
+			return fmt.Errorf("thawing the paused container for the CUDA calls: %w", err)
+		}
+		thawed = true
+		return nil
+	}
+	refreeze := func() error {
+		if !thawed {
+			return nil
+		}
+		if err := o.Runtime.Do("pause", o.ID); err != nil {
+			return fmt.Errorf("pausing the container again after the CUDA calls: %w", err)
+		}
+		thawed = false
+		return nil
+	}
+	defer refreeze()
+	if err := thaw(); err != nil {
+		return 1, err
 	}
 	raw, err := os.ReadFile(filepath.Join(st.Bundle, "config.json"))
 	if err != nil {
@@ -358,6 +401,14 @@ func Checkpoint(o Options) (int, error) {
 		}
 		o.log("CUDA lock and checkpoint of processes %v: %.1f ms, %.1f ms", pids, tm.CUDALockMS, tm.CUDACheckpointMS)
 	}
+	if err := refreeze(); err != nil {
+		if len(pids) > 0 {
+			if rerr := o.resume(pids, nil, &tm); rerr != nil {
+				return 1, fmt.Errorf("%w; and the container goes on without its GPU state: %v", err, rerr)
+			}
+		}
+		return 1, err
+	}
 	start := time.Now()
 	code, rerr := o.runLowLevel(nil)
 	tm.RuntimeMS = ms(time.Since(start))
@@ -378,6 +429,10 @@ func Checkpoint(o Options) (int, error) {
 		}
 	}
 	if len(pids) > 0 && (code != 0 || o.LeaveRunning) {
+		if err := thaw(); err != nil {
+			errs = append(errs, fmt.Errorf("the container's CUDA state stays checkpointed: %w", err))
+			return 1, errors.Join(errs...)
+		}
 		err := o.resume(pids, nil, &tm)
 		tm.GPUIdleMS = ms(time.Since(lockStart))
 		if err != nil {
@@ -396,6 +451,10 @@ func Checkpoint(o Options) (int, error) {
 		}
 	}
 	o.log("timings: %s", tm)
+	if err := refreeze(); err != nil {
+		errs = append(errs, err)
+		code = 1
+	}
 	return code, errors.Join(errs...)
 }
 

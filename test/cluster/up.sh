@@ -77,6 +77,9 @@ if [ -e /var/lib/kubelet ] && [ ! -e /var/lib/kubelet/.gantry-k8s ]; then
   gk_die "/var/lib/kubelet exists and is not this test cluster's: is a kubelet installed here? (remove it only if it is a leftover)"
 fi
 export PATH=$bin:$bin/cni:$PATH
+# CRIU where scripts/install-criu.sh puts it, for containerd's CRI checkpoint
+# (it looks criu up in its PATH) and runc under the shims.
+case ":$PATH:" in *:/usr/local/sbin:*) ;; *) PATH=$PATH:/usr/local/sbin ;; esac
 export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$GK_STATE" "$GK_RUN" "$GK_ETC" "$GK_LOG" "$GK_ETC/cni"
 date -u +%FT%TZ >"$GK_RUN/up"

@@ -254,6 +254,19 @@ func (e *podmanEngine) run(global []string, opts ...string) (string, error) {
 // /var/run/cdi (containers.conf's cdi_spec_dirs came in 4.4), and the host's
 // must be neither read nor written.
 func (e *podmanEngine) withCDI(argv ...string) (string, error) {
+	cmd, err := e.cdiCmd(argv...)
+	if err != nil {
+		return "", err
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s (in a private mount namespace): %w", strings.Join(argv, " "), err)
+	}
+	return string(out), nil
+}
+
+// cdiCmd is withCDI's command, not started.
+func (e *podmanEngine) cdiCmd(argv ...string) (*exec.Cmd, error) {
 	script := `set -e
 mount -t tmpfs -o mode=0755 gantry-test-run /run
 mkdir /run/cdi
@@ -271,11 +284,11 @@ exec "$@"`
 	if e.etcSpecDir != "" {
 		overlay, err := os.MkdirTemp(e.dir, "etc-overlay-")
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		for _, d := range []string{"up", "work"} {
 			if err := os.Mkdir(filepath.Join(overlay, d), 0o755); err != nil {
-				return "", err
+				return nil, err
 			}
 		}
 		cmd.Env = append(cmd.Env, "ETC_SPEC_DIR="+e.etcSpecDir, "ETC_OVERLAY="+overlay)
@@ -283,11 +296,7 @@ exec "$@"`
 	// A new mount namespace, its mounts private (Go makes / MS_PRIVATE|MS_REC
 	// in the child before sh runs): nothing mounted here reaches the host.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s (in a private mount namespace): %w", strings.Join(argv, " "), err)
-	}
-	return string(out), nil
+	return cmd, nil
 }
 
 // TestPodman drives a real rootful podman three ways: the devices of the
