@@ -220,9 +220,11 @@ func TestPluginWritesCDISpec(t *testing.T) {
 	orig, set := pluginConfig(k)
 	root := driverRoot(t)
 	patchPlugin(k, []map[string]any{
-		{"op": "add", "path": "/spec/template/spec/volumes/-", "value": map[string]any{"name": "host-root", "hostPath": map[string]string{"path": "/"}}},
+		// The host's driver root under /host (HOST_ROOT), not all of /:
+		// a private / cannot be mounted with HostToContainer propagation.
+		{"op": "add", "path": "/spec/template/spec/volumes/-", "value": map[string]any{"name": "host-root", "hostPath": map[string]string{"path": root}}},
 		{"op": "add", "path": "/spec/template/spec/volumes/-", "value": map[string]any{"name": "cdi-root", "hostPath": map[string]string{"path": "/var/run/cdi", "type": "DirectoryOrCreate"}}},
-		{"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": map[string]any{"name": "host-root", "mountPath": "/host", "readOnly": true, "mountPropagation": "HostToContainer"}},
+		{"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": map[string]any{"name": "host-root", "mountPath": filepath.Join("/host", root), "readOnly": true}},
 		{"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-", "value": map[string]any{"name": "cdi-root", "mountPath": "/var/run/cdi"}},
 		addEnv("HOST_ROOT", "/host"),
 		addEnv("GANTRY_CDI_HOOK_PATH", filepath.Join(k.bin, "gantry-cdi-hook")),
