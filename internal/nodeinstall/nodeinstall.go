@@ -373,7 +373,7 @@ func Uninstall(ctx context.Context, o Options) (Result, error) {
 func (o *Options) removeInstalled(rec *record) error {
 	var errs []error
 	for _, b := range rec.Binaries {
-		if err := os.Remove(o.host(filepath.Join(rec.BinDir, b))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(o.hostEntry(filepath.Join(rec.BinDir, b))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
