@@ -373,7 +373,7 @@ func Uninstall(ctx context.Context, o Options) (Result, error) {
 func (o *Options) removeInstalled(rec *record) error {
 	var errs []error
 	for _, b := range rec.Binaries {
-		if err := os.Remove(o.host(filepath.Join(rec.BinDir, b))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(o.hostEntry(filepath.Join(rec.BinDir, b))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
@@ -384,7 +384,18 @@ func (o *Options) removeInstalled(rec *record) error {
 	// Deepest first; a directory someone else has put files in stays.
 	slices.SortFunc(dirs, func(a, b string) int { return len(b) - len(a) })
 	for _, d := range dirs {
-		if err := os.Remove(o.host(d)); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+		err := os.Remove(o.host(d))
+		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
+			var names []string
+			if ents, err := os.ReadDir(o.host(d)); err == nil {
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+			}
+			fmt.Fprintf(o.Log, "kept %s, which install made: it holds what install did not put there (%s)\n", d, strings.Join(names, ", "))
+			continue
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}

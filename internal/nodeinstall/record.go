@@ -51,6 +51,12 @@ func (o *Options) host(p string) string {
 	return filepath.Join(o.HostRoot, resolveIn(o.HostRoot, p))
 }
 
+// hostEntry is host for a directory entry itself: its directory resolved
+// as host does, the last component not followed (a link to remove).
+func (o *Options) hostEntry(p string) string {
+	return filepath.Join(o.host(filepath.Dir(p)), filepath.Base(p))
+}
+
 // resolveIn resolves p's symlinks inside root and returns the host path.
 func resolveIn(root, p string) string {
 	rest := strings.Split(strings.Trim(filepath.Clean("/"+p), "/"), "/")

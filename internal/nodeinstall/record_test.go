@@ -30,6 +30,11 @@ func TestHostPathResolvesInRoot(t *testing.T) {
 			t.Errorf("host(%s) = %s, want %s", in, got, filepath.Join(root, want))
 		}
 	}
+	// A link itself (a binary's NVIDIA name, to remove) is not followed.
+	os.Symlink("gantry-runtime", filepath.Join(root, "real/nvidia-ctk"))
+	if got, want := o.hostEntry("/var/x/nvidia-ctk"), filepath.Join(root, "real/nvidia-ctk"); got != want {
+		t.Errorf("hostEntry = %s, want %s", got, want)
+	}
 	if got := (&Options{HostRoot: "/"}).host("/var/run/x"); got != "/var/run/x" {
 		t.Errorf("with / as the host root: %s", got)
 	}

@@ -165,7 +165,7 @@ func TestNodeInstaller(t *testing.T) {
 		if out, err := k.run("delete", "daemonset", "-n", "kube-system", "gantry-node-installer", "--cascade=foreground", "--wait=true", "--timeout=300s"); err != nil {
 			t.Fatalf("kubectl delete the installer DaemonSet: %v\n%s", err, out)
 		}
-		if out, err := k.kubectlStdin(manifest, "delete", "-f", "-", "--wait=true"); err != nil {
+		if out, err := k.kubectlStdin(manifest, "delete", "-f", "-", "--ignore-not-found", "--wait=true"); err != nil {
 			t.Fatalf("kubectl delete the installer: %v\n%s", err, out)
 		}
 		k.eventually(300*time.Second, "the installer's pod gone", func() string {
