@@ -70,6 +70,12 @@ export PATH=$bin:$bin/cni:$PATH
 export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$GK_STATE" "$GK_RUN" "$GK_ETC" "$GK_LOG" "$GK_ETC/cni"
 date -u +%FT%TZ >"$GK_RUN/up"
+# The host directories this cluster may create (up.sh itself, the
+# DaemonSets' DirectoryOrCreate hostPaths) that do not exist yet, deepest
+# first: down.sh removes each one that is then empty, and no other.
+for d in /run/nvidia/mps /run/nvidia /var/run/cdi; do
+  [ -e "$d" ] || echo "$d" >>"$GK_RUN/made-dirs"
+done
 mkdir -p /var/lib/kubelet && touch /var/lib/kubelet/.gantry-k8s
 # From here on, a failure tears down what was started.
 # (GK_KEEP=1 leaves it up, to look at.)
