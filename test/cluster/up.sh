@@ -23,7 +23,8 @@
 #                      the node: the device plugin keeps the first half of the GPUs,
 #                      the DRA plugin publishes the rest (--devices); on a one-GPU
 #                      host the DRA plugin gets the GPU and the device plugin is not
-#                      installed. GANTRY_CLUSTER_DRA=1 does the same.
+#                      installed; on simulated GPUs the node also has two IMEX
+#                      channels (imex.nvidia.com). GANTRY_CLUSTER_DRA=1 does the same.
 # Everything lives under /var/lib/gantry-k8s, /run/gantry-k8s, /etc/gantry-k8s and
 # /var/lib/kubelet; logs in /var/lib/gantry-k8s/log. The node's address
 # (10.199.0.1) and the kubernetes Service's (10.96.0.1) are added to lo, pods
@@ -114,7 +115,8 @@ case "$mode" in
     driver_root=${driver_root:-$GK_STATE/driver}
     if [ ! -e "$driver_root/etc/ld.so.cache" ]; then
       gk_log "fake driver root in $driver_root (gantry sim driver-root)"
-      "$bin/gantry" --gpus "sim:$profile" sim driver-root "$driver_root" >/dev/null
+      # With the DRA plugin, two IMEX channels (the class imex.nvidia.com).
+      "$bin/gantry" --gpus "sim:$profile" sim driver-root ${dra:+--imex-channels 2} "$driver_root" >/dev/null
     fi
     printf 'gpus = "sim:%s"\ndriver-root = "%s"\n' "$profile" "$driver_root" >"$GK_ETC/gantry.toml" ;;
   nvml)
@@ -353,7 +355,7 @@ if [ -n "$dra" ]; then
   "$bin/kubectl" apply -f "$manifest" >"$GK_LOG/apply-dra.log"
   want_dra=$(($(echo "$dra_devices" | tr , '\n' | wc -l)))
   gk_wait "${GK_WAIT:-180}" "$want_dra DRA devices of $GK_NODE in ResourceSlices" sh -c \
-    "$bin/kubectl get resourceslices --field-selector spec.nodeName=$GK_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\n\"}{end}' | grep -c . | grep -qx $want_dra"
+    "$bin/kubectl get resourceslices --field-selector spec.nodeName=$GK_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\n\"}{end}' | grep -c ^gpu- | grep -qx $want_dra"
 fi
 if [ "$dp_gpus" -gt 0 ]; then
   gk_wait "${GK_WAIT:-180}" "nvidia.com/gpu on $GK_NODE" sh -c \
