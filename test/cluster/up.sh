@@ -25,6 +25,8 @@
 #                      host the DRA plugin gets the GPU and the device plugin is not
 #                      installed; on simulated GPUs the node also has two IMEX
 #                      channels (imex.nvidia.com). GANTRY_CLUSTER_DRA=1 does the same.
+#   --set-as-default   runtime configure --set-as-default: nvidia is containerd's
+#                      default runtime, and pods without runtimeClassName use it
 # Everything lives under /var/lib/gantry-k8s, /run/gantry-k8s, /etc/gantry-k8s and
 # /var/lib/kubelet; logs in /var/lib/gantry-k8s/log. The node's address
 # (10.199.0.1) and the kubernetes Service's (10.96.0.1) are added to lo, pods
@@ -34,7 +36,7 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 . test/cluster/lib.sh
 
-mode= profile=h100x8 driver_root= bin=$repo/bin/cluster dra=${GANTRY_CLUSTER_DRA:-}
+mode= profile=h100x8 driver_root= bin=$repo/bin/cluster dra=${GANTRY_CLUSTER_DRA:-} set_default=
 while [ $# -gt 0 ]; do
   case "$1" in
     --sim) mode=sim; profile=${2:?--sim needs a profile (gantry sim profiles)}; shift 2 ;;
@@ -42,6 +44,7 @@ while [ $# -gt 0 ]; do
     --driver-root) driver_root=${2:?--driver-root needs a directory}; shift 2 ;;
     --bin) bin=$(cd "${2:?--bin needs a directory}" && pwd); shift 2 ;;
     --dra) dra=1; shift ;;
+    --set-as-default) set_default=--set-as-default; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) gk_die "up.sh: unknown argument $1 (see test/cluster/up.sh --help)" ;;
   esac
@@ -200,7 +203,7 @@ state = "$GK_RUN/containerd"
 TOML
 # The step a cluster admin runs: register Gantry's runtime as "nvidia" (the
 # RuntimeClass's handler).
-GANTRY_CONFIG=$GK_ETC/gantry.toml "$bin/gantry" runtime configure --runtime containerd \
+GANTRY_CONFIG=$GK_ETC/gantry.toml "$bin/gantry" runtime configure --runtime containerd $set_default \
   --config-file "$GK_ETC/containerd.toml" --runtime-path "$bin/gantry-runtime" >"$GK_LOG/runtime-configure.log"
 # gantry-runtime reads GANTRY_CONFIG from the environment containerd's shims
 # hand it; PATH finds this release's shim and runc first.
