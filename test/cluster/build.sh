@@ -15,7 +15,7 @@
 #
 #   test/cluster/build.sh [--pack]
 # On the GPU host: test/cluster/unpack.sh bin/cluster.tar.xz, then up.sh.
-# The first build compiles about 2600 Go packages: over an hour on a busy
+# The first build compiles over 3000 Go packages: over an hour on a busy
 # 2-core machine (README); later ones reuse Go's build cache (about 40 s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
