@@ -56,7 +56,7 @@ func envValue(c corev1.Container, name string) string {
 // checkDRA applies the rules for the DRA plugin's objects: a DaemonSet
 // running gantry-dra-plugin from the image with its directories at the
 // same paths as on the host, RBAC for what the kubeletplugin helper does,
-// and (wantClasses) NVIDIA's two DeviceClasses selecting the driver's
+// and (wantClasses) NVIDIA's four DeviceClasses selecting the driver's
 // devices by type. others are the rest of the rendering (the
 // ServiceAccount, the device plugin's DaemonSet).
 func checkDRA(t *testing.T, dra, others []runtime.Object, wantClasses bool) {
@@ -201,7 +201,7 @@ func checkDRA(t *testing.T, dra, others []runtime.Object, wantClasses bool) {
 		}
 		return
 	}
-	for name, typ := range map[string]string{"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig"} {
+	for name, typ := range map[string]string{"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig", "imex.nvidia.com": "imex-channel", "vfio.gpu.nvidia.com": "vfio"} {
 		want := fmt.Sprintf("device.driver == '%s' && device.attributes['%s'].type == '%s'", draDriver, draDriver, typ)
 		if classes[name] != want {
 			t.Errorf("DeviceClass %s selects %q, want %q", name, classes[name], want)

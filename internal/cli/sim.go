@@ -44,7 +44,8 @@ func init() {
 testing clusters on machines without a GPU: shared objects built with gcc with the
 driver's SONAMEs (libcuda.so.1 exports cuInit and cuDriverGetVersion), binaries,
 firmware, config files, proc/driver/nvidia/version, a real etc/ld.so.cache made by
-ldconfig -r, and dev/nvidia* device nodes (character devices when run as root).
+ldconfig -r, and dev/nvidia* device nodes (character devices when run as root);
+--imex-channels N adds IMEX channel nodes (the DRA class imex.nvidia.com).
 Needs gcc and ldconfig.
 
   gantry sim driver-root /tmp/driver
@@ -53,6 +54,7 @@ Needs gcc and ldconfig.
 			version := fs.String("version", "", "driver version (default: the simulated profile's, from --gpus, else 580.159.04)")
 			layout := fs.String("layout", "standard", "standard (/usr/lib/x86_64-linux-gnu) or gke (/usr/local/nvidia/lib64 plus /lib)")
 			count := fs.Int("count", 0, "number of GPU device nodes (default: the simulated profile's GPU count, else 8)")
+			imexChannels := fs.Int("imex-channels", 0, "number of IMEX channel nodes, dev/nvidia-caps-imex-channels/channel0..N-1 (default none)")
 			return func(e *env, args []string) error {
 				if len(args) != 1 {
 					return usagef("need exactly one argument, the directory to build in")
@@ -90,7 +92,10 @@ Needs gcc and ldconfig.
 				if *layout != "standard" && *layout != "gke" {
 					return usagef("--layout %q: use standard or gke", *layout)
 				}
-				res, err := fakedriver.Build(args[0], fakedriver.Options{Version: v, Layout: *layout, GPUs: n, DeviceNodes: true, Identities: ids})
+				if *imexChannels < 0 || *imexChannels > 2048 {
+					return usagef("--imex-channels %d: give 0 to 2048", *imexChannels)
+				}
+				res, err := fakedriver.Build(args[0], fakedriver.Options{Version: v, Layout: *layout, GPUs: n, DeviceNodes: true, Identities: ids, IMEXChannels: *imexChannels})
 				if err != nil {
 					return err
 				}

@@ -175,8 +175,8 @@ func (d *Driver) sharingPlans(c *resourceapi.ResourceClaim) ([]sharingPlan, erro
 			continue
 		}
 		dev, ok := d.byName[r.Device]
-		if !ok {
-			continue // prepare names it
+		if !ok || len(dev.Nodes) > 0 {
+			continue // prepare names it; IMEX channels and vfio GPUs share nothing
 		}
 		mig := isMIG(dev)
 		for i := len(cfgs) - 1; i >= 0; i-- {

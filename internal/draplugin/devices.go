@@ -36,6 +36,10 @@ type Device struct {
 	ID string
 	// UUID is the GPU or MIG UUID.
 	UUID string
+	// Nodes are the device nodes (paths under the device root) of a
+	// device that is not a GPU or MIG device (an IMEX channel, a GPU bound
+	// to vfio-pci): a claim for it gets these nodes only, no driver files.
+	Nodes []string
 }
 
 // Devices lists the allocatable devices of sys in index order: each GPU not

@@ -24,6 +24,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/cdispec"
 	"github.com/gantry-gpu/gantry/internal/driver"
+	"github.com/gantry-gpu/gantry/internal/edits"
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/health"
 	"github.com/gantry-gpu/gantry/internal/mps"
@@ -67,8 +68,12 @@ type Options struct {
 	// paths in the specs, which the runtime reads on the host.
 	HostRoot     string
 	Capabilities []driver.Capability
-	// Devices narrows the published devices (see Only); "" is all.
+	// Devices narrows the published GPUs (see Only); "" is all. The IMEX
+	// channels under DevRoot and the GPUs bound to vfio-pci in SysRoot
+	// are published besides (IMEXDevices, VFIODevices).
 	Devices string
+	// SysRoot is where sysfs is ("" means /sys).
+	SysRoot string
 	// Health watches the devices (health.NewNVML, health.NewSim); nil
 	// turns the kubelet's DRA health service off.
 	Health health.Source
@@ -156,6 +161,21 @@ func New(o Options) (*Driver, error) {
 	}
 	if devs, err = Only(o.System, devs, o.Devices); err != nil {
 		return nil, err
+	}
+	imex, err := IMEXDevices(o.DevRoot)
+	if err != nil {
+		return nil, fmt.Errorf("IMEX channels: %w", err)
+	}
+	devs = append(devs, imex...)
+	sysRoot := o.SysRoot
+	if sysRoot == "" {
+		sysRoot = "/sys"
+	}
+	if vfio, err := VFIODevices(sysRoot, o.DevRoot); err != nil {
+		// The GPUs are published all the same; the vfio ones once fixed.
+		o.Log.Warn("not publishing GPUs bound to vfio-pci (vfio.gpu.nvidia.com)", "err", err)
+	} else {
+		devs = append(devs, vfio...)
 	}
 	cp, err := readCheckpoint(o.Checkpoint, o.DriverName)
 	if err != nil {
@@ -281,7 +301,16 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (pre
 		return preparedClaim{}, false, err
 	}
 	pc := preparedClaim{Namespace: c.Namespace, Name: c.Name, Spec: d.SpecPath(c.UID), Sharing: shs}
-	spec := &specs.Spec{Kind: d.vendor + "/" + CDIClass, ContainerEdits: d.common}
+	// The driver's files go with a GPU; a claim of only IMEX channels or
+	// vfio GPUs gets their nodes, and NVIDIA_VISIBLE_DEVICES=void so that
+	// a GPU runtime injects nothing either (as NVIDIA's driver does).
+	spec := &specs.Spec{Kind: d.vendor + "/" + CDIClass, ContainerEdits: specs.ContainerEdits{Env: []string{edits.VisibleDevicesVoid}}}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if dev, ok := d.byName[r.Device]; ok && r.Driver == d.name && len(dev.Nodes) == 0 {
+			spec.ContainerEdits = d.common
+			break
+		}
+	}
 	seen := map[string]bool{}
 	for _, r := range c.Status.Allocation.Devices.Results {
 		if r.Driver != d.name {
@@ -301,7 +330,13 @@ func (d *Driver) prepare(ctx context.Context, c *resourceapi.ResourceClaim) (pre
 		cdiName := string(c.UID) + "-" + r.Device
 		if !seen[r.Device] {
 			seen[r.Device] = true
-			ce, err := cdispec.DeviceEdits(d.sys, dev.ID, d.specOpts)
+			var ce specs.ContainerEdits
+			var err error
+			if len(dev.Nodes) > 0 {
+				ce, err = nodeEdits(d.specOpts.DevRoot, dev)
+			} else {
+				ce, err = cdispec.DeviceEdits(d.sys, dev.ID, d.specOpts)
+			}
 			if err != nil {
 				return preparedClaim{}, false, fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 			}

@@ -20,7 +20,9 @@ const HealthResend = 10 * time.Second
 func (d *Driver) runHealth(ctx context.Context) {
 	uuids := make([]string, 0, len(d.devices))
 	for _, dev := range d.devices {
-		uuids = append(uuids, dev.UUID)
+		if dev.UUID != "" { // IMEX channels and vfio GPUs have none
+			uuids = append(uuids, dev.UUID)
+		}
 	}
 	events := make(chan health.Event)
 	done := make(chan error, 1)

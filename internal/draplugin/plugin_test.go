@@ -57,6 +57,8 @@ type testEnv struct {
 	// hostRoot and inv, when set, replace the defaults (/, editstest's).
 	hostRoot string
 	inv      *driver.Inventory
+	// sysRoot is sysfs for the vfio GPUs (default: an empty directory).
+	sysRoot string
 
 	drv  *Driver
 	srv  *Server
@@ -96,7 +98,8 @@ func newEnvSetup(t testing.TB, profile string, setup func(e *testEnv, base strin
 	e := &testEnv{
 		t: t, sys: sys, devRoot: editstest.MakeDevRoot(t, sys),
 		cdiRoot: filepath.Join(base, "cdi"), pluginDir: filepath.Join(base, "p"), reg: filepath.Join(base, "r"),
-		client: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "node-uid"}}),
+		client:  fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode, UID: "node-uid"}}),
+		sysRoot: filepath.Join(base, "sys"),
 	}
 	for _, d := range []string{e.pluginDir, e.reg} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -120,7 +123,7 @@ func (e *testEnv) options() Options {
 		HostRoot: e.hostRoot,
 		NodeName: testNode, System: e.sys, Inventory: inv,
 		CDIRoot: e.cdiRoot, Checkpoint: filepath.Join(e.pluginDir, CheckpointFile),
-		HookPath: testHook, DevRoot: e.devRoot, Health: e.health,
+		HookPath: testHook, DevRoot: e.devRoot, SysRoot: e.sysRoot, Health: e.health,
 		NvidiaSMI: e.smi, MPSControl: e.mpsControl, MPSCheckInterval: e.mpsInterval,
 		// Generous: it bounds each run of a fake nvidia-smi or control
 		// program, which a busy machine may take seconds to start.

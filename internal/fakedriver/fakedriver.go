@@ -36,6 +36,7 @@ const (
 	NvidiaMajor = 195
 	UVMMajor    = 511
 	CapsMajor   = 510
+	IMEXMajor   = 509
 )
 
 // DefaultVersion is the driver version Build uses when Options.Version is
@@ -78,6 +79,11 @@ type Options struct {
 	// dev/nvidiaN on the host) and checks a restore as the driver documents
 	// it: see checkpointSource.
 	CheckpointDir string
+	// IMEXChannels is the number of IMEX channel nodes,
+	// /dev/nvidia-caps-imex-channels/channel0..N-1 (as the IMEX daemon or
+	// nvidia-modprobe -i makes them), listed in proc/devices as
+	// nvidia-caps-imex-channels; 0 makes none.
+	IMEXChannels int
 }
 
 // ckpt is what the fake libcuda is compiled with for Options.CheckpointDir.
@@ -555,7 +561,11 @@ func (b *builder) files() error {
 	}
 	// The kernel's character-device majors, as /proc/devices lists them, so
 	// tools that check node numbers (gantry doctor) see the fake ones.
-	procDevices := fmt.Sprintf("Character devices:\n  1 mem\n%d nvidia-frontend\n%d nvidia-caps\n%d nvidia-uvm\n\nBlock devices:\n  8 sd\n", NvidiaMajor, CapsMajor, UVMMajor)
+	imex := ""
+	if b.opts.IMEXChannels > 0 {
+		imex = fmt.Sprintf("%d nvidia-caps-imex-channels\n", IMEXMajor)
+	}
+	procDevices := fmt.Sprintf("Character devices:\n  1 mem\n%d nvidia-frontend\n%d nvidia-caps\n%s%d nvidia-uvm\n\nBlock devices:\n  8 sd\n", NvidiaMajor, CapsMajor, imex, UVMMajor)
 	if err := b.write("/proc/devices", procDevices, 0o444); err != nil {
 		return err
 	}
@@ -675,6 +685,9 @@ func (b *builder) devices() error {
 		node{"/dev/nvidia-caps/nvidia-cap1", CapsMajor, 1},
 		node{"/dev/nvidia-caps/nvidia-cap2", CapsMajor, 2},
 	)
+	for i := 0; i < b.opts.IMEXChannels; i++ {
+		nodes = append(nodes, node{fmt.Sprintf("/dev/nvidia-caps-imex-channels/channel%d", i), IMEXMajor, uint32(i)})
+	}
 	real := b.opts.DeviceNodes
 	var mknodErr error
 	for _, n := range nodes {

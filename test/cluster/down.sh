@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Stops the test cluster test/cluster/up.sh started and removes what it left:
 # its processes (pods and their shims included), mounts, cgroups, network
-# namespaces, the bridge, the addresses on lo and the state directories.
+# namespaces, the bridge, the addresses on lo, the state directories, and
+# /run/nvidia, /run/nvidia/mps and /var/run/cdi where up.sh's run made them
+# and they are empty.
 # Safe to run twice, or after a failed bring-up.
 #
 #   sudo test/cluster/down.sh [--keep-logs]
@@ -81,6 +83,11 @@ if [ -n "$keep_logs" ] && [ -d "$GK_LOG" ]; then
 fi
 # The node's CDI spec up.sh wrote (only that file).
 if [ -f "$GK_RUN/cdi-spec" ]; then rm -f "$(cat "$GK_RUN/cdi-spec")"; fi
+# The host directories that did not exist before up.sh, once empty (a file
+# put there by anything else keeps its directory).
+if [ -f "$GK_RUN/made-dirs" ]; then
+  while read -r d; do rmdir "$d" 2>/dev/null || true; done <"$GK_RUN/made-dirs"
+fi
 rm -rf "$GK_RUN" "$GK_STATE" "$GK_ETC" /var/lib/kubelet
 left=$(gk_pgrep "$GK_STATE|$GK_RUN|$GK_ETC" || true)
 if [ -n "$left" ]; then

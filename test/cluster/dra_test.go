@@ -962,3 +962,116 @@ func TestDRATimeSlicingLong(t *testing.T) {
 		t.Error("the claim is still in the checkpoint after unprepare")
 	}
 }
+
+// imexScript is gpuScript with the IMEX channel nodes the container has.
+const imexScript = `exec 2>&1
+echo '== imex'; ls -1 /dev/nvidia-caps-imex-channels
+echo '== dev'; ls -1 /dev
+echo '== probe'; probe
+echo '== env'; env | grep '^NVIDIA_' | sort
+echo '== end'; sleep 3600`
+
+// DRA scenario: NVIDIA's quickstart IMEX spec (imex-test1), written here in
+// its shape: a ResourceClaim "deployment0-imex-channel" whose one request
+// "channel" asks for exactly one device of class imex.nvidia.com, a
+// ResourceClaimTemplate "node-gpus" of class gpu.nvidia.com, and a
+// Deployment of 2 replicas whose container uses both (image swapped for
+// the probe). Both replicas share the one IMEX channel the claim was
+// allocated (an imex-channel-N device of the node) and see exactly that
+// channel's node, each with a GPU of its own. The simulated node has two
+// channels (up.sh --dra makes them).
+func TestDRAIMEXChannel(t *testing.T) {
+	k := newDRA(t)
+	var chans []string
+	for _, d := range k.draDevices() {
+		if d.Type == "imex-channel" {
+			chans = append(chans, d.Name)
+		}
+	}
+	if len(chans) == 0 {
+		t.Skip("the node has no IMEX channel (/dev/nvidia-caps-imex-channels): up.sh --dra makes two on simulated GPUs")
+	}
+	script, _ := json.Marshal(imexScript)
+	k.apply(`apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: deployment0-imex-channel
+spec:
+  devices:
+    requests:
+    - name: channel
+      exactly:
+        deviceClassName: imex.nvidia.com
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: node-gpus
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: deployment0
+  labels:
+    app: imex-test1-deployment0
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: deployment0
+  template:
+    metadata:
+      labels:
+        app: deployment0
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+      - name: ctr
+        image: ` + probeImage + `
+        imagePullPolicy: Never
+        command: ["sh", "-c", ` + string(script) + `]
+        resources:
+          claims:
+          - name: gpus
+          - name: imex-channel
+      resourceClaims:
+      - name: gpus
+        resourceClaimTemplateName: node-gpus
+      - name: imex-channel
+        resourceClaimName: deployment0-imex-channel
+`)
+	t.Cleanup(func() { k.run("delete", "deployment", "-n", k.ns, "deployment0", "--wait=true", "--timeout=60s") })
+	var pods []string
+	k.eventually(120*time.Second, "the Deployment's 2 pods", func() string {
+		out, _ := k.run("get", "pods", "-n", k.ns, "-l", "app=deployment0", "-o", "jsonpath={.items[*].metadata.name}")
+		pods = strings.Fields(out)
+		if len(pods) != 2 {
+			return fmt.Sprintf("pods %v", pods)
+		}
+		return ""
+	})
+	got := k.claim("deployment0-imex-channel").allocated()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "imex-channel-") {
+		t.Fatalf("the IMEX claim was allocated %v, want one imex-channel-N of %v", got, chans)
+	}
+	want := "channel" + strings.TrimPrefix(got[0], "imex-channel-")
+	for _, pod := range pods {
+		sec := sections(k.logsUntil(pod, "== end", 180*time.Second))
+		if strings.Join(sec["imex"], ",") != want {
+			t.Errorf("%s: /dev/nvidia-caps-imex-channels has %v, want exactly %s (the claim's %s)", pod, sec["imex"], want, got[0])
+		}
+		if g := gpuNodes(sec["dev"]); len(g) != 1 {
+			t.Errorf("%s: GPU nodes %v, want one (its node-gpus claim)", pod, g)
+		}
+		if len(sec["probe"]) < 1 || !strings.HasPrefix(sec["probe"][0], "cuda ") {
+			t.Errorf("%s: libcuda should load from the GPU claim's driver files: %q", pod, sec["probe"])
+		}
+	}
+}

@@ -174,3 +174,32 @@ func envValue(env []string, key string) string {
 	}
 	return ""
 }
+
+// TestPodWithoutRuntimeClass: on a node whose containerd has nvidia as its
+// default runtime (up.sh --set-as-default: gantry runtime configure
+// --set-as-default), a pod that asks for nvidia.com/gpu and names no
+// runtimeClassName (as NVIDIA's static manifests and many charts are
+// written) gets exactly its GPU and the driver, through the default.
+func TestPodWithoutRuntimeClass(t *testing.T) {
+	k := newKube(t)
+	cfg, err := os.ReadFile("/etc/gantry-k8s/containerd.toml")
+	if err != nil {
+		t.Skipf("the node's containerd configuration: %v", err)
+	}
+	if !regexp.MustCompile(`(?m)^\s*default_runtime_name\s*=\s*["']nvidia["']`).Match(cfg) {
+		t.Skip("nvidia is not the node's default runtime: bring the cluster up with test/cluster/up.sh --set-as-default")
+	}
+	k.apply(podSpec{name: "default-runtime", image: probeImage, gpus: 1, script: gpuScript}.yaml())
+	sec := sections(k.logsUntil("default-runtime", "== end", 90*time.Second))
+	if g := gpuNodes(sec["dev"]); len(g) != 1 {
+		t.Errorf("GPU nodes %v, want exactly 1 (/dev: %v)", g, sec["dev"])
+	}
+	if len(sec["probe"]) < 2 || !strings.HasPrefix(sec["probe"][0], "cuda ") || !strings.HasPrefix(sec["probe"][1], "nvml ") {
+		t.Errorf("probe should load libcuda.so.1 and libnvidia-ml.so.1 from the injected driver, got %q", sec["probe"])
+	}
+	// A pod asking for no GPU gets none through the same default runtime.
+	k.apply(podSpec{name: "no-gpu", image: probeAll, script: gpuScript}.yaml())
+	if g := gpuNodes(sections(k.logsUntil("no-gpu", "== end", 90*time.Second))["dev"]); len(g) != 0 {
+		t.Errorf("a pod without a GPU request got %v through the default runtime", g)
+	}
+}

@@ -23,7 +23,8 @@
 #                      the node: the device plugin keeps the first half of the GPUs,
 #                      the DRA plugin publishes the rest (--devices); on a one-GPU
 #                      host the DRA plugin gets the GPU and the device plugin is not
-#                      installed. GANTRY_CLUSTER_DRA=1 does the same.
+#                      installed; on simulated GPUs the node also has two IMEX
+#                      channels (imex.nvidia.com). GANTRY_CLUSTER_DRA=1 does the same.
 #   --no-gantry        the node as it is before Gantry: containerd without Gantry's
 #                      runtime and no CDI spec, for the node installer DaemonSet to set
 #                      up (TestNodeInstaller); the device plugin DaemonSet selects on
@@ -32,6 +33,8 @@
 #                      a service manager does: the installer's restart command kills
 #                      the pid in $GK_RUN/containerd-daemon.pid. GANTRY_CLUSTER_NO_GANTRY=1
 #                      does the same.
+#   --set-as-default   runtime configure --set-as-default: nvidia is containerd's
+#                      default runtime, and pods without runtimeClassName use it
 # Everything lives under /var/lib/gantry-k8s, /run/gantry-k8s, /etc/gantry-k8s and
 # /var/lib/kubelet; logs in /var/lib/gantry-k8s/log. The node's address
 # (10.199.0.1) and the kubernetes Service's (10.96.0.1) are added to lo, pods
@@ -41,7 +44,7 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 . test/cluster/lib.sh
 
-mode= profile=h100x8 driver_root= bin=$repo/bin/cluster dra=${GANTRY_CLUSTER_DRA:-} no_gantry=${GANTRY_CLUSTER_NO_GANTRY:-}
+mode= profile=h100x8 driver_root= bin=$repo/bin/cluster dra=${GANTRY_CLUSTER_DRA:-} no_gantry=${GANTRY_CLUSTER_NO_GANTRY:-} set_default=
 while [ $# -gt 0 ]; do
   case "$1" in
     --sim) mode=sim; profile=${2:?--sim needs a profile (gantry sim profiles)}; shift 2 ;;
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
     --bin) bin=$(cd "${2:?--bin needs a directory}" && pwd); shift 2 ;;
     --dra) dra=1; shift ;;
     --no-gantry) no_gantry=1; shift ;;
+    --set-as-default) set_default=--set-as-default; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) gk_die "up.sh: unknown argument $1 (see test/cluster/up.sh --help)" ;;
   esac
@@ -83,6 +87,12 @@ case ":$PATH:" in *:/usr/local/sbin:*) ;; *) PATH=$PATH:/usr/local/sbin ;; esac
 export LD_LIBRARY_PATH=$bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$GK_STATE" "$GK_RUN" "$GK_ETC" "$GK_LOG" "$GK_ETC/cni"
 date -u +%FT%TZ >"$GK_RUN/up"
+# The host directories this cluster may create (up.sh itself, the
+# DaemonSets' DirectoryOrCreate hostPaths) that do not exist yet, deepest
+# first: down.sh removes each one that is then empty, and no other.
+for d in /run/nvidia/mps /run/nvidia /var/run/cdi; do
+  [ -e "$d" ] || echo "$d" >>"$GK_RUN/made-dirs"
+done
 mkdir -p /var/lib/kubelet && touch /var/lib/kubelet/.gantry-k8s
 # From here on, a failure tears down what was started.
 # (GK_KEEP=1 leaves it up, to look at.)
@@ -121,7 +131,8 @@ case "$mode" in
     driver_root=${driver_root:-$GK_STATE/driver}
     if [ ! -e "$driver_root/etc/ld.so.cache" ]; then
       gk_log "fake driver root in $driver_root (gantry sim driver-root)"
-      "$bin/gantry" --gpus "sim:$profile" sim driver-root "$driver_root" >/dev/null
+      # With the DRA plugin, two IMEX channels (the class imex.nvidia.com).
+      "$bin/gantry" --gpus "sim:$profile" sim driver-root ${dra:+--imex-channels 2} "$driver_root" >/dev/null
     fi
     printf 'gpus = "sim:%s"\ndriver-root = "%s"\n' "$profile" "$driver_root" >"$GK_ETC/gantry.toml" ;;
   nvml)
@@ -206,7 +217,7 @@ TOML
 if [ -z "$no_gantry" ]; then
   # The step a cluster admin runs: register Gantry's runtime as "nvidia" (the
   # RuntimeClass's handler).
-  GANTRY_CONFIG=$GK_ETC/gantry.toml "$bin/gantry" runtime configure --runtime containerd \
+  GANTRY_CONFIG=$GK_ETC/gantry.toml "$bin/gantry" runtime configure --runtime containerd $set_default \
     --config-file "$GK_ETC/containerd.toml" --runtime-path "$bin/gantry-runtime" >"$GK_LOG/runtime-configure.log"
   # gantry-runtime reads GANTRY_CONFIG from the environment containerd's shims
   # hand it; PATH finds this release's shim and runc first.
@@ -373,7 +384,7 @@ if [ -n "$dra" ]; then
   "$bin/kubectl" apply -f "$manifest" >"$GK_LOG/apply-dra.log"
   want_dra=$(($(echo "$dra_devices" | tr , '\n' | wc -l)))
   gk_wait "${GK_WAIT:-180}" "$want_dra DRA devices of $GK_NODE in ResourceSlices" sh -c \
-    "$bin/kubectl get resourceslices --field-selector spec.nodeName=$GK_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\n\"}{end}' | grep -c . | grep -qx $want_dra"
+    "$bin/kubectl get resourceslices --field-selector spec.nodeName=$GK_NODE -o jsonpath='{range .items[*].spec.devices[*]}{.name}{\"\\n\"}{end}' | grep -c ^gpu- | grep -qx $want_dra"
 fi
 if [ "$dp_gpus" -gt 0 ] && [ -z "$no_gantry" ]; then
   gk_wait "${GK_WAIT:-180}" "nvidia.com/gpu on $GK_NODE" sh -c \

@@ -138,6 +138,12 @@ func criConfig(sock string) (engineconfig.Registered, error) {
 // (scripts/build-containerd2.sh). The first case starts containerd 1.6 on
 // what configure wrote before the fix, and must see the CRI plugin fail:
 // the check can fail.
+//
+// The set-as-default cases (gantry's --set-as-default and nvidia-ctk's, in
+// place and as a drop-in, on every config version) want the CRI service's
+// default runtime to be nvidia, runc still defined beside it; on Debian's
+// file a pod that names no runtime handler (a pod without
+// runtimeClassName, as NVIDIA's static DaemonSets are) gets its GPU.
 func TestConfigureContainerd(t *testing.T) {
 	f := need(t)
 	if why := containerdSkip(); why != "" {
@@ -157,6 +163,12 @@ func TestConfigureContainerd(t *testing.T) {
 		broken bool     // configure is not run: the file as configure wrote it before the fix
 		pod    bool     // a GPU pod runs through the runtime nvidia afterwards
 		merges bool     // broken, on containerd 2.x: its go-toml v2 keeps the built-in runc
+		def    bool     // --set-as-default: the default runtime must be nvidia
+		ctk    bool     // run as nvidia-ctk runtime configure (NVIDIA's flags; registers nvidia only)
+	}
+	ctk := filepath.Join(t.TempDir(), "nvidia-ctk")
+	if err := os.Symlink(f.gantry, ctk); err != nil {
+		t.Fatal(err)
 	}
 	beforeTheFix := append(append([]byte{}, debian...), []byte(`
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
@@ -178,6 +190,10 @@ BinaryName = "RUNTIME"
 		{name: "1.x/debian12-drop-in", bin: ctd1, ctr: "ctr", config: debian, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
 		{name: "1.x/debian12-command", bin: ctd1, ctr: "ctr", config: debian, args: []string{"--config-source", "command"}},
 		{name: "1.x/default", bin: ctd1, ctr: "ctr", config: defaultOf(ctd1)},
+		{name: "1.x/debian12-set-as-default", bin: ctd1, ctr: "ctr", config: debian, def: true, pod: true},
+		{name: "1.x/debian12-drop-in-set-as-default", bin: ctd1, ctr: "ctr", config: debian, def: true, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
+		{name: "1.x/default-set-as-default", bin: ctd1, ctr: "ctr", config: defaultOf(ctd1), def: true},
+		{name: "1.x/nvidia-ctk-set-as-default", bin: ctd1, ctr: "ctr", config: debian, def: true, ctk: true},
 	}
 	if bin2, ctr2, why := containerd2(); why == "" {
 		// containerd 2.4's own default is version 4 (its server settings
@@ -193,6 +209,11 @@ BinaryName = "RUNTIME"
 			tc{name: "2.x/default", bin: bin2, ctr: ctr2, config: def},
 			tc{name: "2.x/default-drop-in", bin: bin2, ctr: ctr2, config: def, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
 			tc{name: "2.x/default-command", bin: bin2, ctr: ctr2, config: def, args: []string{"--config-source", "command"}},
+			tc{name: "2.x/debian12-v2-set-as-default", bin: bin2, ctr: ctr2, config: debian, def: true},
+			tc{name: "2.x/v3-set-as-default", bin: bin2, ctr: ctr2, config: v3, def: true},
+			tc{name: "2.x/v3-drop-in-set-as-default", bin: bin2, ctr: ctr2, config: v3, def: true, args: []string{"--drop-in", "DIR/conf.d/99-nvidia.toml"}},
+			tc{name: "2.x/default-set-as-default", bin: bin2, ctr: ctr2, config: def, def: true},
+			tc{name: "2.x/nvidia-ctk-set-as-default", bin: bin2, ctr: ctr2, config: def, def: true, ctk: true},
 		)
 	} else {
 		t.Logf("containerd 2.x cases not run: %s", why)
@@ -217,6 +238,15 @@ BinaryName = "RUNTIME"
 			if !c.broken {
 				args := []string{f.gantry, "runtime", "configure", "--runtime", "containerd", "--config-file", config,
 					"--runtime-path", f.nvRuntime, "--executable-path", c.bin}
+				if c.ctk {
+					// NVIDIA's default: a drop-in beside the file, imported by it.
+					args = []string{ctk, "runtime", "configure", "--runtime=containerd", "--config=" + config,
+						"--drop-in-config=" + filepath.Join(dir, "conf.d", "99-nvidia.toml"),
+						"--nvidia-runtime-path=" + f.nvRuntime, "--executable-path=" + c.bin}
+				}
+				if c.def {
+					args = append(args, "--set-as-default")
+				}
 				for _, a := range c.args {
 					args = append(args, strings.ReplaceAll(a, "DIR", dir))
 				}
@@ -234,7 +264,7 @@ BinaryName = "RUNTIME"
 				if !strings.Contains(out, "checked by "+c.bin) {
 					t.Errorf("configure does not say containerd checked the result:\n%s", out)
 				}
-				if b, err := os.ReadFile(config + engineconfig.BackupSuffix); c.args == nil && (err != nil || string(b) != cfg) {
+				if b, err := os.ReadFile(config + engineconfig.BackupSuffix); c.args == nil && !c.ctk && (err != nil || string(b) != cfg) {
 					t.Errorf("the old file is not kept as %s%s: %v", config, engineconfig.BackupSuffix, err)
 				}
 			}
@@ -283,13 +313,21 @@ BinaryName = "RUNTIME"
 			if err != nil {
 				t.Fatalf("CRI status: %v\n%s", err, tail(d.log, 3000))
 			}
-			if def := reg.DefaultRuntime; def != "runc" {
-				t.Errorf("default runtime after configure = %q, want runc (runtimes %+v)", def, reg.Runtimes)
+			wantDefault, names, handler := "runc", []string{"nvidia", "gantry"}, "nvidia"
+			if c.def {
+				// The pod names no handler: containerd's default runs it.
+				wantDefault, handler = "nvidia", ""
+			}
+			if c.ctk {
+				names = []string{"nvidia"}
+			}
+			if def := reg.DefaultRuntime; def != wantDefault {
+				t.Errorf("default runtime after configure = %q, want %s (runtimes %+v)", def, wantDefault, reg.Runtimes)
 			}
 			if rt, ok := reg.Runtime("runc"); !ok || rt.Program != "runc" {
 				t.Errorf("runc = %+v, %v, want the runc binary", rt, ok)
 			}
-			for _, n := range []string{"nvidia", "gantry"} {
+			for _, n := range names {
 				if rt, ok := reg.Runtime(n); !ok || rt.Program != f.nvRuntime {
 					t.Errorf("%s = %+v, %v, want %s (runtimes %+v)", n, rt, ok, f.nvRuntime, reg.Runtimes)
 				}
@@ -297,7 +335,7 @@ BinaryName = "RUNTIME"
 			b, _ := json.Marshal(reg)
 			t.Logf("CRI: %s; plugins %v", b, status)
 			if c.pod {
-				gpuPod(t, f, dir, sock, c.ctr, env)
+				gpuPod(t, f, dir, sock, c.ctr, handler, env)
 			}
 		})
 	}
@@ -361,9 +399,10 @@ func podReady(t *testing.T, f *fixture, cfg string) string {
 	return cfg
 }
 
-// gpuPod runs a pod through the CRI with the runtime handler nvidia and
+// gpuPod runs a pod through the CRI with the runtime handler given (""
+// for containerd's default runtime: a pod without runtimeClassName) and
 // NVIDIA_VISIBLE_DEVICES=1, and checks that its container sees GPU 1 only.
-func gpuPod(t *testing.T, f *fixture, dir, sock, ctr string, env []string) {
+func gpuPod(t *testing.T, f *fixture, dir, sock, ctr, handler string, env []string) {
 	t.Helper()
 	snapshotter := "native"
 	if f.overlay {
@@ -388,7 +427,7 @@ func gpuPod(t *testing.T, f *fixture, dir, sock, ctr string, env []string) {
 	}
 	t.Cleanup(func() { conn.Close() })
 	e := &criEngine{f: f, dir: dir, sock: sock, state: filepath.Join(dir, "state"), env: env, rt: runtimeapi.NewRuntimeServiceClient(conn)}
-	_, id := e.runPod(t, "ml", "configured", "nvidia", map[string]string{"NVIDIA_VISIBLE_DEVICES": "1"})
+	_, id := e.runPod(t, "ml", "configured", handler, map[string]string{"NVIDIA_VISIBLE_DEVICES": "1"})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := e.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: []string{"sh", "-c", gpuScript}, Timeout: 60})
@@ -396,5 +435,9 @@ func gpuPod(t *testing.T, f *fixture, dir, sock, ctr string, env []string) {
 		t.Fatalf("exec in the GPU pod: %v (exit %d)\n%s%s", err, res.GetExitCode(), res.GetStdout(), res.GetStderr())
 	}
 	out := string(res.GetStdout())
-	report(t, f, "a pod with runtimeClassName nvidia (handler nvidia) and NVIDIA_VISIBLE_DEVICES=1 on the configured Debian file", checkOnlyGPU1(f, out), out)
+	what := "a pod with runtimeClassName nvidia (handler nvidia)"
+	if handler == "" {
+		what = "a pod without runtimeClassName (containerd's default runtime)"
+	}
+	report(t, f, what+" and NVIDIA_VISIBLE_DEVICES=1 on the configured Debian file", checkOnlyGPU1(f, out), out)
 }
