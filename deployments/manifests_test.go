@@ -384,9 +384,10 @@ func TestHelmTemplate(t *testing.T) {
 			if name == "defaults" && len(byKind["ServiceMonitor"]) != 0 {
 				t.Errorf("ServiceMonitor rendered by default")
 			}
-			if dra := byKind["dra"]; strings.HasPrefix(name, "dra") {
+			if dra := byKind["dra"]; strings.HasPrefix(name, "dra") || name == "installer" {
 				others, _ := splitDRA(objs)
-				checkDRA(t, dra, others, name == "dra")
+				others, _ = splitInstaller(others)
+				checkDRA(t, dra, others, name == "dra" || name == "installer")
 				if name == "dra-sim" {
 					ds := draDaemonSet(t, dra)
 					if ds.Spec.Template.Spec.RuntimeClassName != nil {
