@@ -17,6 +17,7 @@ import (
 
 	gconfig "github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/discover"
+	"github.com/gantry-gpu/gantry/internal/gpu/nvml"
 	"github.com/gantry-gpu/gantry/internal/gpuowner"
 	"github.com/gantry-gpu/gantry/internal/health"
 )
@@ -324,7 +325,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
-	p, err := initPlugin(cfg, log)
+	p, err := initPlugin(&cfg, log)
 	if err != nil {
 		// A required IMEX channel that is missing stops the plugin
 		// whatever failOnInitError says, as NVIDIA's does.
@@ -383,18 +384,51 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // initPlugin discovers the GPUs (full NVML discovery: NUMA nodes, NVLinks,
 // MIG devices) and builds the plugin.
-func initPlugin(cfg Config, log *slog.Logger) (*Plugin, error) {
+//
+// Where no runtime injected the driver into the plugin's container (NVIDIA's
+// static DaemonSets name no runtimeClassName, and work only where nvidia is
+// the engine's default runtime), NVML is looked for under the driver roots
+// a plugin pod usually mounts (DriverRootCandidates); the one found becomes
+// cfg's driver root, for health checks too.
+func initPlugin(cfg *Config, log *slog.Logger) (*Plugin, error) {
 	gcfg := gconfig.Default()
 	gcfg.GPUs, gcfg.DriverRoot, gcfg.DevRoot = cfg.Gantry.GPUs, cfg.Flags.NvidiaDriverRoot, cfg.Flags.NvidiaDevRoot
 	sys, err := discover.GPUs(gcfg, false)
+	if err != nil && errors.Is(err, nvml.ErrNoNVML) && !strings.HasPrefix(cfg.Gantry.GPUs, "sim:") &&
+		(cfg.Flags.NvidiaDriverRoot == "" || cfg.Flags.NvidiaDriverRoot == "/") {
+		for _, root := range DriverRootCandidates {
+			if _, serr := os.Stat(root); serr != nil {
+				continue
+			}
+			g := gcfg
+			g.DriverRoot = root
+			if found, ferr := discover.GPUs(g, false); ferr == nil {
+				log.Info("no runtime injected the NVIDIA driver into this container: using the driver under "+root, "gpus", len(found.Devices))
+				cfg.Flags.NvidiaDriverRoot = root
+				sys, err = found, nil
+				break
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("discovering GPUs (%s): %w; no runtime injected the driver into this container and none was found under %s: "+
+				"run the plugin with runtimeClassName: nvidia (or make nvidia the engine's default runtime: gantry runtime configure --set-as-default), "+
+				"or mount the host's driver root into the pod and name it with --nvidia-driver-root (NVIDIA_DRIVER_ROOT)",
+				cfg.Gantry.GPUs, err, strings.Join(DriverRootCandidates, ", "))
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs (%s): %w", cfg.Gantry.GPUs, err)
 	}
 	if sys, err = onlyDevices(sys, cfg.Gantry.Devices, cfg.from("gantry.devices")); err != nil {
 		return nil, err
 	}
-	return New(Options{Config: cfg, System: sys, Log: log})
+	return New(Options{Config: *cfg, System: sys, Log: log})
 }
+
+// DriverRootCandidates are where a plugin pod that no runtime gave the
+// driver may have the host's driver mounted: a driver container's root
+// (GPU Operator), NVIDIA's chart's /driver-root, and the host's / at /host.
+var DriverRootCandidates = []string{"/run/nvidia/driver", "/driver-root", "/host"}
 
 // healthSource is the health Source for the configured backend.
 func healthSource(cfg *Config, policy health.Policy, log *slog.Logger) health.Source {
