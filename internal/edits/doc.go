@@ -22,7 +22,8 @@
 // the fixed environment HookEnv), or a
 // direct patch of an OCI runtime spec (Edits.ApplyToSpec, which a runtime shim
 // uses without forking any hook; symlinks and ld.so.cache entries then land in
-// the root filesystem through package oci, not through the spec).
+// the root filesystem through package containerhook, which package inject
+// runs, not through the spec).
 //
 // # What NVIDIA's stack injects, and what we copy of it (facts, in our words)
 //

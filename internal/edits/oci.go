@@ -20,7 +20,8 @@ var ErrInvalidEdits = errors.New("invalid container edits")
 // allow rule already in force is not added again.
 //
 // Symlinks and LibraryDirs are not represented in an OCI spec; they are made
-// inside the root filesystem (package oci) or by the CDI hooks.
+// inside the root filesystem (package containerhook, run by package inject)
+// or by the CDI hooks.
 func (e *Edits) ApplyToSpec(spec *ocispecs.Spec) error {
 	return e.ApplyToSpecWith(spec, SpecOptions{})
 }
