@@ -604,4 +604,42 @@ func (f *fixture) recordAllocation(t *testing.T, podUID, container, visible stri
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The kubelet drops a deleted pod's entries: left behind, they would
+	// hold the GPUs for the next tests' pods (the runtime refuses a GPU a
+	// running pod holds, and with no kubepods cgroup it counts every
+	// holder as running).
+	t.Cleanup(func() { f.dropAllocations(t, podUID) })
+}
+
+// dropAllocations removes a pod's entries from the kubelet device
+// checkpoint under kubeletDir.
+func (f *fixture) dropAllocations(t *testing.T, podUID string) {
+	path := filepath.Join(f.kubeletDir(), "device-plugins", kubeletckpt.File)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	var cp map[string]any
+	if err := json.Unmarshal(b, &cp); err != nil {
+		t.Error(err)
+		return
+	}
+	data := cp["Data"].(map[string]any)
+	var kept []any
+	for _, e := range data["PodDeviceEntries"].([]any) {
+		if e.(map[string]any)["PodUID"] != podUID {
+			kept = append(kept, e)
+		}
+	}
+	if kept == nil {
+		kept = []any{}
+	}
+	data["PodDeviceEntries"] = kept
+	if b, err = json.Marshal(cp); err == nil {
+		err = os.WriteFile(path, b, 0o600)
+	}
+	if err != nil {
+		t.Error(err)
+	}
 }
