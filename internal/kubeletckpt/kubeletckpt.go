@@ -29,6 +29,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 )
 
@@ -105,6 +106,10 @@ func ReadFile(path string) (*Checkpoint, error) {
 	if st.Size() > MaxSize {
 		return nil, fmt.Errorf("%s is %d bytes, over the %d-byte limit", path, st.Size(), MaxSize)
 	}
+	id := identityOf(path, st)
+	if c := lastRead.get(id); c != nil {
+		return c, nil
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
 	if err != nil {
 		return nil, err
@@ -112,7 +117,50 @@ func ReadFile(path string) (*Checkpoint, error) {
 	if err := cp.parse(data); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	lastRead.put(id, cp)
 	return cp, nil
+}
+
+// A GPU create reads the checkpoint twice (the container's allocation for
+// runtime.kubernetes-env, then who else holds its GPUs): the second read
+// of an unchanged file reuses the first's parse. The kubelet replaces the
+// file by a rename, so its inode, size or mtime tell a new one. Callers
+// must not change a returned Checkpoint.
+type fileIdentity struct {
+	path           string
+	dev, ino, size uint64
+	mtime          int64
+}
+
+func identityOf(path string, st os.FileInfo) fileIdentity {
+	id := fileIdentity{path: path, size: uint64(st.Size()), mtime: st.ModTime().UnixNano()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino = uint64(sys.Dev), sys.Ino
+	}
+	return id
+}
+
+type memo struct {
+	mu sync.Mutex
+	id fileIdentity
+	cp *Checkpoint
+}
+
+var lastRead memo
+
+func (m *memo) get(id fileIdentity) *Checkpoint {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cp != nil && m.id == id {
+		return m.cp
+	}
+	return nil
+}
+
+func (m *memo) put(id fileIdentity, cp *Checkpoint) {
+	m.mu.Lock()
+	m.id, m.cp = id, cp
+	m.mu.Unlock()
 }
 
 // Parse decodes a checkpoint's JSON (for tests and tools; Read reads the file).

@@ -145,3 +145,46 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestReadReusesAnUnchangedFile: a second read of the same file reuses the
+// first parse (a GPU create reads it twice), and a file the kubelet
+// replaced (a rename) is read afresh.
+func TestReadReusesAnUnchangedFile(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile("testdata/kubelet-v1.37.2.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "device-plugins", File)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Error("an unchanged checkpoint was parsed again")
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(`{"Data":{"PodDeviceEntries":[],"RegisteredDevices":{}},"Checksum":0}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Read(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c == a || len(c.For(pod, "a")) != 0 {
+		t.Errorf("the replaced checkpoint was not read afresh: %d entries for container a", len(c.For(pod, "a")))
+	}
+}
