@@ -24,16 +24,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/kubeletckpt"
+	"github.com/gantry-gpu/gantry/internal/ocibundle"
 )
 
 // ErrHeld is wrapped by the refusal: a GPU another running pod holds.
@@ -252,13 +250,5 @@ func draHolders(kubeletDir string, sys *gpu.System) ([]Holder, error) {
 }
 
 func readSmall(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
-	return io.ReadAll(io.LimitReader(f, maxDRACheckpoint))
+	return ocibundle.ReadRegularNoFollow(path, "the DRA plugin's checkpoint", maxDRACheckpoint)
 }

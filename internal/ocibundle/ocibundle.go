@@ -48,7 +48,17 @@ func ReadSpec(dir string) ([]byte, error) {
 // the file in errors. The open does not block (O_NONBLOCK), so a FIFO in the
 // file's place is refused at once.
 func ReadRegular(p, what string, max int64) ([]byte, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	return readRegular(p, what, max, 0)
+}
+
+// ReadRegularNoFollow is ReadRegular for a file that must not be a
+// symbolic link (root's own state files: a link there is refused).
+func ReadRegularNoFollow(p, what string, max int64) ([]byte, error) {
+	return readRegular(p, what, max, syscall.O_NOFOLLOW)
+}
+
+func readRegular(p, what string, max int64, flags int) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC|flags, 0)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", what, err)
 	}
