@@ -11,7 +11,9 @@
 # PATH), PYTHON (a python with torch, default /opt/torch/.venv/bin/python3),
 # CRIU_DIR (an unpacked scripts/install-criu.sh prefix to use when criu is missing),
 # LEAVE (sizes for the --leave-running runs, default the first size; "" none),
-# MIGRATE=0 (no restore onto another GPU).
+# MIGRATE=0 (no restore onto another GPU), ORDER=manual-first (the manual
+# sequence before gantry-runtime at each size), SETTLE=drop (drop the page
+# cache as well as sync before each timed checkpoint; default sync only).
 # For each size and each way: checkpoint time, restore time, image size, and a
 # correctness check: the container's computation (an exact integer recurrence
 # on the GPU, and the ballast tensors summed every 50 steps) goes on after
@@ -157,6 +159,9 @@ one() { # WAY SIZE
   pid=$(pidof_ct "$id")
   local gpumem
   gpumem=$(nvidia-smi --query-compute-apps=used_memory --format=csv,noheader,nounits | awk '{s += $1} END {print s}')
+  # Each way starts with no dirty pages of an earlier run's image waiting to
+  # be written back (the disk's write-back would otherwise fall on the next)
+  settle
   t0=$(now)
   if [ "$way" = gantry ]; then
     "$RT" --root "$STATE" checkpoint --image-path "$img" --work-path "$img.work" "$id" >"$WORK/$id.ckpt" 2>&1
@@ -309,10 +314,24 @@ PY
   rm -rf "$img" "$img.work"
 }
 
+# settle: write back dirty pages (and with SETTLE=drop, drop the page cache)
+# before a timed checkpoint, so no way pays for the one before it.
+settle() {
+  sync
+  [ "${SETTLE:-sync}" = drop ] && echo 3 >/proc/sys/vm/drop_caches
+  return 0
+}
+# ORDER=manual-first runs the manual sequence before gantry-runtime at each
+# size (default gantry first): run both to see what the order costs.
 for s in "${sizes[@]}"; do
   [ "${ONLY_MIGRATE:-0}" = 1 ] && break
-  one gantry "$s"
-  one manual "$s"
+  if [ "${ORDER:-gantry-first}" = manual-first ]; then
+    one manual "$s"
+    one gantry "$s"
+  else
+    one gantry "$s"
+    one manual "$s"
+  fi
 done
 for s in ${LEAVE-${sizes[0]}}; do
   [ "${ONLY_MIGRATE:-0}" = 1 ] && break

@@ -31,7 +31,10 @@
 # spec from `gantry cdi generate` (kind e2e.example.com/gpu, the UUID subset
 # named in a cdi.k8s.io annotation, applied by gantry-runtime through the
 # CNCF CDI library as CDI engines do), where an empty tmpfs covers the host's
-# /usr/local/nvidia so the driver can only come from the spec's mounts.
+# /usr/local/nvidia so the driver can only come from the spec's mounts. Those
+# two write into the image's /usr (the hook's links, the spec's mount points),
+# so their /usr is an overlay: the host's /usr below, a tmpfs above, each host
+# driver file a whiteout in it (the host's /usr is never written).
 # Environment: BIN (gantry, gantry-runtime, runc; default bin/), RUNC (default
 # BIN/runc, else runc in PATH), PYTHON (a python with torch, default
 # /opt/torch/.venv/bin/python3), SIZE_MIB, SUBSET_INDEX (default: 1,3 with 4+
@@ -81,8 +84,10 @@ command -v nvidia-smi >/dev/null || die "nvidia-smi not found: run on a GPU host
 declare -a UUID
 while IFS=', ' read -r idx uuid; do UUID[idx]=$uuid; done < <(nvidia-smi --query-gpu=index,uuid --format=csv,noheader)
 ngpu=${#UUID[@]}
-[ "$ngpu" -ge 2 ] || die "$ngpu GPU(s): NCCL across GPUs needs 2 or more"
+# ONE_GPU=1: a smoke run of the container paths on a one-GPU host (one rank)
+[ "$ngpu" -ge 2 ] || [ "${ONE_GPU:-0}" = 1 ] || die "$ngpu GPU(s): NCCL across GPUs needs 2 or more (ONE_GPU=1 for a one-rank smoke run)"
 case $ngpu in
+  1) SUBSET_INDEX=${SUBSET_INDEX:-0} SUBSET_UUID=${SUBSET_UUID:-0} ;;
   2) SUBSET_INDEX=${SUBSET_INDEX:-1,0} SUBSET_UUID=${SUBSET_UUID:-1,0} ;;
   3) SUBSET_INDEX=${SUBSET_INDEX:-1,2} SUBSET_UUID=${SUBSET_UUID:-2,0} ;;
   *) SUBSET_INDEX=${SUBSET_INDEX:-1,3} SUBSET_UUID=${SUBSET_UUID:-2,0} ;;
@@ -100,6 +105,8 @@ STATE=$WORK/state
 finish() {
   local id
   for id in $("$RUNC" --root "$STATE" list -q 2>/dev/null); do "$RUNC" --root "$STATE" delete --force "$id" >/dev/null 2>&1; done
+  # the hook and CDI runs' overlays (a run cut short)
+  for id in "$WORK"/b-*/usr-overlay; do [ -f "$id" ] && { umount "${id%/*}/rootfs/usr"; umount "${id%/*}/ovl"; } 2>/dev/null; done
   if [ $keep = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap finish EXIT
@@ -279,12 +286,22 @@ make_bundle() {
   mkdir -p "$d/rootfs"/{proc,sys,dev,tmp,etc,usr/lib,usr/lib64,usr/bin,usr/sbin,opt/torch,work,root}
   for l in bin sbin lib lib64; do ln -s usr/$l "$d/rootfs/$l"; done
   if [ "${MODE:-}" = hook ] || [ "${MODE:-}" = cdi ]; then
-    # The hook links the driver's firmware into /lib/firmware and a CDI
-    # spec mounts it there, after runc bound the host's /usr read-only: /lib
-    # is a directory of the rootfs here, its entries links into /usr/lib,
-    # and /lib/firmware a directory of its own.
-    rm "$d/rootfs/lib" && mkdir -p "$d/rootfs/lib/firmware"
-    for e in /usr/lib/*; do [ "${e##*/}" = firmware ] || ln -s "../usr/lib/${e##*/}" "$d/rootfs/lib/${e##*/}"; done
+    # The hook links programs into /usr/bin and the driver's firmware into
+    # /lib/firmware, and a CDI spec mounts files under /usr/share: the image's
+    # /usr must be writable, as an image's is. So /usr is an overlay here, the
+    # host's /usr below and a tmpfs above (the host's /usr is never written),
+    # with every host driver file whited out (an image without the driver),
+    # mounted before the create instead of runc's read-only bind.
+    mkdir -p "$d/ovl" && mount -t tmpfs -o mode=755 tmpfs "$d/ovl" && mkdir -p "$d/ovl/upper" "$d/ovl/work" ||
+      die "could not mount a tmpfs at $d/ovl for the overlay's upper layer"
+    local m rel
+    while read -r m; do
+      rel=${m#/usr/}
+      mkdir -p "$d/ovl/upper/$(dirname "$rel")" && mknod "$d/ovl/upper/$rel" c 0 0 || die "could not white out $m"
+    done <"$WORK/masks"
+    mount -t overlay overlay -o "lowerdir=/usr,upperdir=$d/ovl/upper,workdir=$d/ovl/work" "$d/rootfs/usr" ||
+      die "could not mount an overlay of the host's /usr at $d/rootfs/usr (the hook and CDI runs need a writable /usr)"
+    echo overlay >"$d/usr-overlay"
   fi
   cp /etc/ld.so.cache "$d/rootfs/etc/" 2>/dev/null
   cp -r /etc/ld.so.conf /etc/ld.so.conf.d "$d/rootfs/etc/" 2>/dev/null
@@ -307,7 +324,7 @@ pr["cwd"] = "/work"
 pr["args"] = ["/bin/sh", "-c",
     'echo "ns-net=$(readlink /proc/self/ns/net)"; grep " /usr/local/nvidia " /proc/self/mountinfo | sed "s/^/mnt: /"; '
     'for f in $MASKS; do [ -s "$f" ] && echo "visible: $f"; done; '
-    'nvidia-smi -L; echo "smi-exit=$?"; '
+    'command -v nvidia-smi; nvidia-smi -L 2>&1; echo "smi-exit=$?"; '
     f'"{py}" -m torch.distributed.run --standalone --nproc_per_node={nproc} /work/nccl.py; echo "rc=$?"']
 mode = os.environ.get("MODE", "runtime")
 pr["env"] = ["PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -326,7 +343,10 @@ s["linux"]["namespaces"] = [n for n in s["linux"]["namespaces"] if n["type"] != 
 s["mounts"] = [m for m in s["mounts"] if m["destination"] != "/dev/shm"]
 s["mounts"].append({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
                     "options": ["nosuid", "nodev", "mode=1777", "size=2g"]})
-for src, dst, opt in [("/usr", "/usr", "ro"), ("/opt/torch", "/opt/torch", "ro"), (work + "/prog", "/work", "ro")]:
+binds = [("/opt/torch", "/opt/torch", "ro"), (work + "/prog", "/work", "ro")]
+if not os.path.exists(d + "/usr-overlay"):
+    binds.insert(0, ("/usr", "/usr", "ro"))
+for src, dst, opt in binds:
     s["mounts"].append({"destination": dst, "type": "bind", "source": src, "options": ["rbind", opt]})
 if mode == "hook":
     # what `docker run --gpus` adds to config.json (dockerd then runs plain runc)
@@ -356,6 +376,7 @@ ct_run() {
   timeout "$RUN_TIMEOUT" "$rt" --root "$STATE" run --bundle "$b" "nccl-$name" </dev/null >"$WORK/$name.out" 2>&1
   echo "runtime-rc=$?" >>"$WORK/$name.out"
   "$RUNC" --root "$STATE" delete --force "nccl-$name" >/dev/null 2>&1
+  if [ -f "$b/usr-overlay" ]; then umount "$b/rootfs/usr"; umount "$b/ovl"; fi
 }
 
 # The host's driver files under /usr, outside /usr/local/nvidia: masked in every container.
@@ -398,7 +419,7 @@ report() {
     local w
     w=$(tr ',' '\n' <<<"$want" | sort | tr '\n' ' ')
     if [ "$got" = "$w" ]; then PASS "$name: nvidia-smi -L in the container lists exactly $got"
-    else FAIL "$name: nvidia-smi -L in the container lists '$got', want '$w'"; fi
+    else FAIL "$name: nvidia-smi -L in the container lists '$got', want '$w' ($(sed -n 's/^smi-exit=//p' "$out" | sed 's/^/exit /'): $(grep -v '^\(ns-net=\|mnt: \|visible: \)' "$out" | sed -n '1,/^smi-exit=/p' | head -4 | tr '\n' ' ')"; fi
     echo "     | torch.cuda in the container: $(sed -n 's/^TORCH-GPUS //p' "$out" | head -1)"
     if [ "$(sed -n 's/^ns-net=//p' "$out")" = "$(readlink /proc/self/ns/net)" ]; then
       echo "     | network: the host's namespace (torchrun's rendezvous on localhost)"
