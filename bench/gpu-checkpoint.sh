@@ -146,7 +146,7 @@ cuda_pids() {
 
 table=()
 one() { # WAY SIZE
-  local way=$1 size=$2 id=ck-$1-$2 b=$WORK/b-$1-$2 img=$WORK/img-$1-$2 t0 t1 t2 t3 at pid
+  local way=$1 size=$2 id=ck-$1-$2 b=$WORK/b-$1-$2 img=$WORK/img-$1-$2 t0 t1 t2 t3 tc= at pid
   make_bundle "$b" "$size" >/dev/null
   # The container's stdout and stderr are a pipe, as an engine's shim gives
   # it: CRIU cannot dump a descriptor of a host file outside the
@@ -170,10 +170,13 @@ one() { # WAY SIZE
     cp=$(cuda_pids "$pid" | tr '\n' ' ')
     "$BIN/gantry" cuda-checkpoint --timeout-ms 30000 lock $cp >"$WORK/$id.ckpt" 2>&1 &&
       "$BIN/gantry" cuda-checkpoint checkpoint $cp >>"$WORK/$id.ckpt" 2>&1 &&
+      tc=$(now) &&
       "$RUNC" --root "$STATE" checkpoint --image-path "$img" --work-path "$img.work" "$id" >>"$WORK/$id.ckpt" 2>&1
   fi
   local rc=$?
   t1=$(now)
+  [ "$way" = manual ] && [ -n "${tc:-}" ] &&
+    echo "   manual ${size}G checkpoint phases (s): CUDA lock+checkpoint $(secs "$t0" "$tc"), runc checkpoint $(secs "$tc" "$t1")"
   [ $rc = 0 ] || { FAIL "$way ${size}G: checkpoint: $(tail -5 "$WORK/$id.ckpt"; grep Error "$img.work/dump.log" | tail -5)"; "$RUNC" --root "$STATE" delete -f "$id"; return; }
   "$RUNC" --root "$STATE" delete "$id" 2>/dev/null
   at=$(steps "$b")
