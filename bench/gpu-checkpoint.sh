@@ -13,7 +13,8 @@
 # LEAVE (sizes for the --leave-running runs, default the first size; "" none),
 # MIGRATE=0 (no restore onto another GPU), ORDER=manual-first (the manual
 # sequence before gantry-runtime at each size), SETTLE=drop (drop the page
-# cache as well as sync before each timed checkpoint; default sync only).
+# cache as well as sync before each timed checkpoint; default sync only),
+# PASSES=N (every size N times, in the same order).
 # For each size and each way: checkpoint time, restore time, image size, and a
 # correctness check: the container's computation (an exact integer recurrence
 # on the GPU, and the ballast tensors summed every 50 steps) goes on after
@@ -146,7 +147,8 @@ cuda_pids() {
 
 table=()
 one() { # WAY SIZE
-  local way=$1 size=$2 id=ck-$1-$2 b=$WORK/b-$1-$2 img=$WORK/img-$1-$2 t0 t1 t2 t3 tc= at pid
+  local way=$1 size=$2 p=${3:+-p$3} id b img t0 t1 t2 t3 tc= at pid
+  id=ck-$1-$2$p b=$WORK/b-$1-$2$p img=$WORK/img-$1-$2$p
   make_bundle "$b" "$size" >/dev/null
   # The container's stdout and stderr are a pipe, as an engine's shim gives
   # it: CRIU cannot dump a descriptor of a host file outside the
@@ -212,7 +214,7 @@ one() { # WAY SIZE
   fi
   [ "$way" = gantry ] && { [ "$modes" = 0 ] && PASS "gantry ${size}G: image files 0600, directories 0700" || FAIL "gantry ${size}G: $modes image entries not 0600/0700"; }
   "$RUNC" --root "$STATE" delete -f "$id" 2>/dev/null
-  table+=("$(printf '%-7s %5s GiB  GPU mem %6s MiB  checkpoint %6s s  restore %6s s  image %6s GB  %5s GB/s written' "$way" "$size" "$gpumem" "$(secs "$t0" "$t1")" "$(secs "$t2" "$t3")" "$size_img" "$(awk -v g="$size_img" -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", g / (b - a)}')")")
+  table+=("$(printf '%-9s %5s GiB  GPU mem %6s MiB  checkpoint %6s s  restore %6s s  image %6s GB  %5s GB/s written' "$way${3:+ #$3}" "$size" "$gpumem" "$(secs "$t0" "$t1")" "$(secs "$t2" "$t3")" "$size_img" "$(awk -v g="$size_img" -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", g / (b - a)}')")")
   rm -rf "$img" "$img.work"
 }
 
@@ -326,15 +328,20 @@ settle() {
 }
 # ORDER=manual-first runs the manual sequence before gantry-runtime at each
 # size (default gantry first): run both to see what the order costs.
-for s in "${sizes[@]}"; do
-  [ "${ONLY_MIGRATE:-0}" = 1 ] && break
-  if [ "${ORDER:-gantry-first}" = manual-first ]; then
-    one manual "$s"
-    one gantry "$s"
-  else
-    one gantry "$s"
-    one manual "$s"
-  fi
+# PASSES=N times over every size (rows numbered #1..#N): the first pass of a
+# fresh machine may pay for first touches of host memory the later ones reuse.
+for pass in $(seq "${PASSES:-1}"); do
+  [ "${PASSES:-1}" = 1 ] && pass=
+  for s in "${sizes[@]}"; do
+    [ "${ONLY_MIGRATE:-0}" = 1 ] && break
+    if [ "${ORDER:-gantry-first}" = manual-first ]; then
+      one manual "$s" $pass
+      one gantry "$s" $pass
+    else
+      one gantry "$s" $pass
+      one manual "$s" $pass
+    fi
+  done
 done
 for s in ${LEAVE-${sizes[0]}}; do
   [ "${ONLY_MIGRATE:-0}" = 1 ] && break
