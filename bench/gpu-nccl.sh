@@ -323,7 +323,11 @@ pr["terminal"] = False
 pr["cwd"] = "/work"
 pr["args"] = ["/bin/sh", "-c",
     'echo "ns-net=$(readlink /proc/self/ns/net)"; grep " /usr/local/nvidia " /proc/self/mountinfo | sed "s/^/mnt: /"; '
-    'for f in $MASKS; do [ -s "$f" ] && echo "visible: $f"; done; '
+    # a host driver file at its path: masked (a bind of /dev/null, empty) or,
+    # under the overlay, a whiteout; what is there now is Gantry's (a link into
+    # its tree at /usr/local/nvidia, or a mount the hook or spec made)
+    'for f in $MASKS; do [ -s "$f" ] || continue; case "$(readlink "$f")" in /usr/local/nvidia/*) continue;; esac; '
+    'grep -q " $f " /proc/self/mountinfo && continue; echo "visible: $f"; done; '
     'command -v nvidia-smi; nvidia-smi -L 2>&1; echo "smi-exit=$?"; '
     f'"{py}" -m torch.distributed.run --standalone --nproc_per_node={nproc} /work/nccl.py; echo "rc=$?"']
 mode = os.environ.get("MODE", "runtime")
@@ -358,7 +362,10 @@ if mode == "cdi":
     s["annotations"] = {"cdi.k8s.io/nccl": ",".join("e2e.example.com/gpu=" + v for v in vis.split(","))}
 # The host's driver files under /usr (outside /usr/local/nvidia, which Gantry's
 # tree covers) masked: the driver can only come from Gantry.
-s["linux"]["maskedPaths"] = s["linux"].get("maskedPaths", []) + masks
+# (Under the overlay they are whiteouts already, and a mask would cover what
+# the hook or the spec puts there.)
+if not os.path.exists(d + "/usr-overlay"):
+    s["linux"]["maskedPaths"] = s["linux"].get("maskedPaths", []) + masks
 json.dump(s, open(p, "w"), indent=1)
 PY
 }
@@ -412,7 +419,8 @@ report() {
   grep -q 'NCCL_NVLS_ENABLE set by environment to 0' "$out" || seen="NCCL did not log NCCL_NVLS_ENABLE (older NCCL?)"
   if [ "$nvls" != 0 ]; then FAIL "$name: NVLS in use or available: $(grep -m2 'NVLS' "$out" | tr '\n' ' ')"
   else PASS "$name: NVLS off: no NVLS channel; $seen"; fi
-  case $tr in *P2P*) PASS "$name: transport $tr; graph ${nvl:-?}" ;; *) FAIL "$name: transport '${tr:-none logged}', not P2P; graph ${nvl:-?}" ;; esac
+  if [ "$ngpu" = 1 ]; then echo "     | one GPU: no transport between ranks to judge"
+  else case $tr in *P2P*) PASS "$name: transport $tr; graph ${nvl:-?}" ;; *) FAIL "$name: transport '${tr:-none logged}', not P2P; graph ${nvl:-?}" ;; esac; fi
   grep -m4 ' via \| type [A-Z]*/' "$out" | sed 's/^/     | /'
   if [ -n "$want" ]; then
     got=$(sed -n 's/^GPU [0-9]*:.*(UUID: \(GPU-[^)]*\)).*/\1/p' "$out" | sort | tr '\n' ' ')
