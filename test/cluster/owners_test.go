@@ -26,7 +26,7 @@ func TestPluginsRefuseOverlap(t *testing.T) {
 		}
 	}
 	if dp == 0 || draGPUs == 0 {
-		t.Skipf("needs both plugins on the node (%d nvidia.com/gpu, %d DRA GPUs)", dp, draGPUs)
+		t.Skipf("needs both plugins on the node (%d nvidia.com/gpu, %d DRA GPUs): up.sh --dra on a node of 2 GPUs or more", dp, draGPUs)
 	}
 	all := make([]string, len(host))
 	for i := range host {
