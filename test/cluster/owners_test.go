@@ -43,8 +43,12 @@ func TestPluginsRefuseOverlap(t *testing.T) {
 	}
 	logs := func(label string) string {
 		var b strings.Builder
-		for _, prev := range []string{"--previous", ""} {
-			out, _ := k.run("logs", "-n", "kube-system", "-l", "app.kubernetes.io/name="+label, "--tail=50", prev)
+		for _, prev := range []bool{true, false} {
+			args := []string{"logs", "-n", "kube-system", "-l", "app.kubernetes.io/name=" + label, "--tail=50"}
+			if prev {
+				args = append(args, "--previous")
+			}
+			out, _ := k.run(args...)
 			b.WriteString(out)
 		}
 		return b.String()
