@@ -7,6 +7,9 @@
 #
 #   bench/cluster-pod-start.sh [--rounds N] [--gpus N]     (default 10 rounds, 1 GPU)
 # Needs the cluster up (KUBECONFIG defaults to /etc/gantry-k8s/admin.conf).
+# Its pods carry NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+# NVSHMEM_DISABLE_NVLS=1, as the scenario tests' do: NVLink multicast off on
+# the shared multi-GPU hosts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=10 gpus=1
@@ -43,6 +46,7 @@ $rc
     image: localhost/gantry-k8s/probe:1
     imagePullPolicy: Never
     command: ["sleep", "3600"]
+    env: [{name: NCCL_NVLS_ENABLE, value: "0"}, {name: TORCH_SYMM_MEM_DISABLE_MULTICAST, value: "1"}, {name: NVSHMEM_DISABLE_NVLS, value: "1"}]
 $res
 YAML
 }

@@ -193,7 +193,8 @@ func TestCheckpointGPUPod(t *testing.T) {
 	// of a checkpoint archive; containerd 2.4's CRI has no such path, and
 	// the archive's path is no image name.
 	restore := fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: restored\nspec:\n  restartPolicy: Never\n  runtimeClassName: nvidia\n"+
-		"  containers:\n  - name: main\n    image: %s\n    imagePullPolicy: Never\n    resources:\n      limits:\n        nvidia.com/gpu: 1\n", archive)
+		"  containers:\n  - name: main\n    image: %s\n    imagePullPolicy: Never\n    resources:\n      limits:\n        nvidia.com/gpu: 1\n", archive) +
+		multicastOffEnv("    ")
 	k.apply(restore)
 	var why string
 	k.eventually(120*time.Second, "the restore pod's state", func() string {

@@ -16,6 +16,15 @@
 //
 //	make e2e-cluster-dra
 //
+// With up.sh --dra-only the DRA plugin publishes every GPU and there is no
+// device plugin: the device plugin scenarios (newKube) skip, and
+// TestDRAClaimTwoGPUsCEL finds its two GPUs on a 2-GPU node.
+//
+// Every container the tests start carries NCCL_NVLS_ENABLE=0,
+// TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 (NVLink
+// multicast off on the shared multi-GPU hosts): podSpec adds them, and
+// kube.apply refuses a manifest with a container without them.
+//
 // KUBECONFIG defaults to /etc/gantry-k8s/admin.conf and the binaries to
 // bin/cluster (GANTRY_CLUSTER_BIN).
 package cluster

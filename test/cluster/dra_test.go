@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // The DRA scenarios run on a cluster brought up with the DRA plugin beside
@@ -31,14 +32,11 @@ const (
 	draCDIDir = "/var/run/cdi"
 )
 
-// newDRA is newKube for a cluster with the DRA plugin; the test skips
+// newDRA is newCluster for a cluster with the DRA plugin; the test skips
 // without it.
 func newDRA(t *testing.T) *kube {
 	t.Helper()
-	k := newKube(t)
-	if _, err := k.run("get", "daemonset", "-n", "kube-system", "gantry-dra"); err != nil {
-		t.Skip("the cluster runs no DRA plugin: bring it up with test/cluster/up.sh --dra (make e2e-cluster-dra)")
-	}
+	k := openKube(t, "gantry-dra", "the cluster runs no DRA plugin: bring it up with test/cluster/up.sh --dra (make e2e-cluster-dra)")
 	// The pods go gracefully before newKube's forced deletion: the API
 	// server drops a pod only once the kubelet has stopped it and
 	// unprepared its claims. A forced deletion drops it at once; the
@@ -81,9 +79,9 @@ func (k *kube) waitUnprepared(uid string) {
 // draDevice is one device of the node's ResourceSlices, with the
 // attributes the tests read.
 type draDevice struct {
-	Name, UUID, Type, Product, Profile, ParentUUID string
-	Minor, ParentMinor                             int
-	Memory                                         string
+	Name, UUID, Type, Product, Arch, Profile, ParentUUID string
+	Minor, ParentMinor                                   int
+	Memory                                               string
 }
 
 // draDevices lists the devices the DRA plugin publishes for the node.
@@ -129,7 +127,7 @@ func (k *kube) draDevices() []draDevice {
 		for _, d := range s.Spec.Devices {
 			out = append(out, draDevice{
 				Name: d.Name, UUID: str(d.Attributes, "uuid"), Type: str(d.Attributes, "type"),
-				Product: str(d.Attributes, "productName"), Profile: str(d.Attributes, "profile"),
+				Product: str(d.Attributes, "productName"), Arch: str(d.Attributes, "architecture"), Profile: str(d.Attributes, "profile"),
 				ParentUUID: str(d.Attributes, "parentUUID"), Minor: num(d.Attributes, "minor"),
 				ParentMinor: num(d.Attributes, "parentMinor"), Memory: d.Capacity["memory"].Value,
 			})
@@ -324,6 +322,114 @@ func TestDRAClaimSelectsGPUByCEL(t *testing.T) {
 		t.Fatalf("allocated %s (%+v): not a published GPU of product %q", got[0], d, product)
 	}
 	checkSeesGPU(t, "cel", sec, d.Minor, d.UUID)
+	if _, err := os.Stat(specPath(c.Metadata.UID)); err != nil {
+		t.Errorf("the claim's CDI spec: %v", err)
+	}
+}
+
+// DRA scenario 1b: a ResourceClaimTemplate for 2 GPUs (count 2) whose CEL
+// selector asks for a product, its architecture and at least its memory
+// gets two matching GPUs; the pod sees exactly their two device nodes and
+// UUIDs (nvidia-smi -L), loads libcuda, and with GANTRY_CLUSTER_REAL_GPU
+// set runs cuda-check's kernel on each of the two. It needs 2 GPUs of one
+// product published by the DRA plugin: on a 2-GPU node the --dra split
+// leaves it one, so it skips there; up.sh --dra-only gives it every GPU.
+func TestDRAClaimTwoGPUsCEL(t *testing.T) {
+	k := newDRA(t)
+	devs := k.draDevices()
+	byProduct := map[string][]draDevice{}
+	var products []string
+	for _, d := range devs {
+		if d.Type == "gpu" {
+			if len(byProduct[d.Product]) == 0 {
+				products = append(products, d.Product)
+			}
+			byProduct[d.Product] = append(byProduct[d.Product], d)
+		}
+	}
+	sort.Slice(products, func(i, j int) bool { return len(byProduct[products[i]]) > len(byProduct[products[j]]) })
+	if len(products) == 0 || len(byProduct[products[0]]) < 2 {
+		t.Skipf("needs 2 GPUs of one product published by the DRA plugin, it publishes %+v: "+
+			"bring the cluster up with test/cluster/up.sh --dra-only (every GPU to the DRA plugin)", devs)
+	}
+	gpus := byProduct[products[0]]
+	product, arch := gpus[0].Product, gpus[0].Arch
+	if arch == "" {
+		t.Fatalf("the DRA plugin's GPU %s has no architecture attribute: %+v", gpus[0].Name, gpus[0])
+	}
+	// The least memory of the product's GPUs, so that the selector keeps
+	// them all.
+	var memory resource.Quantity
+	for i, g := range gpus {
+		q, err := resource.ParseQuantity(g.Memory)
+		if err != nil {
+			t.Fatalf("the DRA plugin's GPU %s: memory capacity %q: %v", g.Name, g.Memory, err)
+		}
+		if i == 0 || q.Cmp(memory) < 0 {
+			memory = q
+		}
+	}
+	cel := fmt.Sprintf("device.attributes['%[1]s'].productName == %[2]q && device.attributes['%[1]s'].architecture == %[3]q && "+
+		"device.capacity['%[1]s'].memory.compareTo(quantity(%[4]q)) >= 0", draDriver, product, arch, memory.String())
+	real := os.Getenv("GANTRY_CLUSTER_REAL_GPU") != ""
+	cuda := "cuda-check --load-only"
+	if real {
+		cuda = "cuda-check"
+	}
+	script := strings.Replace(gpuScript, "echo '== end'", "echo '== cuda'; "+cuda+"\necho '== end'", 1)
+	k.apply(claimYAML(true, "two-by-cel", "gpu.nvidia.com", cel, 2))
+	k.apply(claimPod{name: "two", template: "two-by-cel", script: script}.yaml())
+	sec := sections(k.logsUntil("two", "== end", 180*time.Second))
+	t.Logf("CEL selector: %s; pod log: %v", cel, sec)
+
+	c := k.claim(k.claimOf("two"))
+	got := c.allocated()
+	if len(got) != 2 {
+		t.Fatalf("claim allocated %v, want two devices of %s", got, draDriver)
+	}
+	var nodes, uuids []string
+	for _, name := range got {
+		d, ok := findDevice(devs, name)
+		if !ok || d.Type != "gpu" || d.Product != product || d.Arch != arch {
+			t.Fatalf("allocated %s (%+v): not a published GPU of product %q, architecture %q", name, d, product, arch)
+		}
+		nodes = append(nodes, "nvidia"+strconv.Itoa(d.Minor))
+		uuids = append(uuids, d.UUID)
+	}
+	sort.Strings(nodes)
+	sort.Strings(uuids)
+	if nodes[0] == nodes[1] || uuids[0] == uuids[1] {
+		t.Fatalf("the claim's two devices are one GPU: %v %v", nodes, uuids)
+	}
+	if g := gpuNodes(sec["dev"]); !slices.Equal(g, nodes) {
+		t.Errorf("GPU nodes %v, want exactly the claim's %v (/dev: %v)", g, nodes, sec["dev"])
+	}
+	if u := smiUUIDs(sec["smi"]); !slices.Equal(u, uuids) {
+		t.Errorf("nvidia-smi -L lists %v, want exactly the claim's %v (%q)", u, uuids, sec["smi"])
+	}
+	if len(sec["probe"]) < 2 || !strings.HasPrefix(sec["probe"][0], "cuda ") || !strings.HasPrefix(sec["probe"][1], "nvml ") {
+		t.Errorf("probe should load libcuda.so.1 and libnvidia-ml.so.1 from the injected driver, got %q", sec["probe"])
+	}
+	if v := envValue(sec["env"], "NVIDIA_VISIBLE_DEVICES"); v != "void" {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want void (the claim's CDI spec sets it)", v)
+	}
+	cu := sec["cuda"]
+	if len(cu) == 0 || !strings.HasPrefix(cu[len(cu)-1], "cuda-check: OK") {
+		t.Errorf("%s in the pod: %q, want it to end with cuda-check: OK", cuda, cu)
+	}
+	if real {
+		// One kernel per device, each a GPU of the claim.
+		var ran []string
+		for _, l := range cu {
+			if m := regexp.MustCompile(`^cuda-check: device \d+: .*\(UUID: (GPU-[0-9a-f-]+)\)`).FindStringSubmatch(l); m != nil {
+				ran = append(ran, m[1])
+			}
+		}
+		sort.Strings(ran)
+		if !slices.Equal(ran, uuids) || !strings.HasPrefix(cu[len(cu)-1], "cuda-check: OK devices=2 ") {
+			t.Errorf("cuda-check ran on %v (%q), want the claim's two GPUs %v", ran, cu[len(cu)-1], uuids)
+		}
+	}
 	if _, err := os.Stat(specPath(c.Metadata.UID)); err != nil {
 		t.Errorf("the claim's CDI spec: %v", err)
 	}
@@ -651,7 +757,7 @@ func TestDRABesideDevicePlugin(t *testing.T) {
 		}
 	}
 	if dp == 0 || len(draUUIDs) == 0 {
-		t.Skipf("needs both plugins on the node (%d nvidia.com/gpu, %d DRA GPUs; a one-GPU node runs the DRA plugin alone)", dp, len(draUUIDs))
+		t.Skipf("needs both plugins on the node (%d nvidia.com/gpu, %d DRA GPUs; a one-GPU node and up.sh --dra-only run the DRA plugin alone)", dp, len(draUUIDs))
 	}
 	if dp+len(draUUIDs) != len(host) {
 		t.Errorf("%d nvidia.com/gpu + %d DRA GPUs, want the node's %d GPUs", dp, len(draUUIDs), len(host))
@@ -1037,7 +1143,7 @@ spec:
         image: ` + probeImage + `
         imagePullPolicy: Never
         command: ["sh", "-c", ` + string(script) + `]
-        resources:
+` + multicastOffEnv("        ") + `        resources:
           claims:
           - name: gpus
           - name: imex-channel

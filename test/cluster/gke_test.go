@@ -49,7 +49,7 @@ spec:
         imagePullPolicy: Never
         securityContext: {privileged: true}
         command: ["sh", "-c", "cp -a /payload/. /root-on-host/ && echo installed > /root-on-host/.installed"]
-        volumeMounts:
+` + multicastOffEnv("        ") + `        volumeMounts:
         - {name: payload, mountPath: /payload, readOnly: true}
         - {name: root-on-host, mountPath: /root-on-host}
       containers:
@@ -57,7 +57,7 @@ spec:
         image: ` + probeImage + `
         imagePullPolicy: Never
         command: ["sleep", "3600"]
-      volumes:
+` + multicastOffEnv("        ") + `      volumes:
       - name: payload
         hostPath: {path: ` + payload + `, type: Directory}
       - name: root-on-host

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 // kube is a handle on the live cluster for one test: kubectl with the
@@ -32,7 +34,26 @@ const (
 	criSocket    = "/run/gantry-k8s/containerd.sock"
 )
 
+// newKube is newCluster for a test of the device plugin: it skips on a
+// cluster that runs none (up.sh --dra-only, or --dra on a one-GPU node,
+// where the DRA plugin has every GPU).
 func newKube(t *testing.T) *kube {
+	t.Helper()
+	return openKube(t, "gantry", "the cluster runs no device plugin (up.sh --dra-only, or --dra on a one-GPU node: the DRA plugin has every GPU); "+
+		"the device plugin scenarios need test/cluster/up.sh without --dra-only")
+}
+
+// newCluster is newKube for a test that needs no device plugin: it runs
+// on a cluster of any mode.
+func newCluster(t *testing.T) *kube {
+	t.Helper()
+	return openKube(t, "", "")
+}
+
+// openKube connects to the live cluster and makes the test's namespace;
+// the test skips with why when kube-system has no DaemonSet named
+// daemonSet (none asked for when empty).
+func openKube(t *testing.T, daemonSet, why string) *kube {
 	t.Helper()
 	if os.Getenv("GANTRY_CLUSTER") == "" {
 		t.Skip("no live cluster: GANTRY_CLUSTER is not set (make e2e-cluster brings one up and runs these tests)")
@@ -50,6 +71,11 @@ func newKube(t *testing.T) *kube {
 		kc = "/etc/gantry-k8s/admin.conf"
 	}
 	k := &kube{t: t, bin: bin, kubeconfig: kc}
+	if daemonSet != "" {
+		if _, err := k.run("get", "daemonset", "-n", "kube-system", daemonSet); err != nil {
+			t.Skip(why)
+		}
+	}
 	k.ns = "e2e-" + strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "-"))
 	if len(k.ns) > 50 {
 		k.ns = k.ns[:50]
@@ -90,9 +116,13 @@ func (k *kube) must(args ...string) string {
 	return out
 }
 
-// apply applies a manifest in the test's namespace.
+// apply applies a manifest in the test's namespace. A manifest with a
+// container lacking noMulticast's environment is refused (the test fails).
 func (k *kube) apply(manifest string) {
 	k.t.Helper()
+	if err := checkMulticastOff(manifest); err != nil {
+		k.t.Fatalf("%v\n%s", err, manifest)
+	}
 	cmd := exec.Command(filepath.Join(k.bin, "kubectl"), "apply", "-n", k.ns, "-f", "-")
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+k.kubeconfig)
 	cmd.Stdin = strings.NewReader(manifest)
@@ -152,6 +182,50 @@ func (k *kube) podState(pod string) string {
 	return "pod " + pod + ": " + out
 }
 
+// noMulticast is the environment of every container the tests start:
+// NVLink multicast (NVLS) off for NCCL, PyTorch's symmetric memory and
+// NVSHMEM. On the shared multi-GPU hosts the cluster runs on, a program
+// that uses multicast can take the host's GPUs out of service for a day
+// (issue 29). podSpec's containers carry it; hand-written manifests add
+// multicastOffEnv; apply refuses a manifest with a container without it.
+var noMulticast = [][2]string{
+	{"NCCL_NVLS_ENABLE", "0"},
+	{"TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"},
+	{"NVSHMEM_DISABLE_NVLS", "1"},
+}
+
+// multicastOffEnv is a container's env: list of noMulticast, its keys
+// indented by ind (the indentation of the container's name:, image:).
+func multicastOffEnv(ind string) string {
+	var b strings.Builder
+	b.WriteString(ind + "env:\n")
+	for _, e := range noMulticast {
+		fmt.Fprintf(&b, "%s- name: %s\n%s  value: %q\n", ind, e[0], ind, e[1])
+	}
+	return b.String()
+}
+
+// checkMulticastOff fails a manifest in which some document has more
+// containers (image: lines) than settings of any of noMulticast's
+// variables to their value.
+func checkMulticastOff(manifest string) error {
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(manifest, -1) {
+		images := len(regexp.MustCompile(`(?m)^\s*(- )?image:`).FindAllString(doc, -1))
+		if images == 0 {
+			continue
+		}
+		for _, e := range noMulticast {
+			re := regexp.MustCompile(`(?m)^\s*- name: ` + e[0] + `\n\s*value: "?` + e[1] + `"?\s*$`)
+			if n := len(re.FindAllString(doc, -1)); n < images {
+				return fmt.Errorf("a manifest with %d containers sets %s=%s in %d: every container the tests start must have "+
+					"NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 (NVLink multicast off; "+
+					"podSpec adds them, multicastOffEnv writes them)", images, e[0], e[1], n)
+			}
+		}
+	}
+	return nil
+}
+
 type podSpec struct {
 	name, image  string
 	gpus         int  // nvidia.com/gpu limit; 0 for none
@@ -181,6 +255,7 @@ func (p podSpec) container() string {
 	fmt.Fprintf(&b, "  containers:\n  - name: main\n    image: %s\n    imagePullPolicy: Never\n", p.image)
 	script, _ := json.Marshal(p.script)
 	fmt.Fprintf(&b, "    command: [\"sh\", \"-c\", %s]\n", script)
+	b.WriteString(multicastOffEnv("    "))
 	if p.gpus > 0 {
 		fmt.Fprintf(&b, "    resources:\n      limits:\n        nvidia.com/gpu: %d\n", p.gpus)
 	}
@@ -304,4 +379,57 @@ func (k *kube) pluginPod() (name, ip string) {
 func (k *kube) allocatable() string {
 	out, _ := k.run("get", "node", nodeName, "-o", `jsonpath={.status.allocatable.nvidia\.com/gpu}`)
 	return out
+}
+
+// TestPodManifestsTurnMulticastOff needs no cluster: every container of
+// the harness's pod manifests (device plugin pods, claim pods, the Job of
+// TestPendingUntilGPUsFree's shape) has noMulticast's variables in its
+// env as YAML reads it, and apply's check refuses manifests where a
+// container lacks one or sets another value.
+func TestPodManifestsTurnMulticastOff(t *testing.T) {
+	job := "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\nspec:\n  template:\n    spec:\n" +
+		strings.Replace(strings.ReplaceAll(podSpec{image: probeImage, gpus: 2, script: "true"}.container(), "\n  ", "\n      "), "  containers:", "      containers:", 1)
+	for name, m := range map[string]string{
+		"podSpec":  podSpec{name: "p", image: probeImage, gpus: 2, runtimeClass: true, script: gpuScript}.yaml(),
+		"claimPod": claimPod{name: "c", template: "t"}.yaml(),
+		"job":      job,
+	} {
+		if err := checkMulticastOff(m); err != nil {
+			t.Errorf("%s: %v\n%s", name, err, m)
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(m), &obj); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, m)
+		}
+		spec := obj["spec"].(map[string]any)
+		if tmpl, ok := spec["template"].(map[string]any); ok {
+			spec = tmpl["spec"].(map[string]any)
+		}
+		containers, _ := spec["containers"].([]any)
+		if len(containers) != 1 {
+			t.Fatalf("%s: containers %v", name, spec["containers"])
+		}
+		env := map[string]any{}
+		for _, e := range containers[0].(map[string]any)["env"].([]any) {
+			env[e.(map[string]any)["name"].(string)] = e.(map[string]any)["value"]
+		}
+		for _, e := range noMulticast {
+			if env[e[0]] != e[1] {
+				t.Errorf("%s: the container's env has %s=%v, want %q (env %v)", name, e[0], env[e[0]], e[1], env)
+			}
+		}
+	}
+
+	bare := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: a\n    image: x\n"
+	two := bare + multicastOffEnv("    ") + "  - name: b\n    image: x\n"
+	other := strings.Replace(bare+multicastOffEnv("    "), `value: "0"`, `value: "1"`, 1)
+	for name, m := range map[string]string{"no env": bare, "one of two containers": two, "NCCL_NVLS_ENABLE=1": other,
+		"second document": "apiVersion: v1\nkind: ConfigMap\n---\n" + bare} {
+		if err := checkMulticastOff(m); err == nil {
+			t.Errorf("%s: checkMulticastOff accepts\n%s", name, m)
+		}
+	}
+	if err := checkMulticastOff("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n"); err != nil {
+		t.Errorf("a manifest without containers: %v", err)
+	}
 }

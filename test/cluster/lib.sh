@@ -58,6 +58,6 @@ gk_pgrep() {
   local d
   for d in /proc/[0-9]*; do
     [ "${d#/proc/}" = "$$" ] && continue
-    tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -qE -- "$1" && echo "${d#/proc/}"
+    tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -qE -- "$1" && echo "${d#/proc/}"
   done
 }

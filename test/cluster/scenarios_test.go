@@ -138,7 +138,7 @@ func TestPodGetsTwoGPUs(t *testing.T) {
 // NVIDIA_VISIBLE_DEVICES=all (as the CUDA images do) sees no GPU, with
 // Gantry's runtime class and without.
 func TestNoRequestNoGPU(t *testing.T) {
-	k := newKube(t)
+	k := newCluster(t)
 	k.apply(podSpec{name: "nvrc", image: probeAll, runtimeClass: true, script: gpuScript}.yaml())
 	k.apply(podSpec{name: "plain", image: probeAll, script: gpuScript}.yaml())
 	for _, pod := range []string{"nvrc", "plain"} {

@@ -25,6 +25,11 @@
 #                      host the DRA plugin gets the GPU and the device plugin is not
 #                      installed; on simulated GPUs the node also has two IMEX
 #                      channels (imex.nvidia.com). GANTRY_CLUSTER_DRA=1 does the same.
+#   --dra-only         the DRA plugin alone, publishing every GPU; no device plugin
+#                      (nvidia.com/gpu) on the node, and the device plugin scenarios
+#                      skip. For claims of more GPUs than the --dra split leaves the
+#                      DRA plugin (TestDRAClaimTwoGPUsCEL on a 2-GPU host).
+#                      GANTRY_CLUSTER_DRA=only does the same.
 #   --no-gantry        the node as it is before Gantry: containerd without Gantry's
 #                      runtime and no CDI spec, for the node installer DaemonSet to set
 #                      up (TestNodeInstaller); the device plugin DaemonSet selects on
@@ -45,6 +50,8 @@ repo=$PWD
 . test/cluster/lib.sh
 
 mode= profile=h100x8 driver_root= bin=$repo/bin/cluster dra=${GANTRY_CLUSTER_DRA:-} no_gantry=${GANTRY_CLUSTER_NO_GANTRY:-} set_default=
+dra_only=
+[ "$dra" != only ] || dra_only=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --sim) mode=sim; profile=${2:?--sim needs a profile (gantry sim profiles)}; shift 2 ;;
@@ -52,6 +59,7 @@ while [ $# -gt 0 ]; do
     --driver-root) driver_root=${2:?--driver-root needs a directory}; shift 2 ;;
     --bin) bin=$(cd "${2:?--bin needs a directory}" && pwd); shift 2 ;;
     --dra) dra=1; shift ;;
+    --dra-only) dra=1 dra_only=1; shift ;;
     --no-gantry) no_gantry=1; shift ;;
     --set-as-default) set_default=--set-as-default; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -319,9 +327,12 @@ gpus=$("$bin/gantry" --config "$GK_ETC/gantry.toml" info --json | grep -c '"uuid
 # admin splits them (docs/guide.md, "Beside the device plugin"): the device
 # plugin offers the first half (GANTRY_DEVICES), the DRA plugin publishes
 # the rest (GANTRY_DRA_DEVICES); each refuses to start on the other's GPUs.
+# With --dra-only the DRA plugin publishes them all and there is no device
+# plugin.
 dp_gpus=$gpus
 if [ -n "$dra" ]; then
   dp_gpus=$((gpus / 2))
+  [ -z "$dra_only" ] || dp_gpus=0
   dra_devices=$(seq -s, "$dp_gpus" $((gpus - 1)))
 fi
 
