@@ -181,11 +181,22 @@ func (p podSpec) container() string {
 	fmt.Fprintf(&b, "  containers:\n  - name: main\n    image: %s\n    imagePullPolicy: Never\n", p.image)
 	script, _ := json.Marshal(p.script)
 	fmt.Fprintf(&b, "    command: [\"sh\", \"-c\", %s]\n", script)
+	b.WriteString(mcastOffEnv)
 	if p.gpus > 0 {
 		fmt.Fprintf(&b, "    resources:\n      limits:\n        nvidia.com/gpu: %d\n", p.gpus)
 	}
 	return b.String()
 }
+
+// mcastOffEnv is the container env every test pod carries: NVLink multicast
+// off (issue 29: a program that uses it can take a shared host's GPUs out of
+// service for a day). Nothing in the probe image uses it; what a pod of
+// these tests runs must not either.
+const mcastOffEnv = `    env:
+    - {name: NCCL_NVLS_ENABLE, value: "0"}
+    - {name: TORCH_SYMM_MEM_DISABLE_MULTICAST, value: "1"}
+    - {name: NVSHMEM_DISABLE_NVLS, value: "1"}
+`
 
 // gpuScript is what GPU test pods run (busybox sh): the /dev entries, the
 // probe's dlopen of libcuda.so.1 and libnvidia-ml.so.1 by SONAME (the image
