@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,13 +16,16 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gantry-gpu/gantry/internal/gpu"
 	"github.com/gantry-gpu/gantry/internal/kubeletckpt"
 	"github.com/gantry-gpu/gantry/internal/topology"
 )
 
-// Multi-GPU scenarios of issue 29 on the device plugin's road: two pods of
-// two GPUs at once, and the plugin's preferred allocation through the kubelet.
+// Multi-GPU scenarios of issue 29 on the device plugin's road: NCCL across
+// a pod's two GPUs, two pods of two GPUs at once, and the plugin's preferred
+// allocation through the kubelet.
 
 const gpuResource = "nvidia.com/gpu"
 
@@ -280,5 +285,352 @@ func TestPreferredAllocation(t *testing.T) {
 	})
 	if os.Getenv("GANTRY_CLUSTER_REAL_GPU") == "" && slices.Equal(want, lowest) {
 		t.Errorf("on these simulated GPUs (%s) the best pair is the lowest free one: the test cannot tell a preferred allocation from none (use a profile with NUMA or NVLink differences, h100x8)", sys.Backend)
+	}
+}
+
+// hostUserland is the host's /usr for a pod: an overlay whose lower layer is
+// the host's /usr and whose upper layer (and work directory) is on a tmpfs
+// of the test's own, so what the runtime writes into the container's /usr
+// (the driver tree's mount point, links) lands in the tmpfs and never on the
+// host; the host's driver files under /usr outside /usr/local/nvidia are
+// whited out in the upper layer, so the driver can only come from Gantry.
+type hostUserland struct {
+	base, usr string
+	whiteouts []string // container paths of the whited-out host driver files
+}
+
+// driverLibRE names the host driver's files in library folders that
+// bench/gpu-nccl.sh masks: its libraries and the programs some
+// distributions keep there.
+var driverLibRE = regexp.MustCompile(`^(libcuda\.so|libcudadebugger\.so|libnvidia-.*\.so|libnvcuvid\.so|libnvoptix\.so)|^(nvidia-smi|nvidia-debugdump|nvidia-persistenced)$`)
+
+// hostDriverFiles lists the host driver's files under /usr outside
+// /usr/local/nvidia: nvidia-* in the program folders, the libraries up to
+// three folders down in the library folders (Debian's nvidia/current/), and
+// the driver's firmware folder.
+func hostDriverFiles() []string {
+	var out []string
+	for _, d := range []string{"/usr/bin", "/usr/sbin", "/usr/local/bin"} {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "nvidia-") && !e.IsDir() {
+				out = append(out, filepath.Join(d, e.Name()))
+			}
+		}
+	}
+	for _, d := range []string{"/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/local/lib"} {
+		if fi, err := os.Lstat(d); err != nil || !fi.IsDir() {
+			continue // a link (lib64 -> lib) is walked through its target
+		}
+		base := strings.Count(d, "/")
+		filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			if e.IsDir() {
+				if p == "/usr/lib/firmware/nvidia" {
+					out = append(out, p)
+					return filepath.SkipDir
+				}
+				if strings.Count(p, "/")-base >= 3 {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if driverLibRE.MatchString(e.Name()) {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// newHostUserland mounts the overlay (see hostUserland); the test's cleanup
+// deletes pod (which uses it) and then unmounts it.
+func newHostUserland(t *testing.T, k *kube, pod string) *hostUserland {
+	t.Helper()
+	// The pod's /bin, /lib and /lib64 are the probe image's links into
+	// usr/: the host's must be the same, as on merged-/usr hosts (Ubuntu
+	// 24.04, Debian 12), for the ELF interpreter and the loader's search path.
+	for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
+		if dst, err := os.Readlink("/" + l); err != nil || strings.TrimPrefix(dst, "/") != "usr/"+l {
+			t.Skipf("the host's /%s is not a link to usr/%s (%q, %v): the pod gets the host's /usr only, so the host must have a merged /usr", l, l, dst, err)
+		}
+	}
+	base, err := os.MkdirTemp("/run", "gantry-e2e-usr.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &hostUserland{base: base, usr: filepath.Join(base, "usr")}
+	if err := unix.Mount("tmpfs", base, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=512m,mode=0755"); err != nil {
+		os.Remove(base)
+		t.Fatalf("tmpfs for the pod's /usr overlay: %v", err)
+	}
+	t.Cleanup(func() {
+		// The pod first: it holds the overlay. Then lazily, so a container
+		// still being torn down cannot keep it; nothing is removed below
+		// base but the tmpfs itself, never a file through the overlay.
+		k.run("delete", "pod", "-n", k.ns, pod, "--grace-period=0", "--force", "--wait=true")
+		if err := unix.Unmount(u.usr, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+			t.Errorf("unmounting %s: %v", u.usr, err)
+		}
+		if err := unix.Unmount(base, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", base, err)
+		}
+		os.Remove(base)
+	})
+	upper, work := filepath.Join(base, "upper"), filepath.Join(base, "work")
+	for _, d := range []string{upper, work, u.usr} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range hostDriverFiles() {
+		rel := strings.TrimPrefix(f, "/usr/")
+		w := filepath.Join(upper, rel)
+		if err := os.MkdirAll(filepath.Dir(w), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// An overlay whiteout: a character device 0:0 in the upper layer.
+		if err := unix.Mknod(w, unix.S_IFCHR|0o000, 0); err != nil {
+			t.Fatalf("whiteout of %s: %v", f, err)
+		}
+		u.whiteouts = append(u.whiteouts, f)
+	}
+	opts := "lowerdir=/usr,upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("overlay", u.usr, "overlay", unix.MS_NODEV, opts); err != nil {
+		t.Fatalf("overlay of the host's /usr (%s): %v", opts, err)
+	}
+	t.Logf("the pod's /usr: overlay of the host's /usr at %s, upper on a tmpfs, %d host driver files whited out %v", u.usr, len(u.whiteouts), u.whiteouts[:min(4, len(u.whiteouts))])
+	return u
+}
+
+// ncclProgram is bench/gpu-nccl.py's absolute path (go test runs in
+// test/cluster; gpu-e2e.sh runs cluster.test in the repository root).
+func ncclProgram() string {
+	for _, p := range []string{"../../bench/gpu-nccl.py", "bench/gpu-nccl.py"} {
+		if abs, err := filepath.Abs(p); err == nil {
+			if _, err := os.Stat(abs); err == nil {
+				return abs
+			}
+		}
+	}
+	return ""
+}
+
+// cudaSmoke is Python the pod runs first with the host's python: the CUDA
+// driver API through ctypes from libcuda.so.1 (which only Gantry put there)
+// and the UUID of each device it sees, in the TORCH-GPUS form of
+// bench/gpu-nccl.py.
+const cudaSmoke = `import ctypes, sys
+print("python", sys.version.split()[0], sys.executable)
+c = ctypes.CDLL("libcuda.so.1")
+rc = c.cuInit(0)
+if rc != 0:
+    sys.exit(f"cuInit: {rc}")
+v, n = ctypes.c_int(), ctypes.c_int()
+c.cuDriverGetVersion(ctypes.byref(v))
+c.cuDeviceGetCount(ctypes.byref(n))
+uu = []
+for i in range(n.value):
+    d, b = ctypes.c_int(), (ctypes.c_ubyte * 16)()
+    if c.cuDeviceGet(ctypes.byref(d), i) != 0 or c.cuDeviceGetUuid(b, d) != 0:
+        sys.exit(f"device {i}: no UUID")
+    h = bytes(b).hex()
+    uu.append(f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+lib = [l.split()[-1] for l in open("/proc/self/maps") if "libcuda.so" in l]
+print("CUDA-DRIVER", v.value, lib[0] if lib else "?")
+print("CUDA-GPUS", n.value, " ".join(uu))
+`
+
+// ncclScript is the pod's script (the host's sh: the pod's /usr is the
+// host's), in sections as gpuScript's.
+const ncclScript = `exec 2>&1
+echo '== dev'; ls -1 /dev
+echo '== env'; env | grep '^NVIDIA_' | sort
+echo '== mnt'; grep ' /usr/local/nvidia ' /proc/self/mountinfo
+echo '== visible'; for f in $HOST_DRIVER_FILES; do [ -e "$f" ] && echo "$f"; done
+echo '== smi'; nvidia-smi -L
+echo '== cuda'; "$PY" -c "$CUDA_SMOKE"; echo "rc=$?"
+echo '== nccl'
+if [ -n "$SMOKE_ONLY" ]; then echo skipped; else "$PY" -m torch.distributed.run --standalone --nproc_per_node=2 /work/nccl.py; echo "rc=$?"; fi
+echo '== end'`
+
+// TestNCCLPodTwoGPUs: a pod with nvidia.com/gpu: 2 and runtimeClassName
+// nvidia runs bench/gpu-nccl.py under torchrun, one process per GPU (two
+// ranks), with NCCL: all-reduce exact, bus bandwidth of 256 MiB float32
+// (5 timed iterations), the NCCL transport (P2P expected; NVLS off), and
+// the GPUs that CUDA, torch and the injected nvidia-smi see are exactly the
+// two UUIDs of NVIDIA_VISIBLE_DEVICES. The pod's image (the probe's) has no
+// Python: the pod gets the host's userland as an overlay of the host's /usr
+// (newHostUserland: writable into a tmpfs, the host's driver whited out)
+// and the torch tree read-only, so the driver comes from Gantry alone.
+//
+// Real GPUs only (GANTRY_CLUSTER_REAL_GPU, 2 or more offered, a torch
+// python at GANTRY_CLUSTER_TORCH, default /opt/torch/.venv/bin/python3).
+// GANTRY_CLUSTER_NCCL_SMOKE=1 runs the plumbing alone on simulated GPUs:
+// the same pod and checks with the CUDA driver API from python
+// (GANTRY_CLUSTER_TORCH=/usr/bin/python3) in place of torch.
+func TestNCCLPodTwoGPUs(t *testing.T) {
+	k := newKube(t)
+	smoke := os.Getenv("GANTRY_CLUSTER_NCCL_SMOKE") != ""
+	if !smoke && os.Getenv("GANTRY_CLUSTER_REAL_GPU") == "" {
+		t.Skip("NCCL needs real GPUs: GANTRY_CLUSTER_REAL_GPU is not set (test/cluster/gpu-e2e.sh sets it); GANTRY_CLUSTER_NCCL_SMOKE=1 GANTRY_CLUSTER_TORCH=/usr/bin/python3 runs the pod's plumbing without torch")
+	}
+	if n := k.allocatableGPUs(); n < 2 {
+		t.Skipf("NCCL across GPUs needs 2 nvidia.com/gpu allocatable on the node, it has %d", n)
+	}
+	py := os.Getenv("GANTRY_CLUSTER_TORCH")
+	if py == "" {
+		py = "/opt/torch/.venv/bin/python3"
+	}
+	if !filepath.IsAbs(py) {
+		t.Fatalf("GANTRY_CLUSTER_TORCH=%s: want an absolute path of a python on the node", py)
+	}
+	check := "import sys"
+	if !smoke {
+		check = "import torch, torch.distributed"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, py, "-c", check).CombinedOutput(); err != nil {
+		t.Skipf("no python for the pod: %s -c %q: %v %s (set GANTRY_CLUSTER_TORCH)", py, check, err, out)
+	}
+	prog := ncclProgram()
+	if prog == "" && !smoke {
+		t.Fatal("bench/gpu-nccl.py not found from here: run from the repository root or test/cluster")
+	}
+	// The python's tree, read-only, where it is not under /usr: the first
+	// two components (/opt/torch for /opt/torch/.venv/bin/python3).
+	var pyTree string
+	if !strings.HasPrefix(py, "/usr/") {
+		parts := strings.SplitN(strings.TrimPrefix(py, "/"), "/", 3)
+		if len(parts) < 3 {
+			t.Fatalf("GANTRY_CLUSTER_TORCH=%s: want a python under /usr or two folders down (/opt/torch/...)", py)
+		}
+		pyTree = "/" + parts[0] + "/" + parts[1]
+	}
+	const pod = "nccl"
+	u := newHostUserland(t, k, pod)
+	smokeOnly := ""
+	if smoke {
+		smokeOnly = "1"
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 0\n  runtimeClassName: nvidia\n", pod)
+	script, _ := json.Marshal(ncclScript)
+	fmt.Fprintf(&b, "  containers:\n  - name: main\n    image: %s\n    imagePullPolicy: Never\n    command: [\"/bin/sh\", \"-c\", %s]\n", probeImage, script)
+	b.WriteString(mcastOffEnv)
+	for _, kv := range [][2]string{
+		{"PATH", "/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		{"HOME", "/root"}, {"PYTHONDONTWRITEBYTECODE", "1"}, {"OMP_NUM_THREADS", "4"},
+		{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_SUBSYS", "INIT,ENV,GRAPH"},
+		{"SIZE_MIB", "256"}, {"ITERS", "5"},
+		{"PY", py}, {"CUDA_SMOKE", cudaSmoke}, {"HOST_DRIVER_FILES", strings.Join(u.whiteouts, " ")},
+		{"SMOKE_ONLY", smokeOnly},
+	} {
+		v, _ := json.Marshal(kv[1])
+		fmt.Fprintf(&b, "    - {name: %s, value: %s}\n", kv[0], v)
+	}
+	fmt.Fprintf(&b, "    resources:\n      limits:\n        %s: 2\n", gpuResource)
+	b.WriteString("    volumeMounts:\n    - {name: usr, mountPath: /usr}\n    - {name: shm, mountPath: /dev/shm}\n")
+	if pyTree != "" {
+		fmt.Fprintf(&b, "    - {name: pytree, mountPath: %s, readOnly: true}\n", pyTree)
+	}
+	if prog != "" {
+		b.WriteString("    - {name: prog, mountPath: /work/nccl.py, readOnly: true}\n")
+	}
+	fmt.Fprintf(&b, "  volumes:\n  - {name: usr, hostPath: {path: %s, type: Directory}}\n", u.usr)
+	b.WriteString("  - {name: shm, emptyDir: {medium: Memory, sizeLimit: 2Gi}}\n")
+	if pyTree != "" {
+		fmt.Fprintf(&b, "  - {name: pytree, hostPath: {path: %s, type: Directory}}\n", pyTree)
+	}
+	if prog != "" {
+		fmt.Fprintf(&b, "  - {name: prog, hostPath: {path: %s, type: File}}\n", prog)
+	}
+	k.apply(b.String())
+	out := k.logsUntil(pod, "== end", 6*time.Minute)
+	sec := sections(out)
+	t.Logf("pod log:\n%s", out)
+
+	visible := sortedList(envValue(sec["env"], "NVIDIA_VISIBLE_DEVICES"))
+	if len(visible) != 2 || !strings.HasPrefix(visible[0], "GPU-") {
+		t.Fatalf("NVIDIA_VISIBLE_DEVICES=%v: want 2 GPU UUIDs (the device plugin's answer)", visible)
+	}
+	if g := gpuNodes(sec["dev"]); len(g) != 2 {
+		t.Errorf("GPU nodes %v, want exactly 2", g)
+	}
+	if smi := smiUUIDs(sec["smi"]); !slices.Equal(smi, visible) {
+		t.Errorf("nvidia-smi -L lists %v, want NVIDIA_VISIBLE_DEVICES %v", smi, visible)
+	}
+	if len(sec["mnt"]) == 0 {
+		t.Errorf("no mount at /usr/local/nvidia in the pod: Gantry's driver tree is missing")
+	}
+	if len(sec["visible"]) > 0 {
+		t.Errorf("host driver files visible in the pod: %v", sec["visible"])
+	}
+	// The CUDA driver API from python: the driver Gantry injected, the two GPUs.
+	cuda := strings.Join(sec["cuda"], "\n")
+	if m := regexp.MustCompile(`(?m)^CUDA-DRIVER (\d+) (\S+)$`).FindStringSubmatch(cuda); m == nil || !strings.HasPrefix(m[2], "/usr/local/nvidia/") {
+		t.Errorf("libcuda.so.1 in the pod's python: %q, want it loaded from Gantry's tree under /usr/local/nvidia", cuda)
+	}
+	// (The simulated libcuda of gantry sim driver-root has no device
+	// table: it counts none. The GPUs are checked above through nvidia-smi.)
+	m := regexp.MustCompile(`(?m)^CUDA-GPUS (\d+) ?(.*)$`).FindStringSubmatch(cuda)
+	switch {
+	case m != nil && m[1] == "0" && os.Getenv("GANTRY_CLUSTER_REAL_GPU") == "":
+		t.Logf("the simulated libcuda counts no devices: GPUs checked through nvidia-smi and /dev")
+	case m == nil || !slices.Equal(slices.Sorted(slices.Values(strings.Fields(m[2]))), visible):
+		t.Errorf("the CUDA driver in the pod sees %q, want the 2 GPUs %v", cuda, visible)
+	}
+	if !strings.Contains(cuda, "rc=0") {
+		t.Errorf("the pod's python with libcuda failed: %q", cuda)
+	}
+	if smoke {
+		return
+	}
+	nccl := strings.Join(sec["nccl"], "\n")
+	if !regexp.MustCompile(`(?m)^rc=0$`).MatchString(nccl) {
+		t.Errorf("torchrun in the pod did not exit 0")
+	}
+	if m := regexp.MustCompile(`(?m)^TORCH-GPUS 2 (.+)$`).FindStringSubmatch(nccl); m == nil || !slices.Equal(slices.Sorted(slices.Values(strings.Fields(m[1]))), visible) {
+		t.Errorf("torch in the pod sees %v, want the 2 GPUs %v", m, visible)
+	}
+	r := regexp.MustCompile(`(?m)^RESULT .*$`).FindString(nccl)
+	val := func(key string) string {
+		m := regexp.MustCompile(` ` + key + `=(\S+)`).FindStringSubmatch(r)
+		if m == nil {
+			return ""
+		}
+		return m[1]
+	}
+	if r == "" {
+		t.Fatal("no RESULT line from bench/gpu-nccl.py in the pod")
+	}
+	if val("world") != "2" || val("allreduce_ok") != "1" {
+		t.Errorf("all-reduce on %s ranks exact: %s, want 2 ranks and 1", val("world"), val("allreduce_ok"))
+	}
+	if val("ddp_same") != "1" {
+		t.Errorf("DDP ranks' weights differ after the steps: %s", r)
+	}
+	t.Logf("all-reduce %s MiB float32, 2 ranks: %s ms, algbw %s GB/s, busbw %s GB/s; DDP step %s ms",
+		val("size_mib"), val("time_ms"), val("algbw"), val("busbw"), val("ddp_step_ms"))
+	// NCCL's transports: "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read".
+	transports := map[string]int{}
+	for _, m := range regexp.MustCompile(` via ([A-Za-z0-9/_]+)`).FindAllStringSubmatch(nccl, -1) {
+		transports[m[1]]++
+	}
+	t.Logf("NCCL transports: %v; graph: %v", transports, regexp.MustCompile(`type [A-Z]+/[A-Z]+`).FindAllString(nccl, 4))
+	p2p := false
+	for tr := range transports {
+		p2p = p2p || strings.HasPrefix(tr, "P2P")
+	}
+	if !p2p {
+		t.Errorf("NCCL transports %v: want P2P between the pod's GPUs", transports)
+	}
+	if regexp.MustCompile(`via NVLS|Connected NVLS|NVLS multicast support is available`).MatchString(nccl) {
+		t.Errorf("NVLS in use or available in the pod: NVLink multicast must stay off")
 	}
 }
