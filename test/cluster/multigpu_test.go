@@ -304,41 +304,44 @@ type hostUserland struct {
 // distributions keep there.
 var driverLibRE = regexp.MustCompile(`^(libcuda\.so|libcudadebugger\.so|libnvidia-.*\.so|libnvcuvid\.so|libnvoptix\.so)|^(nvidia-smi|nvidia-debugdump|nvidia-persistenced)$`)
 
-// hostDriverFiles lists the host driver's files under /usr outside
-// /usr/local/nvidia: nvidia-* in the program folders, the libraries up to
-// three folders down in the library folders (Debian's nvidia/current/), and
-// the driver's firmware folder.
-func hostDriverFiles() []string {
+// hostDriverFiles lists the driver's files in usr (the host's /usr, or a
+// test's tree of that shape) outside local/nvidia, as paths relative to
+// usr: nvidia-* in the program folders, the libraries (and the programs
+// driverLibRE names) in the library folders and up to three folders below
+// them (Debian's x86_64-linux-gnu/nvidia/current/), and the driver's
+// firmware folder.
+func hostDriverFiles(usr string) []string {
 	var out []string
-	for _, d := range []string{"/usr/bin", "/usr/sbin", "/usr/local/bin"} {
-		ents, _ := os.ReadDir(d)
+	for _, d := range []string{"bin", "sbin", "local/bin"} {
+		ents, _ := os.ReadDir(filepath.Join(usr, d))
 		for _, e := range ents {
 			if strings.HasPrefix(e.Name(), "nvidia-") && !e.IsDir() {
-				out = append(out, filepath.Join(d, e.Name()))
+				out = append(out, d+"/"+e.Name())
 			}
 		}
 	}
-	for _, d := range []string{"/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/local/lib"} {
-		if fi, err := os.Lstat(d); err != nil || !fi.IsDir() {
+	for _, d := range []string{"lib", "lib64", "lib32", "local/lib"} {
+		top := filepath.Join(usr, d)
+		if fi, err := os.Lstat(top); err != nil || !fi.IsDir() {
 			continue // a link (lib64 -> lib) is walked through its target
 		}
-		base := strings.Count(d, "/")
-		filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+		filepath.WalkDir(top, func(p string, e fs.DirEntry, err error) error {
 			if err != nil {
 				return nil
 			}
+			rel, _ := filepath.Rel(usr, p)
 			if e.IsDir() {
-				if p == "/usr/lib/firmware/nvidia" {
-					out = append(out, p)
+				if rel == "lib/firmware/nvidia" {
+					out = append(out, rel)
 					return filepath.SkipDir
 				}
-				if strings.Count(p, "/")-base >= 3 {
+				if strings.Count(rel, "/")-strings.Count(d, "/") > 3 {
 					return filepath.SkipDir
 				}
 				return nil
 			}
 			if driverLibRE.MatchString(e.Name()) {
-				out = append(out, p)
+				out = append(out, rel)
 			}
 			return nil
 		})
@@ -346,8 +349,8 @@ func hostDriverFiles() []string {
 	return out
 }
 
-// newHostUserland mounts the overlay (see hostUserland); the test's cleanup
-// deletes pod (which uses it) and then unmounts it.
+// newHostUserland is mountUserland of the host's /usr for pod: the test's
+// cleanup deletes the pod (which holds the overlay) and then unmounts it.
 func newHostUserland(t *testing.T, k *kube, pod string) *hostUserland {
 	t.Helper()
 	// The pod's /bin, /lib and /lib64 are the probe image's links into
@@ -358,6 +361,25 @@ func newHostUserland(t *testing.T, k *kube, pod string) *hostUserland {
 			t.Skipf("the host's /%s is not a link to usr/%s (%q, %v): the pod gets the host's /usr only, so the host must have a merged /usr", l, l, dst, err)
 		}
 	}
+	u := mountUserland(t, "/usr", func() {
+		k.run("delete", "pod", "-n", k.ns, pod, "--grace-period=0", "--force", "--wait=true")
+	})
+	t.Logf("the pod's /usr: overlay of the host's /usr at %s, upper on a tmpfs, %d host driver files whited out %v", u.usr, len(u.whiteouts), u.whiteouts[:min(4, len(u.whiteouts))])
+	return u
+}
+
+// mountUserland mounts a tmpfs of the test's own under /run and in it an
+// overlay of lower whose upper layer whites out hostDriverFiles(lower)
+// (u.whiteouts names them as container paths, /usr/...). At cleanup it
+// runs before (what holds the overlay goes first), then unmounts both,
+// lazily, so a container still being torn down cannot keep them; nothing
+// is removed below the tmpfs's mount point but the tmpfs itself, never a
+// file through the overlay.
+func mountUserland(t *testing.T, lower string, before func()) *hostUserland {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting an overlay needs root")
+	}
 	base, err := os.MkdirTemp("/run", "gantry-e2e-usr.")
 	if err != nil {
 		t.Fatal(err)
@@ -365,13 +387,12 @@ func newHostUserland(t *testing.T, k *kube, pod string) *hostUserland {
 	u := &hostUserland{base: base, usr: filepath.Join(base, "usr")}
 	if err := unix.Mount("tmpfs", base, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=512m,mode=0755"); err != nil {
 		os.Remove(base)
-		t.Fatalf("tmpfs for the pod's /usr overlay: %v", err)
+		t.Fatalf("tmpfs for the overlay of %s: %v", lower, err)
 	}
 	t.Cleanup(func() {
-		// The pod first: it holds the overlay. Then lazily, so a container
-		// still being torn down cannot keep it; nothing is removed below
-		// base but the tmpfs itself, never a file through the overlay.
-		k.run("delete", "pod", "-n", k.ns, pod, "--grace-period=0", "--force", "--wait=true")
+		if before != nil {
+			before()
+		}
 		if err := unix.Unmount(u.usr, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
 			t.Errorf("unmounting %s: %v", u.usr, err)
 		}
@@ -386,24 +407,91 @@ func newHostUserland(t *testing.T, k *kube, pod string) *hostUserland {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range hostDriverFiles() {
-		rel := strings.TrimPrefix(f, "/usr/")
+	for _, rel := range hostDriverFiles(lower) {
 		w := filepath.Join(upper, rel)
 		if err := os.MkdirAll(filepath.Dir(w), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		// An overlay whiteout: a character device 0:0 in the upper layer.
 		if err := unix.Mknod(w, unix.S_IFCHR|0o000, 0); err != nil {
-			t.Fatalf("whiteout of %s: %v", f, err)
+			t.Fatalf("whiteout of %s/%s: %v", lower, rel, err)
 		}
-		u.whiteouts = append(u.whiteouts, f)
+		u.whiteouts = append(u.whiteouts, "/usr/"+rel)
 	}
-	opts := "lowerdir=/usr,upperdir=" + upper + ",workdir=" + work
+	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
 	if err := unix.Mount("overlay", u.usr, "overlay", unix.MS_NODEV, opts); err != nil {
-		t.Fatalf("overlay of the host's /usr (%s): %v", opts, err)
+		t.Fatalf("overlay of %s (%s): %v", lower, opts, err)
 	}
-	t.Logf("the pod's /usr: overlay of the host's /usr at %s, upper on a tmpfs, %d host driver files whited out %v", u.usr, len(u.whiteouts), u.whiteouts[:min(4, len(u.whiteouts))])
 	return u
+}
+
+// TestUserlandOverlay: the pod's /usr of TestNCCLPodTwoGPUs on a tree of
+// the host's shape (no cluster; root): the driver's files are whited out
+// (programs, libraries and their links up to three folders down, the
+// firmware folder), the rest and local/nvidia show through, and what is written into
+// the overlay lands in the tmpfs, not in the lower tree.
+func TestUserlandOverlay(t *testing.T) {
+	lower := t.TempDir()
+	files := map[string]bool{ // path: hidden in the overlay
+		"bin/nvidia-smi": true, "bin/python3": false, "sbin/nvidia-persistenced": true,
+		"local/bin/nvidia-cuda-mps-control":     true,
+		"lib/x86_64-linux-gnu/libcuda.so.580.1": true, "lib/x86_64-linux-gnu/libc.so.6": false,
+		"lib/x86_64-linux-gnu/libnvidia-ml.so.580.1": true, "lib/x86_64-linux-gnu/libnvidia-nope.txt": false,
+		"lib/x86_64-linux-gnu/nvidia/current/libcuda.so.1": true, "lib/i386-linux-gnu/libnvcuvid.so.1": true,
+		"lib/a/b/c/d/libcuda.so.1":                false, // four folders down
+		"lib/firmware/nvidia/580.1/gsp_ga10x.bin": true, "lib/firmware/other.bin": false,
+		"local/nvidia/lib64/libcuda.so.1": false, "local/nvidia/bin/nvidia-smi": false,
+	}
+	for p := range files {
+		f := filepath.Join(lower, p)
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("libcuda.so.580.1", filepath.Join(lower, "lib/x86_64-linux-gnu/libcuda.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	files["lib/x86_64-linux-gnu/libcuda.so.1"] = true
+	u := mountUserland(t, lower, nil)
+	want := []string{"/usr/lib/firmware/nvidia"}
+	for p, out := range files {
+		if out && !strings.HasPrefix(p, "lib/firmware/nvidia/") {
+			want = append(want, "/usr/"+p)
+		}
+	}
+	if got := slices.Sorted(slices.Values(u.whiteouts)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Errorf("whited out %v, want %v", got, slices.Sorted(slices.Values(want)))
+	}
+	for p, out := range files {
+		_, err := os.Lstat(filepath.Join(u.usr, p))
+		if out != (err != nil) {
+			t.Errorf("%s in the overlay: %v, want hidden %v", p, err, out)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(u.usr, "lib/firmware/nvidia")); err == nil {
+		t.Errorf("lib/firmware/nvidia shows through the overlay")
+	}
+	// The runtime's writes: the tree's mount point, a link.
+	if err := os.MkdirAll(filepath.Join(u.usr, "local/nvidia/tree"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/usr/local/nvidia/bin/nvidia-smi", filepath.Join(u.usr, "bin/nvidia-smi")); err != nil {
+		t.Fatalf("a link over a whited-out file: %v", err)
+	}
+	for _, p := range []string{"local/nvidia/tree", "bin/nvidia-smi"} {
+		if _, err := os.Lstat(filepath.Join(u.base, "upper", p)); err != nil {
+			t.Errorf("%s written through the overlay is not in the tmpfs: %v", p, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(lower, "bin/nvidia-smi")); err != nil || string(b) != "bin/nvidia-smi" {
+		t.Errorf("the lower tree's bin/nvidia-smi changed: %q, %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(lower, "local/nvidia/tree")); err == nil {
+		t.Errorf("a write through the overlay reached the lower tree")
+	}
 }
 
 // ncclProgram is bench/gpu-nccl.py's absolute path (go test runs in
