@@ -313,10 +313,11 @@ ct_run() {
 }
 
 # The host's driver files under /usr, outside /usr/local/nvidia: masked in every container.
-# (library folders three levels down: Debian's nvidia/current/ and the like)
+# (libraries up to three folders below the library folders: Debian's
+# x86_64-linux-gnu/nvidia/current/ and the like, a file four levels down)
 {
   find /usr/bin /usr/sbin /usr/local/bin -maxdepth 1 -type f -name 'nvidia-*' 2>/dev/null
-  find /usr/lib /usr/lib64 /usr/lib32 /usr/local/lib -maxdepth 3 -type f \
+  find /usr/lib /usr/lib64 /usr/lib32 /usr/local/lib -maxdepth 4 -type f \
   \( -name 'libcuda.so*' -o -name 'libcudadebugger.so*' -o -name 'libnvidia-*.so*' -o -name 'libnvcuvid.so*' \
   -o -name 'libnvoptix.so*' -o -name 'nvidia-smi' -o -name 'nvidia-debugdump' -o -name 'nvidia-persistenced' \
   \) 2>/dev/null
