@@ -284,7 +284,12 @@ func TestPreferredAllocation(t *testing.T) {
 		return ""
 	})
 	if os.Getenv("GANTRY_CLUSTER_REAL_GPU") == "" && slices.Equal(want, lowest) {
-		t.Errorf("on these simulated GPUs (%s) the best pair is the lowest free one: the test cannot tell a preferred allocation from none (use a profile with NUMA or NVLink differences, h100x8)", sys.Backend)
+		msg := fmt.Sprintf("on these simulated GPUs (%s, %d offered) the best pair is the lowest free one: the test cannot tell a preferred allocation from none", sys.Backend, offered)
+		if offered < 5 {
+			// No holder (up.sh --dra leaves the device plugin 4 GPUs of one socket).
+			t.Skip(msg + " (with 5 or more offered a holder makes the topology decide: the cluster without --dra)")
+		}
+		t.Errorf("%s (use a profile with NUMA or NVLink differences, h100x8)", msg)
 	}
 }
 
