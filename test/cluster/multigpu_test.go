@@ -538,12 +538,23 @@ print("CUDA-GPUS", n.value, " ".join(uu))
 `
 
 // ncclScript is the pod's script (the host's sh: the pod's /usr is the
-// host's), in sections as gpuScript's.
+// host's), in sections as gpuScript's. Under "visible", each host driver
+// file (or file under a whited-out folder) present in the pod that is not
+// Gantry's: a link into its tree at /usr/local/nvidia or a mount the
+// runtime made there (as bench/gpu-nccl.sh judges its overlay).
 const ncclScript = `exec 2>&1
 echo '== dev'; ls -1 /dev
 echo '== env'; env | grep '^NVIDIA_' | sort
 echo '== mnt'; grep ' /usr/local/nvidia ' /proc/self/mountinfo
-echo '== visible'; for f in $HOST_DRIVER_FILES; do [ -e "$f" ] && echo "$f"; done
+echo '== visible'
+for f in $HOST_DRIVER_FILES; do
+  [ -e "$f" ] || continue
+  find "$f" ! -type d | while read -r g; do
+    case "$(readlink -m "$g")" in /usr/local/nvidia/*) continue ;; esac
+    grep -q " $g " /proc/self/mountinfo && continue
+    echo "$g"
+  done
+done
 echo '== smi'; nvidia-smi -L
 echo '== cuda'; "$PY" -c "$CUDA_SMOKE"; echo "rc=$?"
 echo '== nccl'
