@@ -256,6 +256,12 @@ func startHarness(t testing.TB, profile string, cfg Config) *harness {
 // the kubelet directory every resync (0: the default).
 func startHarnessResync(t testing.TB, profile string, cfg Config, resync time.Duration) *harness {
 	t.Helper()
+	return startHarnessLog(t, profile, cfg, resync, testLogger(t))
+}
+
+// startHarnessLog is startHarnessResync with the plugin logging to log.
+func startHarnessLog(t testing.TB, profile string, cfg Config, resync time.Duration, log *slog.Logger) *harness {
+	t.Helper()
 	h := &harness{t: t, dir: shortTempDir(t), sys: loadSim(t, profile), done: make(chan error, 1)}
 	// Not in the kubelet directory, which a restarting kubelet empties.
 	h.health = filepath.Join(shortTempDir(t), "health.sock")
@@ -264,7 +270,7 @@ func startHarnessResync(t testing.TB, profile string, cfg Config, resync time.Du
 		t.Fatal(err)
 	}
 	h.kubelet = startKubelet(t, h.dir)
-	p, err := New(Options{Config: cfg, System: h.sys, Health: health.NewSim(h.health, health.DefaultPolicy()), Log: testLogger(t), Resync: resync})
+	p, err := New(Options{Config: cfg, System: h.sys, Health: health.NewSim(h.health, health.DefaultPolicy()), Log: log, Resync: resync})
 	if err != nil {
 		t.Fatal(err)
 	}

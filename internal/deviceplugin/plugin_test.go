@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -256,6 +257,41 @@ func TestPreferredAllocationH100x8(t *testing.T) {
 	for _, u := range got {
 		if numa[u] != numa[got[0]] {
 			t.Errorf("4 of 8 spans NUMA nodes: %v", got)
+		}
+	}
+}
+
+// TestPreferredAllocationLogged: each answer is one log line naming what
+// the kubelet offered, what the plugin chose and why (the topology sums),
+// which the live cluster's TestPreferredAllocation reads.
+func TestPreferredAllocationLogged(t *testing.T) {
+	logs := &syncBuffer{}
+	h := startHarnessLog(t, "h100x8", DefaultConfig(), 0, slog.New(slog.NewTextHandler(logs, nil)))
+	h.kubelet.registration()
+	c := h.kubelet.client("nvidia-gpu.sock")
+	var all []string
+	for _, d := range h.sys.Devices {
+		all = append(all, d.UUID)
+	}
+	// GPUs 0-2 taken: of 3-7, the pair on one socket (4, 5), not 3 and 4.
+	got := preferred(t, c, all[3:], nil, 2)
+	if !slices.Equal(got, all[4:6]) {
+		t.Fatalf("preferred 2 of GPUs 3-7 = %v, want GPUs 4 and 5 %v", got, all[4:6])
+	}
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `msg="preferred allocation"`) {
+			line = l
+		}
+	}
+	for _, want := range []string{
+		"resource=nvidia.com/gpu", "size=2",
+		"available=" + strings.Join(all[3:], ","), "mustInclude=\"\"",
+		"chosen=" + strings.Join(all[4:6], ","),
+		`why="2 GPUs: NVLink links 18, pairs behind one PCIe switch 0, pairs on one NUMA node 1"`,
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the preferred allocation log line lacks %s:\n%s", want, line)
 		}
 	}
 }

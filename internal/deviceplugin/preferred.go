@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,8 +31,24 @@ func (s *server) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 			return nil, err
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+		s.logPreferred(cr, ids)
 	}
 	return resp, nil
+}
+
+// logPreferred writes one line per answer: what the kubelet offered and what
+// the plugin chose, with the sums that ranked whole GPUs (package topology),
+// so that an operator (and the live-cluster test) can see the kubelet asked
+// and whether the pod then got that set. The kubelet asks once per container
+// that has a choice, so the line is as frequent as such pod starts.
+func (s *server) logPreferred(cr *pluginapi.ContainerPreferredAllocationRequest, chosen []string) {
+	args := []any{"resource", s.res.Name, "size", cr.AllocationSize,
+		"available", strings.Join(cr.AvailableDeviceIDs, ","), "mustInclude", strings.Join(cr.MustIncludeDeviceIDs, ","),
+		"chosen", strings.Join(chosen, ",")}
+	if why, err := s.p.graph.Explain(chosen); err == nil {
+		args = append(args, "why", why)
+	}
+	s.p.log.Info("preferred allocation", args...)
 }
 
 func (s *server) preferred(available, mustInclude []string, size int) ([]string, error) {

@@ -253,3 +253,17 @@ func combinations(n, k int) int {
 	}
 	return c
 }
+
+// Explain says why a set of GPUs (by UUID) ranks where it does: the three
+// sums of the package comment over its pairs, in words, for logs (the
+// device plugin's preferred-allocation line). IDs the graph does not know
+// make the ErrUnknownDevice error.
+func (g *Graph) Explain(ids []string) (string, error) {
+	set, err := g.positions(ids, nil)
+	if err != nil {
+		return "", err
+	}
+	s := g.setScore(set)
+	return fmt.Sprintf("%d GPUs: NVLink links %d, pairs behind one PCIe switch %d, pairs on one NUMA node %d",
+		len(set), s.links, s.switchPairs, s.numaPairs), nil
+}

@@ -364,3 +364,27 @@ func BenchmarkPreferredGreedy32(b *testing.B) {
 		}
 	}
 }
+
+// TestExplain: the sums that rank a set, in words; an unknown ID is an error.
+func TestExplain(t *testing.T) {
+	sys := load(t, "h100x8")
+	g := NewGraph(sys)
+	for _, tc := range []struct {
+		idx  []int
+		want string
+	}{
+		// One socket: 18 links through the NVSwitch fabric, one NUMA pair.
+		{[]int{4, 5}, "2 GPUs: NVLink links 18, pairs behind one PCIe switch 0, pairs on one NUMA node 1"},
+		// Across the sockets: the same links, no NUMA pair.
+		{[]int{3, 4}, "2 GPUs: NVLink links 18, pairs behind one PCIe switch 0, pairs on one NUMA node 0"},
+		{[]int{0, 1, 2}, "3 GPUs: NVLink links 54, pairs behind one PCIe switch 0, pairs on one NUMA node 3"},
+	} {
+		got, err := g.Explain(uuids(sys, tc.idx))
+		if err != nil || got != tc.want {
+			t.Errorf("Explain(%v) = %q, %v; want %q", tc.idx, got, err, tc.want)
+		}
+	}
+	if _, err := g.Explain([]string{"GPU-nope"}); !errors.Is(err, ErrUnknownDevice) {
+		t.Errorf("Explain of an unknown ID: %v, want ErrUnknownDevice", err)
+	}
+}

@@ -25,6 +25,13 @@
 // multicast off on the shared multi-GPU hosts): podSpec adds them, and
 // kube.apply refuses a manifest with a container without them.
 //
+// The multi-GPU scenarios (multigpu_test.go) need 3 or 4 GPUs offered by
+// the device plugin (8 simulated); TestNCCLPodTwoGPUs runs torch with NCCL in
+// a pod on real GPUs only (GANTRY_CLUSTER_REAL_GPU, a torch python at
+// GANTRY_CLUSTER_TORCH, default /opt/torch/.venv/bin/python3), or its
+// plumbing alone with GANTRY_CLUSTER_NCCL_SMOKE=1
+// GANTRY_CLUSTER_TORCH=/usr/bin/python3 on simulated GPUs.
+//
 // KUBECONFIG defaults to /etc/gantry-k8s/admin.conf and the binaries to
 // bin/cluster (GANTRY_CLUSTER_BIN).
 package cluster
