@@ -124,7 +124,7 @@ var KubeletRegistrationDirs = []string{"device-plugins", "plugins_registry"}
 // match, and one that does not exist matches nothing.
 func KubeletPluginDir(dir string) func(source string) (string, bool) {
 	return func(source string) (string, bool) {
-		// Only a clean absolute path (as containerd and CRI-O hand it,
+		// Only a clean absolute path (as containerd's CRI hands it,
 		// links already resolved): no lexical ".." for a link to redirect.
 		if !filepath.IsAbs(source) || filepath.Clean(source) != source {
 			return "", false
