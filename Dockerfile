@@ -56,4 +56,14 @@ LABEL org.opencontainers.image.title="gantry" \
       org.opencontainers.image.source="https://github.com/gantry-gpu/gantry" \
       org.opencontainers.image.version="${VERSION}"
 COPY --from=build /out/ /
+# What NVIDIA's device plugin image sets: the nvidia runtime gives a
+# container of this image every GPU and NVML, so that NVIDIA's static
+# DaemonSets (no runtimeClassName, no env) run it with only the image
+# swapped. Gantry's runtime honours the variable in an unprivileged pod only
+# where the pod binds the kubelet's device-plugins directory (a kubelet
+# plugin by construction; SECURITY.md). Pods of this image that need no GPU
+# (the node installer) set NVIDIA_VISIBLE_DEVICES=void.
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    NVIDIA_DISABLE_REQUIRE=true
 ENTRYPOINT ["/usr/bin/gantry-device-plugin"]

@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: containerd2 cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install install-cdi-fix install-systemd clean
+.PHONY: containerd2 cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra e2e-cluster-default gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install install-cdi-fix install-systemd clean
 
 all: build
 
@@ -213,6 +213,9 @@ install-systemd:
 #   make e2e-cluster-ci  the same with scenarios 1-3 (what .ci/run runs)
 #   make e2e-cluster-dra up with the DRA plugin beside the device plugin (up.sh --dra),
 #                        the DRA scenarios (TestDRA*; E2E_CLUSTER_DRA_RUN picks others), down
+#   make e2e-cluster-default up with nvidia as containerd's default runtime
+#                        (up.sh --set-as-default), the scenarios that need it (pods and
+#                        NVIDIA's static DaemonSets without runtimeClassName), down
 #   make gpu-cluster     bin/cluster.tar.xz for a GPU host: test/cluster/gpu-e2e.sh bin/cluster.tar.xz
 cluster-bin: test-deps
 	test/cluster/build.sh
@@ -231,6 +234,11 @@ e2e-cluster-dra: cluster-bin
 	@test/cluster/down.sh >/dev/null 2>&1 || true
 	test/cluster/up.sh --dra
 	GANTRY_CLUSTER=1 $(GO) test -count=1 -v -run '$(E2E_CLUSTER_DRA_RUN)' ./test/cluster; st=$$?; \
+	test/cluster/down.sh; exit $$st
+e2e-cluster-default: cluster-bin
+	@test/cluster/down.sh >/dev/null 2>&1 || true
+	test/cluster/up.sh --set-as-default
+	GANTRY_CLUSTER=1 $(GO) test -count=1 -v -run '^Test(PodWithoutRuntimeClass|NVIDIAStaticDaemonSets)$$' ./test/cluster; st=$$?; \
 	test/cluster/down.sh; exit $$st
 e2e-cluster-ci:
 	$(MAKE) e2e-cluster E2E_CLUSTER_RUN='^Test(NodeAdvertisesGPUs|PodGetsTwoGPUs|NoRequestNoGPU)$$'

@@ -113,7 +113,10 @@ printf 'root:x:0:\nnogroup:x:65534:\nnonroot:x:65532:\n' >"$root/etc/group"
 printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
 
 # The layer: a reproducible tar (sorted, owned by root, time 0).
-config='{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],'\
+# The Env is the Dockerfile's: NVIDIA's device plugin image's NVIDIA_*
+# variables (every GPU and NVML from the nvidia runtime), see there.
+config='{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",'\
+'"NVIDIA_VISIBLE_DEVICES=all","NVIDIA_DRIVER_CAPABILITIES=compute,utility","NVIDIA_DISABLE_REQUIRE=true"],'\
 '"Entrypoint":["/usr/bin/gantry-device-plugin"],"WorkingDir":"/",'\
 '"Labels":{"org.opencontainers.image.title":"gantry",'\
 '"org.opencontainers.image.description":"Gantry: NVIDIA GPUs for containers and Kubernetes (device plugin, CLI, runtime)",'\

@@ -80,7 +80,10 @@ type Runtime struct {
 	// default): only the devices the kubelet allocated to that container,
 	// read from its device checkpoint, so an image or pod that sets the
 	// variable itself gets no GPU; privileged containers are trusted, as
-	// everywhere. "any": the variable as it stands (NVIDIA's behaviour).
+	// everywhere, and so are kubelet plugins by construction (a writable
+	// bind of KubeletDir's device-plugins/ or plugins_registry/, see
+	// request.Options.KubeletPluginDir). "any": the variable as it stands
+	// (NVIDIA's behaviour).
 	KubernetesEnv string `toml:"kubernetes-env"`
 	// KubeletDir is the kubelet's root directory; its device checkpoint is
 	// device-plugins/kubelet_internal_checkpoint under it.

@@ -7,6 +7,7 @@ package discover
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/config"
@@ -103,8 +104,47 @@ func RequestOptions(cfg config.Config) request.Options {
 		opts.Allocated = func(podUID, container string) ([]string, error) {
 			return KubeletAllocated(dir, podUID, container)
 		}
+		opts.KubeletPluginDir = KubeletPluginDir(dir)
 	}
 	return opts
+}
+
+// KubeletRegistrationDirs are the directories under the kubelet's root
+// where it takes plugin registrations: device plugins dial kubelet.sock in
+// device-plugins/, DRA and CSI plugins put their sockets in plugins_registry/.
+var KubeletRegistrationDirs = []string{"device-plugins", "plugins_registry"}
+
+// KubeletPluginDir is request.Options.KubeletPluginDir for the kubelet
+// root dir: whether a bind's host source is one of the kubelet's
+// registration directories (KubeletRegistrationDirs) or a directory above
+// one (a bind of the kubelet's root, or of /, gives the container those
+// too). The source must be a clean absolute path; both sides are compared
+// as the kernel will mount them, every link resolved: a source that merely looks like the directory (a copy
+// elsewhere, a sibling with a longer name, a subdirectory of it) does not
+// match, and one that does not exist matches nothing.
+func KubeletPluginDir(dir string) func(source string) (string, bool) {
+	return func(source string) (string, bool) {
+		// Only a clean absolute path (as containerd's CRI hands it,
+		// links already resolved): no lexical ".." for a link to redirect.
+		if !filepath.IsAbs(source) || filepath.Clean(source) != source {
+			return "", false
+		}
+		src, err := filepath.EvalSymlinks(source)
+		if err != nil {
+			return "", false
+		}
+		for _, name := range KubeletRegistrationDirs {
+			reg := filepath.Join(dir, name)
+			resolved, err := filepath.EvalSymlinks(reg)
+			if err != nil {
+				continue
+			}
+			if resolved == src || src == "/" || strings.HasPrefix(resolved, src+"/") {
+				return reg, true
+			}
+		}
+		return "", false
+	}
 }
 
 // KubeletAllocated is the NVIDIA_VISIBLE_DEVICES values the device plugins

@@ -32,5 +32,8 @@ func checkHolders(cfg config.Config, req *request.Request, sys *gpu.System, sel 
 	if dir == "" {
 		dir = kubeletckpt.DefaultKubeletDir
 	}
-	return gpuholders.Check(gpuholders.Options{KubeletDir: dir}, sys, req.PodUID, req.Container, req.Privileged, units)
+	// A kubelet plugin by construction (request.Request.KubeletPlugin) is
+	// trusted as a privileged plugin pod is: it could hand itself the GPUs
+	// through the kubelet anyway, and must start while pods hold them.
+	return gpuholders.Check(gpuholders.Options{KubeletDir: dir}, sys, req.PodUID, req.Container, req.Privileged || req.KubeletPlugin != "", units)
 }

@@ -106,6 +106,10 @@ func ReadRequest(spec *ocispecs.Spec, cfg config.Config, rec *Record) (*request.
 		return nil, err
 	}
 	rec.Notes = append(rec.Notes, req.Warnings...)
+	if req.KubeletPlugin != "" {
+		// Which rule let a pod's own variable through, on the record.
+		rec.Notes = append(rec.Notes, req.KubeletPlugin)
+	}
 	return req, nil
 }
 

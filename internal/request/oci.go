@@ -8,7 +8,8 @@ import (
 )
 
 // InputFromSpec takes a request's Input from an OCI runtime spec: the
-// process env, the annotations, the /dev/null mounts and the privilege.
+// process env, the annotations, the /dev/null mounts, the bind mounts and
+// the privilege.
 func InputFromSpec(spec *specs.Spec) Input {
 	if spec == nil {
 		return Input{}
@@ -17,6 +18,7 @@ func InputFromSpec(spec *specs.Spec) Input {
 		Annotations:       spec.Annotations,
 		MountDestinations: DeviceMountDestinations(spec.Mounts),
 		Privileged:        IsPrivileged(spec),
+		Binds:             BindMounts(spec.Mounts),
 	}
 	if spec.Process != nil {
 		in.Env = spec.Process.Env

@@ -56,6 +56,9 @@ type Input struct {
 	// Privileged is whether CAP_SYS_ADMIN is in the process's bounding
 	// capability set (see IsPrivileged).
 	Privileged bool
+	// Binds are the spec's bind mounts (BindMounts), read only for a
+	// Kubernetes container under Options.Allocated (KubeletPluginDir).
+	Binds []Bind
 }
 
 // Options are the host's settings for reading requests.
@@ -87,6 +90,13 @@ type Options struct {
 	// among those, so an image or pod that sets the variable itself gets no
 	// GPU (runtime.kubernetes-env = "allocated").
 	Allocated func(podUID, container string) ([]string, error)
+	// KubeletPluginDir, when set with Allocated, reports whether a bind's
+	// host source gives the container a directory where the kubelet takes
+	// plugin registrations (the directory itself or a parent of it), and
+	// which one. A Kubernetes container with such a writable bind is a
+	// kubelet plugin by construction: its own NVIDIA_VISIBLE_DEVICES is
+	// honoured as it stands (Request.KubeletPlugin says why).
+	KubeletPluginDir func(source string) (dir string, ok bool)
 }
 
 // DefaultOptions are NVIDIA's defaults.
@@ -240,27 +250,30 @@ func (req *Request) devicesFrom(in Input, env map[string]string, opts Options) e
 	}
 	if opts.Allocated != nil && !in.Privileged {
 		if pod, ctr, ok := KubernetesContainer(in.Annotations); ok {
-			vals, err := opts.Allocated(pod, ctr)
-			if err != nil {
-				req.Warnings = append(req.Warnings, fmt.Sprintf("ignoring %s=%s: the kubelet's allocations cannot be read (%v); runtime.kubernetes-env = \"any\" trusts the variable", name, value, err))
-				return nil
-			}
-			allowed := strings.Join(vals, ",")
-			if allowed == "" {
-				req.Warnings = append(req.Warnings, fmt.Sprintf("ignoring %s=%s: the kubelet allocated no GPU to pod %s container %s (an image's or pod's own variable does not count: ask for nvidia.com/gpu in resources.limits)", name, value, pod, ctr))
-				return nil
-			}
-			if !subset(value, allowed) {
-				req.Warnings = append(req.Warnings, fmt.Sprintf("%s=%s is not what the kubelet allocated to pod %s container %s: using its allocation %s", name, value, pod, ctr, allowed))
-				if sel, cdi, err = ParseSelection("the kubelet's allocation", allowed); err != nil {
-					return err
+			// A kubelet plugin by construction keeps its own variable.
+			if req.KubeletPlugin = kubeletPluginRule(in.Binds, opts); req.KubeletPlugin == "" {
+				vals, err := opts.Allocated(pod, ctr)
+				if err != nil {
+					req.Warnings = append(req.Warnings, fmt.Sprintf("ignoring %s=%s: the kubelet's allocations cannot be read (%v); runtime.kubernetes-env = \"any\" trusts the variable", name, value, err))
+					return nil
 				}
-				req.VisibleDevices = allowed
-			} else if name == EnvVisibleDevices {
-				// One entry with the value used: an env that lists the
-				// variable twice (the image's all, then the kubelet's
-				// value) reads all to a program that takes the first.
-				req.VisibleDevices = value
+				allowed := strings.Join(vals, ",")
+				if allowed == "" {
+					req.Warnings = append(req.Warnings, fmt.Sprintf("ignoring %s=%s: the kubelet allocated no GPU to pod %s container %s (an image's or pod's own variable does not count: ask for nvidia.com/gpu in resources.limits)", name, value, pod, ctr))
+					return nil
+				}
+				if !subset(value, allowed) {
+					req.Warnings = append(req.Warnings, fmt.Sprintf("%s=%s is not what the kubelet allocated to pod %s container %s: using its allocation %s", name, value, pod, ctr, allowed))
+					if sel, cdi, err = ParseSelection("the kubelet's allocation", allowed); err != nil {
+						return err
+					}
+					req.VisibleDevices = allowed
+				} else if name == EnvVisibleDevices {
+					// One entry with the value used: an env that lists the
+					// variable twice (the image's all, then the kubelet's
+					// value) reads all to a program that takes the first.
+					req.VisibleDevices = value
+				}
 			}
 		}
 	}

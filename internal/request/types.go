@@ -97,6 +97,12 @@ type Request struct {
 	PodUID, Container string
 	// Privileged is Input.Privileged: CAP_SYS_ADMIN in the bounding set.
 	Privileged bool
+	// KubeletPlugin, when set, says why an unprivileged Kubernetes
+	// container's own NVIDIA_VISIBLE_DEVICES was honoured beyond the
+	// kubelet's allocation (Options.KubeletPluginDir): it is a kubelet
+	// plugin by construction, trusted as a privileged container is (the
+	// GPU holders check too). Front ends log it.
+	KubeletPlugin string
 	// Warnings name inputs that were ignored on purpose (an env request in an
 	// unprivileged container, unknown capabilities in lenient mode, ...), so
 	// a front end can log them; they never change the outcome.

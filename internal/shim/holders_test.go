@@ -107,6 +107,18 @@ func TestGPUHeldByAnotherPod(t *testing.T) {
 		t.Errorf("privileged all: %v\n%s%s", err, out, stderr)
 	}
 
+	// Unprivileged, but binding the kubelet's device-plugins directory
+	// (NVIDIA's static DaemonSet), with no allocation: a plugin by
+	// construction, trusted the same way.
+	c = newContainer(t, opts{env: []string{"NVIDIA_VISIBLE_DEVICES=all"}, args: []string{"true"},
+		config:      strings.Replace(conf, `kubernetes-env = "any"`, `kubernetes-env = "allocated"`, 1),
+		annotations: criAnnotations("plugin-pod", "plugin"),
+		mounts: []ocispecs.Mount{{Destination: "/var/lib/kubelet/device-plugins", Type: "bind",
+			Source: filepath.Join(kdir, "device-plugins"), Options: []string{"rbind", "rw"}}}})
+	if out, stderr, err := c.run(); err != nil {
+		t.Errorf("unprivileged plugin pod, all: %v\n%s%s", err, out, stderr)
+	}
+
 	// The holder stops: its records are stale, the GPUs free.
 	if _, e, err := holder.runtime("delete", "--force", holder.id); err != nil {
 		t.Fatalf("holder delete: %v\n%s", err, e)

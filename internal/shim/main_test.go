@@ -278,6 +278,8 @@ type opts struct {
 	privileg bool
 	// annotations are the spec's (CDI names under cdi.k8s.io/).
 	annotations map[string]string
+	// mounts are added to the spec's mounts (a pod's hostPath volumes).
+	mounts []ocispecs.Mount
 }
 
 var idSeq struct {
@@ -316,6 +318,7 @@ func newContainer(t *testing.T, o opts) *container {
 	spec.Process.Env = append([]string{"PATH=/bin"}, o.env...)
 	spec.Root = &ocispecs.Root{Path: "rootfs"}
 	spec.Annotations = o.annotations
+	spec.Mounts = append(spec.Mounts, o.mounts...)
 	if o.privileg {
 		spec.Process.Capabilities.Bounding = append(spec.Process.Capabilities.Bounding, "CAP_SYS_ADMIN")
 	}

@@ -181,14 +181,8 @@ func envValue(env []string, key string) string {
 // runtimeClassName (as NVIDIA's static manifests and many charts are
 // written) gets exactly its GPU and the driver, through the default.
 func TestPodWithoutRuntimeClass(t *testing.T) {
+	needDefaultRuntime(t)
 	k := newKube(t)
-	cfg, err := os.ReadFile("/etc/gantry-k8s/containerd.toml")
-	if err != nil {
-		t.Skipf("the node's containerd configuration: %v", err)
-	}
-	if !regexp.MustCompile(`(?m)^\s*default_runtime_name\s*=\s*["']nvidia["']`).Match(cfg) {
-		t.Skip("nvidia is not the node's default runtime: bring the cluster up with test/cluster/up.sh --set-as-default")
-	}
 	k.apply(podSpec{name: "default-runtime", image: probeImage, gpus: 1, script: gpuScript}.yaml())
 	sec := sections(k.logsUntil("default-runtime", "== end", 90*time.Second))
 	if g := gpuNodes(sec["dev"]); len(g) != 1 {

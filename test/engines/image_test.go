@@ -126,6 +126,21 @@ func testImageDocker(t *testing.T, ds daemonSetContainer, archive, version strin
 	if !slices.Contains(filepath.SplitList(path), filepath.Dir(cfg.Entrypoint[0])) {
 		t.Errorf("image PATH %q does not hold %s: the DaemonSet's command %q would not be found", path, filepath.Dir(cfg.Entrypoint[0]), ds.Command[0])
 	}
+	// NVIDIA's device plugin image's variables (its Dockerfile, v0.20.0),
+	// which NVIDIA's static DaemonSets rely on to get NVML from the nvidia
+	// runtime; the Dockerfile sets the same.
+	dockerfile, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility", "NVIDIA_DISABLE_REQUIRE=true"} {
+		if !slices.Contains(cfg.Env, want) {
+			t.Errorf("image env %q lacks %s", cfg.Env, want)
+		}
+		if !strings.Contains(string(dockerfile), want) {
+			t.Errorf("the Dockerfile does not set %s as scripts/build-image.sh does", want)
+		}
+	}
 	if cfg.Labels["org.opencontainers.image.version"] != version || cfg.Labels["org.opencontainers.image.source"] == "" {
 		t.Errorf("image labels %v: want org.opencontainers.image.version=%s and a source", cfg.Labels, version)
 	}
