@@ -22,11 +22,12 @@ func init() {
 			namespace := fs.String("namespace", "", "look --container up in this containerd namespace only (default: every namespace, after Docker)")
 			runcRoot := fs.String("runc-root", doctor.DefaultRuncRoot, "runc's state directory (runc --root), for containers runc runs without an engine")
 			containerdState := fs.String("containerd-state", "", "containerd's state directory (its config's state), where its tasks' bundles are (default: that of the containerd at --cri-socket when given, else "+doctor.DefaultContainerdState+")")
-			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket, for every check that reads containerd (its live configuration, --pod) (default: the first of "+strings.Join(doctor.DefaultCRISockets, ", ")+" that exists)")
+			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket, for every check that reads containerd (its live configuration, --pod) (default: the first of "+strings.Join(criSockets, ", ")+" that exists)")
 			serverSocket := fs.String("create-server-socket", "", "the create server's socket, which every GPU create of gantry-runtime asks first (default: $"+createproto.ServerSocketEnv+", else "+createproto.DefaultServerSocket+")")
 			dockerConfig := fs.String("docker-config", doctor.DefaultDockerConfig, "Docker's daemon.json")
 			dockerSocket := fs.String("docker-socket", dockerSocketDefault(), "the running dockerd's API socket, asked what runtimes it registered (default: $DOCKER_HOST when unix://, else "+doctor.DefaultDockerSocket+")")
 			containerdConfig := fs.String("containerd-config", doctor.DefaultContainerdConfig, "containerd's config.toml")
+			crioConfig := fs.String("crio-config", doctor.DefaultCRIOConfig, "CRI-O's main configuration file, read before its drop-ins")
 			crioDropins := fs.String("crio-dropins", doctor.DefaultCRIODropins, "CRI-O's drop-in directory")
 			podmanStorage := fs.String("podman-storage", doctor.DefaultPodmanStorage, "Podman's graph root: containers there mean Podman is in use (it takes GPUs only through CDI)")
 			proc := fs.String("proc", "/proc", "the host's procfs, where dockerd's environment (its PATH, for the hook) is read; /host/proc when doctor runs in a container")
@@ -51,10 +52,12 @@ func init() {
 					RuncRoot:         *runcRoot,
 					ContainerdState:  *containerdState,
 					CRISocket:        *criSocket,
+					CRISockets:       criSockets,
 					RuntimeSocket:    *serverSocket,
 					DockerConfig:     *dockerConfig,
 					DockerSocket:     *dockerSocket,
 					ContainerdConfig: *containerdConfig,
+					CRIOConfig:       *crioConfig,
 					CRIODropins:      *crioDropins,
 					PodmanStorage:    *podmanStorage,
 					KubeletDir:       *kubeletDir,
@@ -78,6 +81,11 @@ func init() {
 		},
 	})
 }
+
+// criSockets are where doctor looks for a running containerd or CRI-O when
+// --cri-socket is not given; the tests point them into a temporary
+// directory, so that a CRI runtime running on the test's host is not judged.
+var criSockets = doctor.DefaultCRISockets
 
 // dockerSocketDefault is the socket the docker CLI would use.
 func dockerSocketDefault() string {

@@ -180,7 +180,7 @@ func isDir(p string) bool {
 // containerdLive asks the running containerd once.
 func (e *env) containerdLive() ([]registered, string, error) {
 	if !e.liveDone {
-		e.live, e.liveSocket, e.liveErr = liveContainerdRuntimes(e.opts.CRISocket, &e.liveState)
+		e.live, e.liveSocket, e.liveErr = liveContainerdRuntimes(e.opts.CRISocket, e.opts.CRISockets, &e.liveState)
 		e.liveDone = true
 	}
 	return e.live, e.liveSocket, e.liveErr

@@ -115,8 +115,12 @@ type Options struct {
 	// runc runs without an engine.
 	RuncRoot string
 	// CRISocket is the CRI runtime service socket for Pod; empty takes the
-	// first of DefaultCRISockets that exists.
+	// first of CRISockets that exists.
 	CRISocket string
+	// CRISockets are the sockets tried, in order, when CRISocket is empty
+	// (DefaultCRISockets): where a running containerd or CRI-O is looked
+	// for, so tests point them into a temporary directory.
+	CRISockets []string
 	// Docker is the docker CLI ("docker", looked up in PATH).
 	Docker string
 	// KubeletDir is the kubelet's root (DefaultKubeletDir); the Kubernetes
@@ -177,6 +181,9 @@ func (o *Options) defaults() {
 	def(&o.RuncRoot, DefaultRuncRoot)
 	def(&o.PodmanStorage, DefaultPodmanStorage)
 	def(&o.ServicePATH, DefaultServicePATH)
+	if o.CRISockets == nil {
+		o.CRISockets = DefaultCRISockets
+	}
 	def(&o.RuntimeSocket, os.Getenv(createproto.ServerSocketEnv))
 	def(&o.RuntimeSocket, createproto.DefaultServerSocket)
 	if o.serverPings == nil {

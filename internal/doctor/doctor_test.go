@@ -67,9 +67,12 @@ func newHost(t *testing.T) *host {
 		ContainerdConfig: filepath.Join(dir, "containerd/config.toml"),
 		CRIOConfig:       filepath.Join(dir, "crio/crio.conf"),
 		CRIODropins:      filepath.Join(dir, "crio/crio.conf.d"),
-		KubeletDir:       filepath.Join(dir, "kubelet"),      // not a Kubernetes node
-		RuntimeSocket:    filepath.Join(dir, "runtime.sock"), // no create server; never the host's
-		PodmanStorage:    filepath.Join(dir, "containers/storage"),
+		KubeletDir:       filepath.Join(dir, "kubelet"), // not a Kubernetes node
+		// No containerd or CRI-O answering: never the host's
+		// /run/containerd/containerd.sock, whose runtimes would be judged.
+		CRISockets:    []string{filepath.Join(dir, "containerd/containerd.sock"), filepath.Join(dir, "crio/crio.sock")},
+		RuntimeSocket: filepath.Join(dir, "runtime.sock"), // no create server; never the host's
+		PodmanStorage: filepath.Join(dir, "containers/storage"),
 		// Where dockerd would look for the hook when none runs: never the
 		// host's /usr/bin, which has one where Gantry or NVIDIA's toolkit
 		// is installed.

@@ -82,19 +82,19 @@ gantry doctor --json                      # the same checks as JSON (name, statu
 ` + "```" + `
 
 It reads Docker's, containerd's and CRI-O's configuration at their standard paths;
-` + "`--docker-config`, `--containerd-config` and `--crio-dropins`" + ` point it elsewhere. On
+` + "`--docker-config`, `--containerd-config`, `--crio-config` and `--crio-dropins`" + ` point it elsewhere. On
 simulated GPUs and a fake driver root, with the engines' files registered in a scratch
 directory and the CDI spec generated into the spec directory (Podman, where installed, takes
 GPUs only through it: without a spec, doctor fails the ` + "`cdi specs`" + ` check):
 
-<!-- doctest -->
+<!-- doctest: root -->
 ` + "```sh" + `
 gantry sim driver-root $TMPDIR/driver
 rt=$(command -v gantry-runtime)
 gantry runtime configure --runtime docker --config-file $TMPDIR/daemon.json --runtime-path $rt
 gantry runtime configure --runtime containerd --config-file $TMPDIR/containerd.toml --runtime-path $rt
 gantry runtime configure --runtime crio --config-file $TMPDIR/crio.d/99-nvidia.toml --runtime-path $rt
-gantry --gpus sim:h100x8 --driver-root $TMPDIR/driver cdi generate --output $TMPDIR/cdi/nvidia.yaml
+gantry --gpus sim:h100x8 --driver-root $TMPDIR/driver cdi generate --output /var/run/cdi/nvidia.yaml
 gantry --gpus sim:h100x8 --driver-root $TMPDIR/driver doctor \
     --docker-config $TMPDIR/daemon.json --containerd-config $TMPDIR/containerd.toml --crio-dropins $TMPDIR/crio.d
 ` + "```" + `
