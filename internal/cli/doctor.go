@@ -21,6 +21,7 @@ func init() {
 			container := fs.String("container", "", "also examine this container: Docker (ID or name), else containerd (ID or unique prefix)")
 			namespace := fs.String("namespace", "", "look --container up in this containerd namespace only (default: every namespace, after Docker)")
 			runcRoot := fs.String("runc-root", doctor.DefaultRuncRoot, "runc's state directory (runc --root), for containers runc runs without an engine")
+			containerdRoot := fs.String("containerd-root", "", "containerd's root directory (its config's root), where its content store keeps checkpoint images (default: that of the containerd at the CRI socket, else the root its --containerd-config sets, else "+doctor.DefaultContainerdRoot+")")
 			containerdState := fs.String("containerd-state", "", "containerd's state directory (its config's state), where its tasks' bundles are (default: that of the containerd at --cri-socket when given, else "+doctor.DefaultContainerdState+")")
 			criSocket := fs.String("cri-socket", "", "the CRI runtime service socket, for every check that reads containerd (its live configuration, --pod) (default: the first of "+strings.Join(criSockets, ", ")+" that exists)")
 			serverSocket := fs.String("create-server-socket", "", "the create server's socket, which every GPU create of gantry-runtime asks first (default: $"+createproto.ServerSocketEnv+", else "+createproto.DefaultServerSocket+")")
@@ -51,6 +52,7 @@ func init() {
 					Namespace:        *namespace,
 					RuncRoot:         *runcRoot,
 					ContainerdState:  *containerdState,
+					ContainerdRoot:   *containerdRoot,
 					CRISocket:        *criSocket,
 					CRISockets:       criSockets,
 					RuntimeSocket:    *serverSocket,
@@ -111,5 +113,6 @@ against the container's memory and pids limits). With --pod, the pod's
 containers are found through the CRI socket (--cri-socket) and examined the
 same way. The Kubernetes checks run where --kubelet-dir exists; the Node is read
 from the API server in a pod with a service account (NODE_NAME or --node names
-it). Prints "PASS|FAIL|INFO|SKIP name: evidence" per check and a fix under each
-failure (INFO: a path not in use here, with the reason). ` + doctor.ExitCodes
+it). Prints "PASS|FAIL|WARN|INFO|SKIP name: evidence" per check and a fix under
+each failure and warning (INFO: a path not in use here, with the reason; WARN: a
+risk that fails nothing, such as checkpoint images others can read). ` + doctor.ExitCodes

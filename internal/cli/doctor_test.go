@@ -15,7 +15,7 @@ import (
 // hermeticDoctor points every host path doctor reads and the tests do not
 // name themselves into dir, where nothing is: the kubelet's directory, the
 // create server's socket, Podman's storage, CRI-O's main file, runc's and
-// containerd's state, and the CRI sockets doctor looks for a running
+// containerd's state, containerd's root, and the CRI sockets doctor looks for a running
 // containerd or CRI-O at. A host where a kubelet runs or Gantry or NVIDIA's
 // toolkit is installed then gets the same verdicts as one with neither
 // (scripts/hermetic-check.sh runs these tests on both). It returns the flags.
@@ -31,6 +31,7 @@ func hermeticDoctor(t *testing.T, dir string) []string {
 		"--crio-config", filepath.Join(dir, "crio.conf"),
 		"--runc-root", filepath.Join(dir, "runc"),
 		"--containerd-state", filepath.Join(dir, "containerd-state"),
+		"--containerd-root", filepath.Join(dir, "containerd-root"),
 	}
 }
 

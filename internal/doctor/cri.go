@@ -278,6 +278,10 @@ func stateFromShim(proc string, pid int) string {
 	return filepath.Dir(filepath.Dir(ns))
 }
 
+// containerdDirs are a running containerd's state and root directories,
+// as its CRI service reports them.
+type containerdDirs struct{ State, Root string }
+
 // errNotContainerd: the CRI service answered, but not as containerd's
 // (CRI-O's).
 var errNotContainerd = errors.New("another CRI runtime")
@@ -287,9 +291,9 @@ var errNotContainerd = errors.New("another CRI runtime")
 // configuration (Status, verbose: the "config" info, containerd only) and
 // lists the runtimes it registers, with their BinaryName (runc when unset).
 //
-// state, when not nil, gets containerd's state directory from the same
-// answer ("" when it names none).
-func liveContainerdRuntimes(socket string, candidates []string, state *string) ([]registered, string, error) {
+// dirs, when not nil, gets containerd's state and root directories from
+// the same answer ("" when it names none).
+func liveContainerdRuntimes(socket string, candidates []string, dirs *containerdDirs) ([]registered, string, error) {
 	if socket == "" {
 		for _, s := range candidates {
 			if st, err := os.Stat(s); err == nil && st.Mode()&os.ModeSocket != 0 {
@@ -313,8 +317,8 @@ func liveContainerdRuntimes(socket string, candidates []string, state *string) (
 		return nil, socket, err
 	}
 	reg, err := engineconfig.ParseContainerdStatus([]byte(st.GetInfo()["config"]))
-	if err == nil && state != nil {
-		*state = containerdStateDir(st.GetInfo()["config"])
+	if err == nil && dirs != nil {
+		*dirs = containerdDirs{State: containerdStateDir(st.GetInfo()["config"]), Root: reg.Root}
 	}
 	if err != nil {
 		return nil, socket, fmt.Errorf("%s is not containerd's CRI service (%v): %w", socket, err, errNotContainerd)

@@ -69,8 +69,8 @@ func Troubleshooting() string {
 depends on, from the kernel module to the engine's configuration and, with ` + "`--container`" + `,
 one running container (Docker's, containerd's, or with ` + "`--pod`" + ` a Kubernetes pod's, through
 the CRI socket) and, on a Kubernetes node, the device plugin, its devices' health and the node's
-GPU capacity. It prints one line per check, ` + "`PASS`" + `, ` + "`FAIL`" + `, ` + "`INFO`" + ` or ` + "`SKIP`" + `,
-with its evidence, and a ` + "`fix:`" + ` line under each failure; a check whose prerequisite failed
+GPU capacity. It prints one line per check, ` + "`PASS`" + `, ` + "`FAIL`" + `, ` + "`WARN`" + `, ` + "`INFO`" + ` or ` + "`SKIP`" + `,
+with its evidence, and a ` + "`fix:`" + ` line under each failure and warning; a check whose prerequisite failed
 is skipped and names it, so the first ` + "`FAIL`" + ` is the one to fix.
 ` + ExitCodes + `
 
