@@ -82,7 +82,7 @@ test: test-deps fmt-check vet
 # mount namespaces: on a host with no GPU node state, and on one where a
 # kubelet and containerd run and Gantry and NVIDIA's toolkit are installed
 # (fake files and live sockets at the real paths); both must pass. Root;
-# about 3 minutes on 2 cores, so not part of make test.
+# 3-4 minutes on 2 cores (7 when busy), so not part of make test.
 # HERMETIC_PKGS names other packages.
 HERMETIC_PKGS ?=
 hermetic-check: test-deps

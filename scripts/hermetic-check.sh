@@ -15,7 +15,11 @@
 # /var/lib and /run (so /var/run) are overlays of themselves whose writes go
 # to a temporary directory, and the state is written there (or, for
 # "without", the paths are removed there). The tests' own temporary
-# directories (/tmp) and the Go caches are the host's.
+# directories (/tmp) and the Go caches are the host's. "with" also sets the
+# environment of a pod (KUBERNETES_SERVICE_HOST, NODE_NAME) and Gantry's
+# (GANTRY_CONFIG, GANTRY_RUNTIME_SOCKET) to that state; "without" unsets it.
+# A real containerd (where installed) serves /run/containerd/containerd.sock
+# with the nvidia runtime registered; socat stands in for the other daemons.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -81,6 +85,14 @@ inside() {
       for _ in $(seq 100); do [ -S "$s" ] && break; sleep 0.1; done
       [ -S "$s" ] || { echo "hermetic-check: nothing listens on $s" >&2; cat "$scratch/containerd.log" >&2 2>/dev/null; exit 1; }
     done
+  fi
+  if [ "$mode" = with ]; then
+    # As where doctor runs in the device plugin's pod, and Gantry's
+    # configuration and create server are named in the environment.
+    export KUBERNETES_SERVICE_HOST=127.0.0.1 KUBERNETES_SERVICE_PORT=6443 NODE_NAME=gpu-node-1 \
+      GANTRY_CONFIG=/etc/gantry/config.toml GANTRY_RUNTIME_SOCKET=/run/gantry/runtime.sock
+  else
+    unset KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT NODE_NAME GANTRY_CONFIG GANTRY_RUNTIME_SOCKET
   fi
   echo "== hermetic-check ($mode host state): go test $*"
   go test "$@"
