@@ -12,7 +12,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -O2 -g -Wno-deprecated-declarations
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: containerd2 cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra e2e-cluster-default gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install install-cdi-fix install-systemd clean
+.PHONY: containerd2 cluster-bin cluster-up cluster-down e2e-cluster e2e-cluster-ci e2e-cluster-dra e2e-cluster-default gpu-cluster all build build-device-plugin build-dra-plugin image deps test-deps demo test hermetic-check vet fmt-check fuzz bench gpu-check gpu-e2e bundlesplit install install-cdi-fix install-systemd clean
 
 all: build
 
@@ -77,6 +77,16 @@ test-deps:
 
 test: test-deps fmt-check vet
 	$(GO) test -race -count=1 ./...
+
+# The tests of gantry doctor (and every test that runs it) twice, in private
+# mount namespaces: on a host with no GPU node state, and on one where a
+# kubelet and containerd run and Gantry and NVIDIA's toolkit are installed
+# (fake files and live sockets at the real paths); both must pass. Root;
+# 3-4 minutes on 2 cores (7 when busy), so not part of make test.
+# HERMETIC_PKGS names other packages.
+HERMETIC_PKGS ?=
+hermetic-check: test-deps
+	scripts/hermetic-check.sh $(HERMETIC_PKGS)
 
 # containerd 2.x and its ctr (the test cluster's release) in bin/containerd2, for
 # the engine tests' containerd 2.x cases (test/engines TestConfigureContainerd),

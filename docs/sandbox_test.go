@@ -32,9 +32,11 @@ import (
 //     may live under /tmp, are bound back at their paths);
 //   - /etc, /usr/bin, /usr/lib and /var are overlays whose writes go to a tmpfs; in
 //     them the engines' and Gantry's configuration directories
-//     (/etc/docker, /etc/containerd, /etc/crio, /etc/cdi, /etc/gantry) and
-//     /var/lib/kubelet are removed, so every file the docs write starts
-//     from nothing, and /etc/nvidia-container-runtime/config.toml is the one
+//     (/etc/docker, /etc/containerd, /etc/crio, /etc/cdi, /etc/gantry),
+//     /var/lib/kubelet, containerd's root and Podman's storage
+//     (/var/lib/containerd, /var/lib/containers) are removed, so every
+//     file the docs write starts from nothing, and doctor finds no
+//     kubelet or Podman of the host's; /etc/nvidia-container-runtime/config.toml is the one
 //     NVIDIA's toolkit 1.18 installs (internal/config/testdata), as on a host
 //     being migrated;
 //   - the network has only a loopback interface, so the docs' fixed ports
@@ -231,7 +233,7 @@ var (
 	freshDirs   = []string{"/run", "/tmp"}                         // empty tmpfs
 	overlayDirs = []string{"/etc", "/usr/bin", "/usr/lib", "/var"} // the host's, writes to a tmpfs (/usr/lib: make install's systemd units)
 	removed     = []string{"/etc/docker", "/etc/containerd", "/etc/crio", "/etc/cdi", "/etc/gantry",
-		"/etc/nvidia-container-runtime", "/var/lib/kubelet"}
+		"/etc/nvidia-container-runtime", "/var/lib/kubelet", "/var/lib/containerd", "/var/lib/containers"}
 )
 
 // enterPrivateHost moves the calling (locked) thread into new mount and

@@ -49,13 +49,13 @@ func TestDoctorDeviceNodeFixesWork(t *testing.T) {
 	t.Setenv("PATH", filepath.Join(dir, "bin")) // no host tool is found by doctor
 	cfgFile := filepath.Join(dir, "config.toml")
 	writeFileT(t, cfgFile, "[cdi]\nspec-dirs = [\""+filepath.Join(dir, "cdi")+"\"]\n")
+	hostArgs := hermeticDoctor(t, filepath.Join(dir, "host"))
 	doctorRun := func() map[string]doctor.Check {
 		t.Helper()
-		out, errOut, code := run("--config", cfgFile, "--gpus", "sim:h100x8", "--driver-root", root, "doctor", "--json",
+		out, errOut, code := run(append([]string{"--config", cfgFile, "--gpus", "sim:h100x8", "--driver-root", root, "doctor", "--json",
 			"--proc", filepath.Join(dir, "proc"), "--docker-config", filepath.Join(dir, "none.json"),
 			"--docker-socket", filepath.Join(dir, "none.sock"), "--containerd-config", filepath.Join(dir, "none.toml"),
-			"--crio-dropins", filepath.Join(dir, "none.d"), "--create-server-socket", filepath.Join(dir, "none.sock"),
-			"--cri-socket", filepath.Join(dir, "none.sock"), "--kubelet-dir", filepath.Join(dir, "kubelet"))
+			"--crio-dropins", filepath.Join(dir, "none.d")}, hostArgs...)...)
 		if code != 0 && code != 1 {
 			t.Fatalf("doctor: exit %d: %s", code, errOut)
 		}

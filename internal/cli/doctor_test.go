@@ -12,6 +12,29 @@ import (
 	"github.com/gantry-gpu/gantry/internal/fakedriver"
 )
 
+// hermeticDoctor points every host path doctor reads and the tests do not
+// name themselves into dir, where nothing is: the kubelet's directory, the
+// create server's socket, Podman's storage, CRI-O's main file, runc's and
+// containerd's state, containerd's root, and the CRI sockets doctor looks for a running
+// containerd or CRI-O at. A host where a kubelet runs or Gantry or NVIDIA's
+// toolkit is installed then gets the same verdicts as one with neither
+// (scripts/hermetic-check.sh runs these tests on both). It returns the flags.
+func hermeticDoctor(t *testing.T, dir string) []string {
+	t.Helper()
+	saved := criSockets
+	criSockets = []string{filepath.Join(dir, "containerd.sock"), filepath.Join(dir, "crio.sock")}
+	t.Cleanup(func() { criSockets = saved })
+	return []string{
+		"--kubelet-dir", filepath.Join(dir, "kubelet"),
+		"--create-server-socket", filepath.Join(dir, "runtime.sock"),
+		"--podman-storage", filepath.Join(dir, "containers/storage"),
+		"--crio-config", filepath.Join(dir, "crio.conf"),
+		"--runc-root", filepath.Join(dir, "runc"),
+		"--containerd-state", filepath.Join(dir, "containerd-state"),
+		"--containerd-root", filepath.Join(dir, "containerd-root"),
+	}
+}
+
 func TestDoctor(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("gcc not installed: cannot build the fake driver root (make deps installs it)")
@@ -51,6 +74,7 @@ func TestDoctor(t *testing.T) {
 		"--proc", proc, "--docker-config", daemon, "--docker-socket", filepath.Join(dir, "no-docker.sock"),
 		"--containerd-config", filepath.Join(dir, "none.toml"),
 		"--crio-dropins", filepath.Join(dir, "none.d")}
+	args = append(args, hermeticDoctor(t, filepath.Join(dir, "host"))...)
 
 	out, errOut, code := run(args...)
 	if code != 0 {

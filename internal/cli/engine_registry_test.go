@@ -156,15 +156,16 @@ func TestRegisteredEngine(t *testing.T) {
 	}
 	t.Setenv("PATH", bin)
 	cfg := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfg, []byte("[runtime]\ncache-dir = \""+filepath.Join(dir, "cache")+"\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("[cdi]\nspec-dirs = [\""+filepath.Join(dir, "cdi")+"\"]\n[runtime]\ncache-dir = \""+filepath.Join(dir, "cache")+"\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	hostArgs := hermeticDoctor(t, filepath.Join(dir, "host"))
 	doctorRun := func() doctor.Check {
 		t.Helper()
-		out, errOut, _ := run("--config", cfg, "--gpus", "sim:h100x8", "--driver-root", root, "doctor", "--json",
+		out, errOut, _ := run(append([]string{"--config", cfg, "--gpus", "sim:h100x8", "--driver-root", root, "doctor", "--json",
 			"--proc", filepath.Join(dir, "proc"), "--docker-config", filepath.Join(dir, "none.json"),
 			"--docker-socket", filepath.Join(dir, "no-docker.sock"), "--containerd-config", filepath.Join(dir, "none.toml"),
-			"--crio-dropins", filepath.Join(dir, "none.d"))
+			"--crio-dropins", filepath.Join(dir, "none.d")}, hostArgs...)...)
 		var checks []doctor.Check
 		if err := json.Unmarshal([]byte(out), &checks); err != nil {
 			t.Fatalf("doctor --json: %v\n%s%s", err, out, errOut)

@@ -28,7 +28,7 @@ type FailureDoc struct {
 
 // ExitCodes says what gantry doctor's exit code means; --help and
 // docs/troubleshooting.md both print it.
-const ExitCodes = "The exit code is 0 when nothing failed on the GPU paths in use here (an engine present but not used for GPUs, or a container that asked for no GPU, is INFO or SKIP with the reason, not a failure), 1 when a check failed, and 2 when doctor itself could not run (a bad flag or argument, a configuration file it cannot load, output it cannot write)."
+const ExitCodes = "The exit code is 0 when nothing failed on the GPU paths in use here (an engine present but not used for GPUs, or a container that asked for no GPU, is INFO or SKIP with the reason, not a failure; nor is a WARN, a risk named with its fix), 1 when a check failed, and 2 when doctor itself could not run (a bad flag or argument, a configuration file it cannot load, output it cannot write)."
 
 // createServerVerifies is what the engine checks say of the create
 // server (createserver.go).

@@ -54,7 +54,7 @@ type env struct {
 	liveDone   bool
 	live       []registered // the running containerd's runtimes
 	liveSocket string
-	liveState  string // its state directory
+	liveDirs   containerdDirs // its state and root directories
 	liveErr    error
 }
 
@@ -68,8 +68,8 @@ func Run(opts Options) []Check {
 	// --cri-socket names the containerd to read: its tasks too, where
 	// its state directory is, unless --containerd-state says otherwise.
 	if !givenState && opts.CRISocket != "" && (opts.Container != "" || opts.Pod != "") {
-		if _, _, err := e.containerdLive(); err == nil && e.liveState != "" {
-			e.opts.ContainerdState = e.liveState
+		if _, _, err := e.containerdLive(); err == nil && e.liveDirs.State != "" {
+			e.opts.ContainerdState = e.liveDirs.State
 		}
 	}
 	return e.run(AllChecks())
@@ -180,7 +180,7 @@ func isDir(p string) bool {
 // containerdLive asks the running containerd once.
 func (e *env) containerdLive() ([]registered, string, error) {
 	if !e.liveDone {
-		e.live, e.liveSocket, e.liveErr = liveContainerdRuntimes(e.opts.CRISocket, &e.liveState)
+		e.live, e.liveSocket, e.liveErr = liveContainerdRuntimes(e.opts.CRISocket, e.opts.CRISockets, &e.liveDirs)
 		e.liveDone = true
 	}
 	return e.live, e.liveSocket, e.liveErr

@@ -43,7 +43,7 @@ func checkPodContainers(opts Options) []Check {
 	podNS, podName, _ := strings.Cut(opts.Pod, "/")
 	socket := opts.CRISocket
 	if socket == "" {
-		for _, s := range DefaultCRISockets {
+		for _, s := range opts.CRISockets {
 			if st, err := os.Stat(s); err == nil && st.Mode()&os.ModeSocket != 0 {
 				socket = s
 				break
@@ -51,7 +51,7 @@ func checkPodContainers(opts Options) []Check {
 		}
 		if socket == "" {
 			return []Check{fail(CheckPodContainers, fix(fixCRISocket),
-				"pod %s: no CRI socket to ask: none of %s exists", opts.Pod, strings.Join(DefaultCRISockets, ", "))}
+				"pod %s: no CRI socket to ask: none of %s exists", opts.Pod, strings.Join(opts.CRISockets, ", "))}
 		}
 	}
 	if st, err := os.Stat(socket); err != nil {
@@ -278,20 +278,24 @@ func stateFromShim(proc string, pid int) string {
 	return filepath.Dir(filepath.Dir(ns))
 }
 
+// containerdDirs are a running containerd's state and root directories,
+// as its CRI service reports them.
+type containerdDirs struct{ State, Root string }
+
 // errNotContainerd: the CRI service answered, but not as containerd's
 // (CRI-O's).
 var errNotContainerd = errors.New("another CRI runtime")
 
 // liveContainerdRuntimes asks a containerd's CRI service (socket, or the
-// first of DefaultCRISockets that is a socket) for its running
+// first of candidates that is a socket) for its running
 // configuration (Status, verbose: the "config" info, containerd only) and
 // lists the runtimes it registers, with their BinaryName (runc when unset).
 //
-// state, when not nil, gets containerd's state directory from the same
-// answer ("" when it names none).
-func liveContainerdRuntimes(socket string, state *string) ([]registered, string, error) {
+// dirs, when not nil, gets containerd's state and root directories from
+// the same answer ("" when it names none).
+func liveContainerdRuntimes(socket string, candidates []string, dirs *containerdDirs) ([]registered, string, error) {
 	if socket == "" {
-		for _, s := range DefaultCRISockets {
+		for _, s := range candidates {
 			if st, err := os.Stat(s); err == nil && st.Mode()&os.ModeSocket != 0 {
 				socket = s
 				break
@@ -313,8 +317,8 @@ func liveContainerdRuntimes(socket string, state *string) ([]registered, string,
 		return nil, socket, err
 	}
 	reg, err := engineconfig.ParseContainerdStatus([]byte(st.GetInfo()["config"]))
-	if err == nil && state != nil {
-		*state = containerdStateDir(st.GetInfo()["config"])
+	if err == nil && dirs != nil {
+		*dirs = containerdDirs{State: containerdStateDir(st.GetInfo()["config"]), Root: reg.Root}
 	}
 	if err != nil {
 		return nil, socket, fmt.Errorf("%s is not containerd's CRI service (%v): %w", socket, err, errNotContainerd)

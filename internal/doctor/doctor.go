@@ -29,6 +29,9 @@ const (
 	// Info is said of a path not in use here (an engine present but not
 	// used for GPUs, a container that asked for none): not a failure.
 	Info Status = "INFO"
+	// Warn is said of a risk that breaks nothing (others may read what
+	// they should not): not a failure, but printed with its fix.
+	Warn Status = "WARN"
 )
 
 // Check is one link of the chain.
@@ -108,6 +111,10 @@ type Options struct {
 	// Namespace restricts the containerd lookup to one namespace (and skips
 	// Docker); empty searches every namespace.
 	Namespace string
+	// ContainerdRoot is containerd's root directory, where its content
+	// store is; empty takes the running containerd's (its CRI status),
+	// else the root ContainerdConfig sets, else DefaultContainerdRoot.
+	ContainerdRoot string
 	// ContainerdState is containerd's state directory
 	// (DefaultContainerdState), where its runtime v2 tasks are.
 	ContainerdState string
@@ -115,8 +122,12 @@ type Options struct {
 	// runc runs without an engine.
 	RuncRoot string
 	// CRISocket is the CRI runtime service socket for Pod; empty takes the
-	// first of DefaultCRISockets that exists.
+	// first of CRISockets that exists.
 	CRISocket string
+	// CRISockets are the sockets tried, in order, when CRISocket is empty
+	// (DefaultCRISockets): where a running containerd or CRI-O is looked
+	// for, so tests point them into a temporary directory.
+	CRISockets []string
 	// Docker is the docker CLI ("docker", looked up in PATH).
 	Docker string
 	// KubeletDir is the kubelet's root (DefaultKubeletDir); the Kubernetes
@@ -177,6 +188,9 @@ func (o *Options) defaults() {
 	def(&o.RuncRoot, DefaultRuncRoot)
 	def(&o.PodmanStorage, DefaultPodmanStorage)
 	def(&o.ServicePATH, DefaultServicePATH)
+	if o.CRISockets == nil {
+		o.CRISockets = DefaultCRISockets
+	}
 	def(&o.RuntimeSocket, os.Getenv(createproto.ServerSocketEnv))
 	def(&o.RuntimeSocket, createproto.DefaultServerSocket)
 	if o.serverPings == nil {
@@ -204,12 +218,12 @@ func Failed(checks []Check) bool {
 }
 
 // Write prints one line per check, "STATUS name: evidence", and a
-// "fix:" line under each failure.
+// "fix:" line under each failure and warning.
 func Write(w io.Writer, checks []Check) error {
 	var b bytes.Buffer
 	for _, c := range checks {
 		fmt.Fprintf(&b, "%s %s: %s\n", c.Status, c.Name, c.Evidence)
-		if c.Status == Fail && c.Fix != "" {
+		if (c.Status == Fail || c.Status == Warn) && c.Fix != "" {
 			fmt.Fprintf(&b, "     fix: %s\n", c.Fix)
 		}
 	}
@@ -227,6 +241,11 @@ func skip(name, format string, a ...any) Check {
 
 func info(name, format string, a ...any) Check {
 	return Check{Name: name, Status: Info, OK: true, Evidence: fmt.Sprintf(format, a...)}
+}
+
+// warn is a risk worth fixing that fails nothing: OK, with its fix.
+func warn(name, fix, format string, a ...any) Check {
+	return Check{Name: name, Status: Warn, OK: true, Evidence: fmt.Sprintf(format, a...), Fix: fix}
 }
 
 func fail(name, fix, format string, a ...any) Check {

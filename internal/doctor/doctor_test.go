@@ -67,9 +67,14 @@ func newHost(t *testing.T) *host {
 		ContainerdConfig: filepath.Join(dir, "containerd/config.toml"),
 		CRIOConfig:       filepath.Join(dir, "crio/crio.conf"),
 		CRIODropins:      filepath.Join(dir, "crio/crio.conf.d"),
-		KubeletDir:       filepath.Join(dir, "kubelet"),      // not a Kubernetes node
-		RuntimeSocket:    filepath.Join(dir, "runtime.sock"), // no create server; never the host's
-		PodmanStorage:    filepath.Join(dir, "containers/storage"),
+		KubeletDir:       filepath.Join(dir, "kubelet"), // not a Kubernetes node
+		// No containerd or CRI-O answering: never the host's
+		// /run/containerd/containerd.sock, whose runtimes would be judged.
+		CRISockets:    []string{filepath.Join(dir, "containerd/containerd.sock"), filepath.Join(dir, "crio/crio.sock")},
+		RuntimeSocket: filepath.Join(dir, "runtime.sock"), // no create server; never the host's
+		PodmanStorage: filepath.Join(dir, "containers/storage"),
+		// containerd's root: none, so never the host's content store.
+		ContainerdRoot: filepath.Join(dir, "containerd-root"),
 		// Where dockerd would look for the hook when none runs: never the
 		// host's /usr/bin, which has one where Gantry or NVIDIA's toolkit
 		// is installed.
@@ -171,10 +176,11 @@ func TestHealthyHost(t *testing.T) {
 	expect(t, checks, CheckPersistence, Skip, []string{"simulated"}, "")
 	expect(t, checks, CheckContainerd, Skip, nil, "")
 	expect(t, checks, CheckCRIO, Skip, nil, "")
+	expect(t, checks, CheckContentStore, Skip, []string{"no containerd root"}, "")
 	// Every check is present, in chain order.
 	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles, CheckLoaderCache,
 		CheckInventoryCache, CheckCDISpecs, CheckOldCDIHooks, CheckDocker, CheckContainerd, CheckCRIO, CheckHook, CheckCreateServer,
-		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode, CheckLowLevel, CheckContainerCheckpoint}
+		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode, CheckLowLevel, CheckContainerCheckpoint, CheckContentStore}
 	if len(checks) != len(want) {
 		t.Fatalf("%d checks, want %d:\n%s", len(checks), len(want), dump(checks))
 	}

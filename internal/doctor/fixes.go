@@ -31,6 +31,7 @@ const (
 	fixOldCDIHooks   = "rewrite them: `sudo gantry cdi fix-hooks FILE...` (atomically, each original kept as FILE.bak; `make install` does this for /etc/cdi and /var/run/cdi)"
 	fixCDISpec       = "regenerate it: `gantry cdi generate --output FILE` (`gantry cdi generate` belongs in the driver upgrade procedure)"
 
+	fixContentStore     = "`chmod 700 ROOT` (containerd's root), and upgrade containerd to a release with the CVE-2024-25621 fix, which makes it 0700 itself at every start; older ones keep the mode an existing root has. Safe for containerd: it runs as root and is the only program that opens its root (ctr, crictl, Docker and the kubelet go through its socket), and containers keep their root filesystems, mounted by root; or checkpoint with `ctr tasks checkpoint --image-path DIR` (Gantry makes DIR 0700) and remove content-store checkpoint images (`ctr images rm`) at once"
 	fixReadable         = "make the file readable"
 	fixDockerRestart    = "`systemctl restart docker` (dockerd reads daemon.json when it starts)"
 	fixContainerdTOML   = "correct the TOML (containerd will not start with it)"

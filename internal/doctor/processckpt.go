@@ -14,6 +14,10 @@ import (
 // (gantry-runtime checkpoint and restore, package ctrckpt).
 const CheckContainerCheckpoint = "container checkpoint"
 
+// CheckContentStore is whether others can read containerd's content store,
+// where a task's checkpoint keeps the container's memory (contentstore.go).
+const CheckContentStore = "checkpoint content store"
+
 func init() {
 	Checks = append(Checks, CheckDef{
 		Name:    CheckContainerCheckpoint,
@@ -23,6 +27,18 @@ func init() {
 			return one(checkContainerCheckpoint(e.opts.Config, e.result(CheckKernel).Status == Pass))
 		},
 		Verifies: "What checkpoint and restore of GPU containers (`runc checkpoint`/`restore` through gantry-runtime) need: `criu` on PATH is version 4 or later and `criu check` passes (Debian 12's CRIU 3.17 fails on current kernels; `scripts/install-criu.sh` installs 4.1.1), and the driver's libcuda has the CUDA process checkpoint API (`cuCheckpointProcessLock` and the rest: driver r570 or later) and GPU remapping on restore (r580). Advice, never a failure: INFO says what is missing. The driver cannot checkpoint processes using CUDA IPC, MPS or UVM managed memory shared across processes; such a container's checkpoint fails and it goes on running.",
+	})
+	Checks = append(Checks, CheckDef{
+		Name:    CheckContentStore,
+		Needs:   []Need{NeedDriver},
+		Summary: "others cannot read containerd's content store, where task checkpoints keep the container's memory",
+		run: func(e *env) []Check {
+			return one(checkContentStore(e.containerdRoot()))
+		},
+		Verifies: "Whether users other than root can read the blobs of containerd's content store (`ROOT/io.containerd.content.v1.content/blobs/sha256`; ROOT is `--containerd-root`, else the running containerd's root from its CRI status, else `root` in its config.toml, else `/var/lib/containerd`). `ctr tasks checkpoint`, `ctr containers checkpoint` and the kubelet's checkpoint keep the CRIU image there, the whole memory of the container and of its CUDA processes. containerd writes each blob 0444 in directories it makes 0755, so the directories above decide: containerd releases before the fix of CVE-2024-25621 make its root 0711 and keep an existing root's mode; those with it (1.7.29, 2.0.7, 2.1.5, 2.2.0 and later; Debian 12's 1.6.20~ds1-1+deb12u2) make it 0700 and chmod it back to 0700 at every start. PASS when a directory on the way keeps others out; WARN (not a failure; exit code 0) when every directory lets them through, with the fix; SKIP when there is no containerd root.",
+		Failures: []FailureDoc{
+			{"WARN: every directory down to the blobs lets others search it (a root of 0711: containerd before the CVE-2024-25621 fix, or a chmod since)", fixContentStore},
+		},
 	})
 }
 

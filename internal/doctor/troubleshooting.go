@@ -69,8 +69,8 @@ func Troubleshooting() string {
 depends on, from the kernel module to the engine's configuration and, with ` + "`--container`" + `,
 one running container (Docker's, containerd's, or with ` + "`--pod`" + ` a Kubernetes pod's, through
 the CRI socket) and, on a Kubernetes node, the device plugin, its devices' health and the node's
-GPU capacity. It prints one line per check, ` + "`PASS`" + `, ` + "`FAIL`" + `, ` + "`INFO`" + ` or ` + "`SKIP`" + `,
-with its evidence, and a ` + "`fix:`" + ` line under each failure; a check whose prerequisite failed
+GPU capacity. It prints one line per check, ` + "`PASS`" + `, ` + "`FAIL`" + `, ` + "`WARN`" + `, ` + "`INFO`" + ` or ` + "`SKIP`" + `,
+with its evidence, and a ` + "`fix:`" + ` line under each failure and warning; a check whose prerequisite failed
 is skipped and names it, so the first ` + "`FAIL`" + ` is the one to fix.
 ` + ExitCodes + `
 
@@ -82,19 +82,19 @@ gantry doctor --json                      # the same checks as JSON (name, statu
 ` + "```" + `
 
 It reads Docker's, containerd's and CRI-O's configuration at their standard paths;
-` + "`--docker-config`, `--containerd-config` and `--crio-dropins`" + ` point it elsewhere. On
+` + "`--docker-config`, `--containerd-config`, `--crio-config` and `--crio-dropins`" + ` point it elsewhere. On
 simulated GPUs and a fake driver root, with the engines' files registered in a scratch
 directory and the CDI spec generated into the spec directory (Podman, where installed, takes
 GPUs only through it: without a spec, doctor fails the ` + "`cdi specs`" + ` check):
 
-<!-- doctest -->
+<!-- doctest: root -->
 ` + "```sh" + `
 gantry sim driver-root $TMPDIR/driver
 rt=$(command -v gantry-runtime)
 gantry runtime configure --runtime docker --config-file $TMPDIR/daemon.json --runtime-path $rt
 gantry runtime configure --runtime containerd --config-file $TMPDIR/containerd.toml --runtime-path $rt
 gantry runtime configure --runtime crio --config-file $TMPDIR/crio.d/99-nvidia.toml --runtime-path $rt
-gantry --gpus sim:h100x8 --driver-root $TMPDIR/driver cdi generate --output $TMPDIR/cdi/nvidia.yaml
+gantry --gpus sim:h100x8 --driver-root $TMPDIR/driver cdi generate --output /var/run/cdi/nvidia.yaml
 gantry --gpus sim:h100x8 --driver-root $TMPDIR/driver doctor \
     --docker-config $TMPDIR/daemon.json --containerd-config $TMPDIR/containerd.toml --crio-dropins $TMPDIR/crio.d
 ` + "```" + `

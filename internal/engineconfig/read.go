@@ -50,6 +50,10 @@ type Registered struct {
 	// containerd's CRI plugin off, as Docker CE's config.toml does; "" when
 	// it is on. Always "" for the other engines.
 	CRIDisabled string
+	// Root is containerd's root directory (its top-level `root`; an
+	// import's replaces the main file's), "" when unset (containerd's
+	// default, /var/lib/containerd). Always "" for the other engines.
+	Root string
 }
 
 // Runtime returns the registered runtime named name.
@@ -176,6 +180,9 @@ func readContainerd(path string, planned map[string][]byte) (Registered, []strin
 				out.DefaultRuntime = im.DefaultRuntime
 			}
 			out.CDI = out.CDI || im.CDI
+			if im.Root != "" {
+				out.Root = im.Root
+			}
 			if out.CRIDisabled == "" {
 				out.CRIDisabled = im.CRIDisabled
 			}
@@ -316,6 +323,7 @@ func parseContainerd(data []byte) (Registered, error) {
 	}
 	out.DefaultRuntime, _ = table(cri, "containerd")["default_runtime_name"].(string)
 	out.CDI, _ = cri["enable_cdi"].(bool)
+	out.Root, _ = doc["root"].(string)
 	out.Runtimes = sortedRuntimes(byName)
 	list, _ := doc["disabled_plugins"].([]any)
 	for _, v := range list {
@@ -329,11 +337,13 @@ func parseContainerd(data []byte) (Registered, error) {
 
 // ParseContainerdStatus reads the running containerd's CRI configuration
 // as its CRI service reports it (the "config" JSON of a verbose Status):
-// the runtimes it registered, its default runtime and enable_cdi. An
+// the runtimes it registered, its default runtime, enable_cdi and
+// containerd's root (containerdRootDir, its --root or config's root). An
 // answer without containerd's configuration (CRI-O's, say) is an error.
 func ParseContainerdStatus(config []byte) (Registered, error) {
 	var cfg struct {
-		EnableCDI  bool `json:"enableCDI"`
+		EnableCDI  bool   `json:"enableCDI"`
+		Root       string `json:"containerdRootDir"`
 		Containerd *struct {
 			DefaultRuntimeName string `json:"defaultRuntimeName"`
 			Runtimes           map[string]struct {
@@ -352,7 +362,7 @@ func ParseContainerdStatus(config []byte) (Registered, error) {
 		}
 		byName[name] = bin
 	}
-	return Registered{Runtimes: sortedRuntimes(byName), DefaultRuntime: cfg.Containerd.DefaultRuntimeName, CDI: cfg.EnableCDI}, nil
+	return Registered{Runtimes: sortedRuntimes(byName), DefaultRuntime: cfg.Containerd.DefaultRuntimeName, CDI: cfg.EnableCDI, Root: cfg.Root}, nil
 }
 
 func sortedRuntimes(byName map[string]string) []Runtime {

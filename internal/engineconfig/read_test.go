@@ -58,8 +58,8 @@ func TestParse(t *testing.T) {
 		{Docker, ``, Registered{Runtimes: []Runtime{}}},
 		{Docker, `{"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}, "crun": {"path": "crun"}}, "default-runtime": "nvidia", "features": {"cdi": true}}`,
 			Registered{Runtimes: []Runtime{{"crun", "crun"}, {"nvidia", "/usr/bin/nvidia-container-runtime"}}, DefaultRuntime: "nvidia", CDI: true}},
-		{Containerd, "version = 2\ndisabled_plugins = [\"cri\"]\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/gantry-runtime\"\n",
-			Registered{Runtimes: []Runtime{{"nvidia", "/usr/bin/gantry-runtime"}, {"runc", "runc"}}, DefaultRuntime: "nvidia", CDI: true, CRIDisabled: `"cri"`}},
+		{Containerd, "version = 2\nroot = \"/data/containerd\"\ndisabled_plugins = [\"cri\"]\n[plugins.\"io.containerd.grpc.v1.cri\"]\nenable_cdi = true\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"nvidia\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/gantry-runtime\"\n",
+			Registered{Runtimes: []Runtime{{"nvidia", "/usr/bin/gantry-runtime"}, {"runc", "runc"}}, DefaultRuntime: "nvidia", CDI: true, CRIDisabled: `"cri"`, Root: "/data/containerd"}},
 		// Version 3 reads its own plugin only: version 2's table is not containerd 2's.
 		{Containerd, "version = 3\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.old.options]\nBinaryName = \"/x\"\n[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/gantry-runtime\"\n",
 			Registered{Runtimes: []Runtime{{"nvidia", "/usr/bin/gantry-runtime"}}}},
@@ -121,8 +121,8 @@ func TestReadCRIOMergesDropins(t *testing.T) {
 }
 
 func TestParseContainerdStatus(t *testing.T) {
-	got, err := ParseContainerdStatus([]byte(`{"containerd": {"defaultRuntimeName": "nvidia", "runtimes": {"runc": {"options": {}}, "nvidia": {"options": {"BinaryName": "/usr/bin/gantry-runtime"}}}}, "enableCDI": true}`))
-	want := Registered{Runtimes: []Runtime{{"nvidia", "/usr/bin/gantry-runtime"}, {"runc", "runc"}}, DefaultRuntime: "nvidia", CDI: true}
+	got, err := ParseContainerdStatus([]byte(`{"containerd": {"defaultRuntimeName": "nvidia", "runtimes": {"runc": {"options": {}}, "nvidia": {"options": {"BinaryName": "/usr/bin/gantry-runtime"}}}}, "enableCDI": true, "containerdRootDir": "/srv/containerd"}`))
+	want := Registered{Runtimes: []Runtime{{"nvidia", "/usr/bin/gantry-runtime"}, {"runc", "runc"}}, DefaultRuntime: "nvidia", CDI: true, Root: "/srv/containerd"}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, %v", got, err)
 	}
@@ -140,7 +140,7 @@ func TestDefaultPaths(t *testing.T) {
 // TestReadContainerdImports: the files config.toml imports are read as
 // containerd resolves them (relative to its directory, patterns expanded in
 // name order, a missing file skipped), an imported runtime of the same name
-// wins, and an import that does not parse is an *ImportError naming it.
+// wins (so does an imported root), and an import that does not parse is an *ImportError naming it.
 func TestReadContainerdImports(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -158,7 +158,7 @@ func TestReadContainerdImports(t *testing.T) {
 		"[plugins.\"io.containerd.grpc.v1.cri\".containerd]\ndefault_runtime_name = \"runc\"\n"+
 		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n"+
 		"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/old/nvidia-container-runtime\"\n")
-	a := write("conf.d/10-a.toml", "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\n")
+	a := write("conf.d/10-a.toml", "version = 2\nroot = \"/srv/containerd\"\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/nvidia-container-runtime\"\n")
 	b := write("conf.d/99-nvidia.toml", "version = 3\n[plugins.\"io.containerd.cri.v1.runtime\"]\nenable_cdi = true\n[plugins.\"io.containerd.cri.v1.runtime\".containerd]\ndefault_runtime_name = \"nvidia\"\n"+
 		"[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nvidia.options]\nBinaryName = \"/usr/bin/gantry-runtime\"\n")
 	write("conf.d/notes.txt", "not toml {")
@@ -166,7 +166,7 @@ func TestReadContainerdImports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Registered{Runtimes: []Runtime{{"nvidia", "/usr/bin/gantry-runtime"}, {"runc", "runc"}}, DefaultRuntime: "nvidia", CDI: true}
+	want := Registered{Runtimes: []Runtime{{"nvidia", "/usr/bin/gantry-runtime"}, {"runc", "runc"}}, DefaultRuntime: "nvidia", CDI: true, Root: "/srv/containerd"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)
 	}
