@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -348,6 +349,29 @@ func (k *kube) hostGPUs() []string {
 		k.t.Fatalf("gantry info --json lists no GPU:\n%s", out)
 	}
 	return uuids
+}
+
+// pluginGPUs are the host's GPUs the device plugin offers: every GPU, or
+// under up.sh --dra the ones its DaemonSet's GANTRY_DEVICES names (indexes
+// or UUIDs), the DRA plugin having the rest.
+func (k *kube) pluginGPUs() []string {
+	k.t.Helper()
+	host := k.hostGPUs()
+	sel, _ := k.run("get", "daemonset", "-n", "kube-system", "gantry", "-o",
+		`jsonpath={.spec.template.spec.containers[0].env[?(@.name=="GANTRY_DEVICES")].value}`)
+	if sel = strings.TrimSpace(sel); sel == "" {
+		return host
+	}
+	var out []string
+	for _, f := range strings.Split(sel, ",") {
+		f = strings.TrimSpace(f)
+		if i, err := strconv.Atoi(f); err == nil && i >= 0 && i < len(host) {
+			out = append(out, host[i])
+		} else if contains(host, f) {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // pluginPod is the device plugin DaemonSet's running pod: name and IP.

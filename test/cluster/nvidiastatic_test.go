@@ -63,8 +63,8 @@ func withoutGantryPlugin(k *kube) {
 }
 
 // nodeAdaptation is what a manifest gets on this cluster's node besides
-// the image, as env entries: nothing on real GPUs (NVML through the nvidia
-// runtime). On simulated GPUs, which NVML cannot report, the plugin is told
+// the image, as env entries: on real GPUs only the three NVLink-multicast
+// variables every test container carries (NVML through the nvidia runtime). On simulated GPUs, which NVML cannot report, the plugin is told
 // the simulated GPUs (GANTRY_GPUS) and where their device nodes are
 // (NVIDIA_DEV_ROOT, NVIDIA's own variable for a driver installed under a
 // root other than /, which PASS_DEVICE_SPECS answers need): the node's
@@ -75,11 +75,18 @@ func nodeAdaptation(t *testing.T) []map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// NVLink multicast off, as in every container these tests start (the
+	// plugin never uses it; the rule of the shared multi-GPU hosts is for
+	// every container alike).
+	var env []map[string]string
+	for _, e := range noMulticast {
+		env = append(env, map[string]string{"name": e[0], "value": e[1]})
+	}
 	m := regexp.MustCompile(`(?m)^gpus = "(sim:[^"]+)"`).FindSubmatch(data)
 	if m == nil {
-		return nil
+		return env
 	}
-	return []map[string]string{{"name": "GANTRY_GPUS", "value": string(m[1])}, {"name": "NVIDIA_DEV_ROOT", "value": driverRoot(t)}}
+	return append(env, map[string]string{"name": "GANTRY_GPUS", "value": string(m[1])}, map[string]string{"name": "NVIDIA_DEV_ROOT", "value": driverRoot(t)})
 }
 
 // adapt adds env to the DaemonSet's container in a multi-document manifest

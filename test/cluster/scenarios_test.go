@@ -19,7 +19,7 @@ import (
 // allocatable = their count) and carries GPU Feature Discovery's labels.
 func TestNodeAdvertisesGPUs(t *testing.T) {
 	k := newKube(t)
-	want := strconv.Itoa(len(k.hostGPUs()))
+	want := strconv.Itoa(len(k.pluginGPUs()))
 	k.eventually(60*time.Second, "nvidia.com/gpu capacity and allocatable", func() string {
 		n := k.node()
 		if c, a := n.Status.Capacity["nvidia.com/gpu"], n.Status.Allocatable["nvidia.com/gpu"]; c != want || a != want {
@@ -51,7 +51,7 @@ func TestNodeAdvertisesGPUs(t *testing.T) {
 // those GPUs to it.
 func TestPodGetsTwoGPUs(t *testing.T) {
 	k := newKube(t)
-	n := min(2, len(k.hostGPUs()))
+	n := min(2, len(k.pluginGPUs()))
 	cuda := "cuda-check --load-only"
 	if os.Getenv("GANTRY_CLUSTER_REAL_GPU") != "" {
 		cuda = "cuda-check"
