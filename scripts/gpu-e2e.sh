@@ -45,7 +45,9 @@
 #      does (m2), each GPU 0 as in a, each logged with "server":true
 #   n  checkpoint and restore (GPU hosts with criu and PyTorch, PYTHON): a PyTorch container
 #      checkpointed mid-computation through gantry-runtime and restored goes on exactly
-#      (bench/gpu-checkpoint.sh 1, beside the manual CUDA API + CRIU sequence)
+#      (bench/gpu-checkpoint.sh 1, beside the manual CUDA API + CRIU sequence); on 2+
+#      GPUs also checkpointed on GPU 0 and restored onto GPU 1 (or refused before runc
+#      restore where the driver cannot), going on exactly, on GPU 1
 #   o  NCCL across GPUs (2+ GPUs, PyTorch at PYTHON): torch.distributed all-reduce and a DDP
 #      step, one process per GPU, in one container given all GPUs, one given a subset by
 #      index and one by UUID, the host's driver whited out; exact sums, the containers'
