@@ -75,8 +75,15 @@ func kubeletCheckpoint(t *testing.T, ns, pod, container string) (string, error) 
 // answers InvalidImageName), and the test logs the answer.
 func TestCheckpointGPUPod(t *testing.T) {
 	k := newKube(t)
-	k.apply(podSpec{name: ckptCounterPod, image: probeImage, gpus: 1, runtimeClass: true, script: ckptCounterShell}.yaml())
-	k.logsUntil(ckptCounterPod, "cuda-check: OK", 120*time.Second)
+	shell, ready := ckptCounterShell, "cuda-check: OK"
+	if os.Getenv("GANTRY_CLUSTER_REAL_GPU") != "" {
+		// On real GPUs a CUDA context that ran a kernel, held: what the
+		// checkpoint's CUDA lock and checkpoint act on.
+		shell = strings.Replace(shell, "cuda-check --load-only --hold", "cuda-check --mem 256 --hold", 1)
+		ready = "alloc 256 MiB: ok"
+	}
+	k.apply(podSpec{name: ckptCounterPod, image: probeImage, gpus: 1, runtimeClass: true, script: shell}.yaml())
+	k.logsUntil(ckptCounterPod, ready, 120*time.Second)
 	count := func() int {
 		out, err := k.run("exec", "-n", k.ns, ckptCounterPod, "--", "cat", "/tmp/count")
 		if err != nil {
