@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -90,7 +91,80 @@ func Assess(initPID int, models []string) ([]Finding, error) {
 		}
 		views = append(views, v)
 	}
-	return assess(views, models, runtime.GOARCH), nil
+	out := assess(views, models, runtime.GOARCH)
+	if len(views) > 0 {
+		own, err := ownNetns(initPID)
+		if err != nil {
+			return nil, err
+		}
+		if f := networkLock(own, exec.LookPath, criuNetworkLockSet(criuConfigs)); f != nil {
+			out = append(out, *f)
+		}
+	}
+	return out, nil
+}
+
+// criuConfigs are the files CRIU takes options from when runc runs it
+// (runc's own, then CRIU's default for every caller).
+var criuConfigs = []string{"/etc/criu/runc.conf", "/etc/criu/default.conf"}
+
+// ownNetns says whether the process is in a network namespace of its own,
+// not the one this runtime runs in (the engine's, the host's).
+func ownNetns(pid int) (bool, error) {
+	var ct, self unix.Stat_t
+	if err := unix.Stat(filepath.Join(procRoot, strconv.Itoa(pid), "ns", "net"), &ct); err != nil {
+		return false, fmt.Errorf("the container's network namespace: %w", err)
+	}
+	if err := unix.Stat(filepath.Join(procRoot, "self", "ns", "net"), &self); err != nil {
+		return false, fmt.Errorf("this runtime's network namespace: %w", err)
+	}
+	return ct.Ino != self.Ino || ct.Dev != self.Dev, nil
+}
+
+// criuNetworkLockSet says whether one of the CRIU configuration files
+// chooses the network lock (a network-lock line): then CRIU does what it
+// says, and networkLock does not guess.
+func criuNetworkLockSet(files []string) bool {
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(strings.TrimLeft(strings.TrimSpace(l), "-"), "network-lock") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// networkLock is the refusal of a container in a network namespace of its
+// own (every Kubernetes pod, a bridged Podman or Docker container) when
+// CRIU's default network lock cannot run: its dump runs iptables-restore
+// and ip6tables-restore from its PATH (this runtime's: runc hands CRIU its
+// environment), and without them fails "Locking network failed" only after
+// the CUDA checkpoint. Nil when it can, or when a CRIU configuration file
+// picks the lock.
+func networkLock(ownNetns bool, lookPath func(string) (string, error), configured bool) *Finding {
+	if !ownNetns || configured {
+		return nil
+	}
+	var missing []string
+	for _, prog := range []string{"iptables-restore", "ip6tables-restore"} {
+		if _, err := lookPath(prog); err != nil {
+			missing = append(missing, prog)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	verb := "is"
+	if len(missing) > 1 {
+		verb = "are"
+	}
+	return &Finding{Refuse: true, What: fmt.Sprintf("the container has a network namespace of its own, which CRIU's dump locks with iptables-restore and ip6tables-restore (its default network lock), and %s %s not in PATH (%s): the dump would fail after the CUDA checkpoint; install iptables (Debian, Ubuntu: apt-get install iptables) where the engine runs, or choose CRIU's network lock with a network-lock line in /etc/criu/runc.conf",
+		strings.Join(missing, " and "), verb, os.Getenv("PATH"))}
 }
 
 // assess turns what was read into findings.

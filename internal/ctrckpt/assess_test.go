@@ -1,6 +1,9 @@
 package ctrckpt
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,5 +42,51 @@ func TestAssess(t *testing.T) {
 	}
 	if Refusals(assess(multi, []string{"H100", "L4"}, "amd64")) != "" {
 		t.Error("warnings refused")
+	}
+}
+
+// A container in its own network namespace is refused before the CUDA
+// lock when CRIU's default network lock (iptables-restore and
+// ip6tables-restore from PATH) cannot run; not when it shares the
+// runtime's namespace, when both programs are there, or when a CRIU
+// configuration file picks the lock.
+func TestNetworkLock(t *testing.T) {
+	have := func(progs ...string) func(string) (string, error) {
+		return func(p string) (string, error) {
+			for _, q := range progs {
+				if p == q {
+					return "/usr/sbin/" + p, nil
+				}
+			}
+			return "", exec.ErrNotFound
+		}
+	}
+	if f := networkLock(true, have(), false); f == nil || !f.Refuse ||
+		!strings.Contains(f.What, "iptables-restore and ip6tables-restore are not in PATH") || !strings.Contains(f.What, "apt-get install iptables") {
+		t.Errorf("own namespace, no iptables: %+v", f)
+	}
+	if f := networkLock(true, have("iptables-restore"), false); f == nil || !strings.Contains(f.What, "and ip6tables-restore is not in PATH") {
+		t.Errorf("own namespace, no ip6tables-restore: %+v", f)
+	}
+	for name, f := range map[string]*Finding{
+		"host namespace":   networkLock(false, have(), false),
+		"both programs":    networkLock(true, have("iptables-restore", "ip6tables-restore"), false),
+		"lock in a config": networkLock(true, have(), true),
+	} {
+		if f != nil {
+			t.Errorf("%s: %+v, want none", name, f)
+		}
+	}
+
+	dir := t.TempDir()
+	none, set, dashed := filepath.Join(dir, "none.conf"), filepath.Join(dir, "set.conf"), filepath.Join(dir, "dashed.conf")
+	os.WriteFile(none, []byte("tcp-established\n# network-lock nftables\n"), 0o644)
+	os.WriteFile(set, []byte("tcp-established\n  network-lock nftables\n"), 0o644)
+	os.WriteFile(dashed, []byte("--network-lock skip\n"), 0o644)
+	if criuNetworkLockSet([]string{filepath.Join(dir, "missing"), none}) {
+		t.Error("a comment or no file read as a network-lock line")
+	}
+	if !criuNetworkLockSet([]string{none, set}) || !criuNetworkLockSet([]string{dashed}) {
+		t.Error("a network-lock line not seen")
 	}
 }

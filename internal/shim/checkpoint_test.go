@@ -578,6 +578,50 @@ func TestCheckpointRefusesMPSClient(t *testing.T) {
 	k.waitCount(k.count() + 5)
 }
 
+// TestCheckpointRefusesWithoutNetworkLock: a GPU container in a network
+// namespace of its own (runc's default, as every Kubernetes pod), where the
+// PATH gantry-runtime runs with (and hands runc and CRIU) has runc and criu
+// but not iptables-restore, which CRIU's default network lock runs, is
+// refused before the CUDA lock, naming the fix: no CUDA call, no runc
+// checkpoint, and the container goes on. (Without the check the dump fails
+// "Locking network failed" after the CUDA checkpoint; what a GPU host
+// without iptables answered the kubelet.)
+func TestCheckpointRefusesWithoutNetworkLock(t *testing.T) {
+	for _, f := range []string{"/etc/criu/runc.conf", "/etc/criu/default.conf"} {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), "network-lock") {
+			t.Skipf("%s chooses CRIU's network lock", f)
+		}
+	}
+	k := newCkptContainer(t)
+	k.start()
+	k.calls()
+	bin := t.TempDir()
+	for _, prog := range []string{"runc", "criu", k.low} {
+		if p, err := exec.LookPath(prog); err == nil {
+			os.Symlink(p, filepath.Join(bin, filepath.Base(prog)))
+		}
+	}
+	k.extraEnv = []string{"PATH=" + bin}
+	stderr, err := k.checkpoint("--leave-running")
+	if err == nil || !strings.Contains(stderr, "refusing to checkpoint") || !strings.Contains(stderr, "iptables-restore") ||
+		!strings.Contains(stderr, "apt-get install iptables") {
+		t.Fatalf("checkpoint without iptables-restore in PATH: %v\n%s", err, stderr)
+	}
+	if got := k.calls(); got != "" {
+		t.Errorf("a refused checkpoint made CUDA calls:\n%s", got)
+	}
+	if _, err := os.Stat(filepath.Join(k.image, "inventory.img")); err == nil {
+		t.Error("runc checkpoint ran for a refused checkpoint")
+	}
+	k.waitCount(k.count() + 5)
+	// With the programs back, the same container checkpoints.
+	k.extraEnv = nil
+	if stderr, err := k.checkpoint("--leave-running"); err != nil {
+		t.Fatalf("checkpoint with iptables-restore in PATH: %v\n%s", err, stderr)
+	}
+	k.waitCount(k.count() + 5)
+}
+
 // A GPU container with no CUDA process, restored with its request changed
 // from GPU 1 to GPU 2: no CUDA call, and its /dev gets GPU 2's node in
 // place of the checkpoint's GPU 1 (CRIU restored the old /dev).

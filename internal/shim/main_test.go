@@ -267,6 +267,8 @@ type container struct {
 	// by default (a path that does not exist), so that a server running
 	// on the test machine plays no part.
 	server string
+	// extraEnv is added to gantry-runtime's environment (last wins).
+	extraEnv []string
 }
 
 type opts struct {
@@ -358,7 +360,7 @@ func (c *container) runtime(args ...string) (string, string, error) {
 	if sock == "" {
 		sock = filepath.Join(c.f.dir, "no-create-server.sock")
 	}
-	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+c.config, createproto.ServerSocketEnv+"="+sock)
+	cmd.Env = append(append(os.Environ(), "GANTRY_CONFIG="+c.config, createproto.ServerSocketEnv+"="+sock), c.extraEnv...)
 	// Files, not pipes: after "create" the container's init keeps its
 	// stdio open until "start", and a pipe would block Wait until then.
 	stdout, err := os.CreateTemp("", "stdout-")
