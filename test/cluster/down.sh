@@ -89,7 +89,7 @@ if [ -f "$GK_RUN/made-dirs" ]; then
   while read -r d; do rmdir "$d" 2>/dev/null || true; done <"$GK_RUN/made-dirs"
 fi
 rm -rf "$GK_RUN" "$GK_STATE" "$GK_ETC" /var/lib/kubelet
-left=$(gk_pgrep "$GK_STATE|$GK_RUN|$GK_ETC" || true)
+left=$(gk_pgrep_cluster "$GK_STATE|$GK_RUN|$GK_ETC" || true)
 if [ -n "$left" ]; then
   gk_log "still running: $(ps -o pid=,args= -p $(echo $left) 2>/dev/null)"
   exit 1

@@ -61,3 +61,17 @@ gk_pgrep() {
     tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -qE -- "$1" && echo "${d#/proc/}"
   done
 }
+
+# gk_pgrep_cluster REGEX: gk_pgrep, less the processes that only name the
+# cluster's paths in their arguments (a shell, flock or make waiting to run
+# up.sh or down.sh, an editor): what is left of a cluster runs a program.
+gk_pgrep_cluster() {
+  local pid exe
+  for pid in $(gk_pgrep "$1"); do
+    exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
+    case "${exe##*/}" in
+      bash|sh|dash|flock|timeout|env|make|sleep|tee|grep|less|vi|vim|nano) continue ;;
+    esac
+    echo "$pid"
+  done
+}
