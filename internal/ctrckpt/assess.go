@@ -97,16 +97,16 @@ func Assess(initPID int, models []string) ([]Finding, error) {
 		if err != nil {
 			return nil, err
 		}
-		if f := networkLock(own, exec.LookPath, criuNetworkLockSet(criuConfigs)); f != nil {
+		if f := networkLock(own, exec.LookPath, CRIUNetworkLockSet(CRIUConfigs)); f != nil {
 			out = append(out, *f)
 		}
 	}
 	return out, nil
 }
 
-// criuConfigs are the files CRIU takes options from when runc runs it
+// CRIUConfigs are the files CRIU takes options from when runc runs it
 // (runc's own, then CRIU's default for every caller).
-var criuConfigs = []string{"/etc/criu/runc.conf", "/etc/criu/default.conf"}
+var CRIUConfigs = []string{"/etc/criu/runc.conf", "/etc/criu/default.conf"}
 
 // ownNetns says whether the process is in a network namespace of its own,
 // not the one this runtime runs in (the engine's, the host's).
@@ -121,10 +121,10 @@ func ownNetns(pid int) (bool, error) {
 	return ct.Ino != self.Ino || ct.Dev != self.Dev, nil
 }
 
-// criuNetworkLockSet says whether one of the CRIU configuration files
+// CRIUNetworkLockSet says whether one of the CRIU configuration files
 // chooses the network lock (a network-lock line): then CRIU does what it
 // says, and networkLock does not guess.
-func criuNetworkLockSet(files []string) bool {
+func CRIUNetworkLockSet(files []string) bool {
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -147,15 +147,10 @@ func criuNetworkLockSet(files []string) bool {
 // the CUDA checkpoint. Nil when it can, or when a CRIU configuration file
 // picks the lock.
 func networkLock(ownNetns bool, lookPath func(string) (string, error), configured bool) *Finding {
-	if !ownNetns || configured {
+	if !ownNetns {
 		return nil
 	}
-	var missing []string
-	for _, prog := range []string{"iptables-restore", "ip6tables-restore"} {
-		if _, err := lookPath(prog); err != nil {
-			missing = append(missing, prog)
-		}
-	}
+	missing := NetworkLockMissing(lookPath, configured)
 	if len(missing) == 0 {
 		return nil
 	}
@@ -165,6 +160,27 @@ func networkLock(ownNetns bool, lookPath func(string) (string, error), configure
 	}
 	return &Finding{Refuse: true, What: fmt.Sprintf("the container has a network namespace of its own, which CRIU's dump locks with iptables-restore and ip6tables-restore (its default network lock), and %s %s not in PATH (%s): the dump would fail after the CUDA checkpoint; install iptables (Debian, Ubuntu: apt-get install iptables) where the engine runs, or choose CRIU's network lock with a network-lock line in /etc/criu/runc.conf",
 		strings.Join(missing, " and "), verb, os.Getenv("PATH"))}
+}
+
+// NetworkLockPrograms are what CRIU's default network lock (iptables) runs
+// from its PATH when it dumps a process in a network namespace of its own.
+var NetworkLockPrograms = []string{"iptables-restore", "ip6tables-restore"}
+
+// NetworkLockMissing is which of NetworkLockPrograms lookPath cannot find
+// (exec.LookPath, or a lookup in the engine's PATH), in that order: what
+// CRIU's default network lock lacks. Nil when it has them all, or when a
+// CRIU configuration file picks the lock (configured: CRIUNetworkLockSet).
+func NetworkLockMissing(lookPath func(string) (string, error), configured bool) []string {
+	if configured {
+		return nil
+	}
+	var missing []string
+	for _, prog := range NetworkLockPrograms {
+		if _, err := lookPath(prog); err != nil {
+			missing = append(missing, prog)
+		}
+	}
+	return missing
 }
 
 // assess turns what was read into findings.

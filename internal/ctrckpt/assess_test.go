@@ -83,10 +83,10 @@ func TestNetworkLock(t *testing.T) {
 	os.WriteFile(none, []byte("tcp-established\n# network-lock nftables\n"), 0o644)
 	os.WriteFile(set, []byte("tcp-established\n  network-lock nftables\n"), 0o644)
 	os.WriteFile(dashed, []byte("--network-lock skip\n"), 0o644)
-	if criuNetworkLockSet([]string{filepath.Join(dir, "missing"), none}) {
+	if CRIUNetworkLockSet([]string{filepath.Join(dir, "missing"), none}) {
 		t.Error("a comment or no file read as a network-lock line")
 	}
-	if !criuNetworkLockSet([]string{none, set}) || !criuNetworkLockSet([]string{dashed}) {
+	if !CRIUNetworkLockSet([]string{none, set}) || !CRIUNetworkLockSet([]string{dashed}) {
 		t.Error("a network-lock line not seen")
 	}
 }

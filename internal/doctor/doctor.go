@@ -12,6 +12,7 @@ import (
 
 	"github.com/gantry-gpu/gantry/internal/config"
 	"github.com/gantry-gpu/gantry/internal/createproto"
+	"github.com/gantry-gpu/gantry/internal/ctrckpt"
 	"github.com/gantry-gpu/gantry/internal/discover"
 	"github.com/gantry-gpu/gantry/internal/driver"
 	"github.com/gantry-gpu/gantry/internal/engineconfig"
@@ -158,6 +159,9 @@ type Options struct {
 	// it from (DefaultServicePATH: systemd's PATH for services), where
 	// docker run --gpus will look for the hook.
 	ServicePATH string
+	// CRIUConfigs are the CRIU configuration files read for a
+	// network-lock line (ctrckpt.CRIUConfigs: runc's, then CRIU's default).
+	CRIUConfigs []string
 
 	// serverPings holds each ping's answer by socket and runtime, so
 	// that the engine checks ask once: a ping of a new build, after an
@@ -190,6 +194,9 @@ func (o *Options) defaults() {
 	def(&o.ServicePATH, DefaultServicePATH)
 	if o.CRISockets == nil {
 		o.CRISockets = DefaultCRISockets
+	}
+	if o.CRIUConfigs == nil {
+		o.CRIUConfigs = ctrckpt.CRIUConfigs
 	}
 	def(&o.RuntimeSocket, os.Getenv(createproto.ServerSocketEnv))
 	def(&o.RuntimeSocket, createproto.DefaultServerSocket)

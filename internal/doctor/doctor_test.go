@@ -79,6 +79,8 @@ func newHost(t *testing.T) *host {
 		// host's /usr/bin, which has one where Gantry or NVIDIA's toolkit
 		// is installed.
 		ServicePATH: filepath.Join(dir, "service/sbin") + ":" + filepath.Join(dir, "service/bin"),
+		// CRIU's configuration files: none, never the host's /etc/criu.
+		CRIUConfigs: []string{filepath.Join(dir, "criu/runc.conf"), filepath.Join(dir, "criu/default.conf")},
 	}
 	// A running dockerd whose PATH has the hook: doctor looks the hook up
 	// there, not in its own PATH.
@@ -177,10 +179,11 @@ func TestHealthyHost(t *testing.T) {
 	expect(t, checks, CheckContainerd, Skip, nil, "")
 	expect(t, checks, CheckCRIO, Skip, nil, "")
 	expect(t, checks, CheckContentStore, Skip, []string{"no containerd root"}, "")
+	expect(t, checks, CheckNetworkLock, Skip, []string{"no criu in the engine's PATH"}, "")
 	// Every check is present, in chain order.
 	want := []string{CheckKernel, CheckDeviceNodes, CheckNVML, CheckGPUNodes, CheckPersistence, CheckVersions, CheckDriverFiles, CheckLoaderCache,
 		CheckInventoryCache, CheckCDISpecs, CheckOldCDIHooks, CheckDocker, CheckContainerd, CheckCRIO, CheckHook, CheckCreateServer,
-		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode, CheckLowLevel, CheckContainerCheckpoint, CheckContentStore}
+		CheckDevicePlugin, CheckPluginHealth, CheckAllocatable, CheckCheckpoint, CheckNode, CheckLowLevel, CheckContainerCheckpoint, CheckNetworkLock, CheckContentStore}
 	if len(checks) != len(want) {
 		t.Fatalf("%d checks, want %d:\n%s", len(checks), len(want), dump(checks))
 	}

@@ -32,6 +32,7 @@ const (
 	fixCDISpec       = "regenerate it: `gantry cdi generate --output FILE` (`gantry cdi generate` belongs in the driver upgrade procedure)"
 
 	fixContentStore     = "`chmod 700 ROOT` (containerd's root), and upgrade containerd to a release with the CVE-2024-25621 fix, which makes it 0700 itself at every start; older ones keep the mode an existing root has. Safe for containerd: it runs as root and is the only program that opens its root (ctr, crictl, Docker and the kubelet go through its socket), and containers keep their root filesystems, mounted by root; or checkpoint with `ctr tasks checkpoint --image-path DIR` (Gantry makes DIR 0700) and remove content-store checkpoint images (`ctr images rm`) at once"
+	fixNetworkLock      = "install iptables where the engine runs (Debian, Ubuntu: `apt-get install iptables`; it brings both programs) and restart the engine if its PATH lacked their directory; or choose CRIU's network lock with a line in /etc/criu/runc.conf (`network-lock nftables`, with a CRIU built with libnftables; or `network-lock skip` where nothing else reaches the container's network during the dump)"
 	fixReadable         = "make the file readable"
 	fixDockerRestart    = "`systemctl restart docker` (dockerd reads daemon.json when it starts)"
 	fixContainerdTOML   = "correct the TOML (containerd will not start with it)"

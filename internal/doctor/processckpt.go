@@ -14,6 +14,10 @@ import (
 // (gantry-runtime checkpoint and restore, package ctrckpt).
 const CheckContainerCheckpoint = "container checkpoint"
 
+// CheckNetworkLock is whether CRIU's default network lock can run for a
+// container in a network namespace of its own (networklock.go).
+const CheckNetworkLock = "checkpoint network lock"
+
 // CheckContentStore is whether others can read containerd's content store,
 // where a task's checkpoint keeps the container's memory (contentstore.go).
 const CheckContentStore = "checkpoint content store"
@@ -27,6 +31,19 @@ func init() {
 			return one(checkContainerCheckpoint(e.opts.Config, e.result(CheckKernel).Status == Pass))
 		},
 		Verifies: "What checkpoint and restore of GPU containers (`runc checkpoint`/`restore` through gantry-runtime) need: `criu` on PATH is version 4 or later and `criu check` passes (Debian 12's CRIU 3.17 fails on current kernels; `scripts/install-criu.sh` installs 4.1.1), and the driver's libcuda has the CUDA process checkpoint API (`cuCheckpointProcessLock` and the rest: driver r570 or later) and GPU remapping on restore (r580). Advice, never a failure: INFO says what is missing. The driver cannot checkpoint processes using CUDA IPC, MPS or UVM managed memory shared across processes; such a container's checkpoint fails and it goes on running.",
+	})
+	Checks = append(Checks, CheckDef{
+		Name:    CheckNetworkLock,
+		Needs:   []Need{NeedDriver},
+		Summary: "CRIU's network lock can run: iptables-restore and ip6tables-restore on the engine's PATH",
+		run: func(e *env) []Check {
+			path, source := checkpointEnginePATH(e.opts)
+			return one(checkNetworkLock(path, source, e.opts.CRIUConfigs))
+		},
+		Verifies: "Whether CRIU's default network lock can run where the engine runs gantry-runtime: CRIU's dump of a container with a network namespace of its own (every Kubernetes pod, a bridged Podman or Docker container) locks its network with `iptables-restore` and `ip6tables-restore`, looked up in the PATH runc hands it, the engine's (the running containerd's, else CRI-O's, from its `/proc/PID/environ`; else systemd's default service PATH). Without them the dump fails (\"Locking network failed\"), so gantry-runtime refuses such a checkpoint before the CUDA lock. PASS when both are there, or when `/etc/criu/runc.conf` or `/etc/criu/default.conf` has a `network-lock` line (CRIU then does what it says); WARN (not a failure; exit code 0: a container on the host's network is still checkpointed) naming what is missing, with the fix; SKIP when there is no `criu` on that PATH (checkpointing is not set up there: see container checkpoint).",
+		Failures: []FailureDoc{
+			{"WARN: iptables-restore or ip6tables-restore is not in the engine's PATH and no CRIU configuration picks network-lock", fixNetworkLock},
+		},
 	})
 	Checks = append(Checks, CheckDef{
 		Name:    CheckContentStore,
