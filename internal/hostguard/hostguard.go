@@ -6,10 +6,11 @@
 //
 // Run wraps m.Run in a TestMain and fails the package when a file in the
 // default cache directory was created or rewritten during the tests and
-// names one of the package's tests (their t.TempDir paths are
-// /tmp/TestName...) or one of the package's own fixture directories. The
-// content test keeps other processes on the same host (another checkout's
-// tests, an installed runtime) from failing this package.
+// names a new path under one of the package's tests' temporary directories
+// (t.TempDir paths are /tmp/TestName<random>/...) or its own fixture
+// directories. The content test keeps other processes on the same host
+// (another checkout's tests, an installed runtime) from failing this
+// package.
 package hostguard
 
 import (
@@ -50,40 +51,74 @@ func Run(m *testing.M, markers ...string) int {
 	return code
 }
 
-// snapshot maps the names in dir to their modification times.
-func snapshot(dir string) map[string]time.Time {
-	out := map[string]time.Time{}
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if info, err := e.Info(); err == nil {
-			out[e.Name()] = info.ModTime()
-		}
-	}
-	return out
+// file is one file of the cache directory as snapshot saw it.
+type file struct {
+	mtime time.Time
+	data  []byte
 }
 
-// Leaks returns, for each file of dir that is not in before (or changed
-// since) and contains one of markers, a line naming it and the marker.
-func Leaks(dir string, before map[string]time.Time, markers []string) []string {
-	var out []string
-	for name, mtime := range snapshot(dir) {
-		if t, ok := before[name]; ok && t.Equal(mtime) {
+// snapshot reads the files of dir.
+func snapshot(dir string) map[string]file {
+	out := map[string]file{}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || !info.Mode().IsRegular() {
 			continue
 		}
-		f, err := os.Open(filepath.Join(dir, name))
+		f, err := os.Open(filepath.Join(dir, e.Name()))
 		if err != nil {
 			continue
 		}
 		b, _ := io.ReadAll(io.LimitReader(f, maxRead))
 		f.Close()
-		for _, mk := range markers {
-			if bytes.Contains(b, []byte(mk)) {
-				out = append(out, fmt.Sprintf("%s was written during the tests and names %s", filepath.Join(dir, name), mk))
-				break
-			}
+		out[e.Name()] = file{info.ModTime(), b}
+	}
+	return out
+}
+
+// Leaks returns, for each file of dir that is not in before (or changed
+// since) and names a path starting with one of markers that it did not
+// name before (a file shared by all, as low-level-runtimes.json, keeps
+// what others wrote), a line naming the file and the path.
+func Leaks(dir string, before map[string]file, markers []string) []string {
+	var out []string
+	for name, now := range snapshot(dir) {
+		old, ok := before[name]
+		if ok && old.mtime.Equal(now.mtime) && bytes.Equal(old.data, now.data) {
+			continue
+		}
+		if p := newPath(now.data, old.data, markers); p != "" {
+			out = append(out, fmt.Sprintf("%s was written during the tests and names %s", filepath.Join(dir, name), p))
 		}
 	}
 	return out
+}
+
+// newPath returns the first path in b starting with a marker that old
+// does not hold, or "".
+func newPath(b, old []byte, markers []string) string {
+	for _, mk := range markers {
+		for rest := b; ; {
+			i := bytes.Index(rest, []byte(mk))
+			if i < 0 {
+				break
+			}
+			j := i + len(mk)
+			for j < len(rest) && j-i < 256 && pathByte(rest[j]) {
+				j++
+			}
+			if tok := rest[i:j]; !bytes.Contains(old, tok) {
+				return string(tok)
+			}
+			rest = rest[j:]
+		}
+	}
+	return ""
+}
+
+func pathByte(c byte) bool {
+	return c == '/' || c == '.' || c == '-' || c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 // testMarkers returns "/TestName" for each test function of the package

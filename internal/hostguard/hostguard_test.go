@@ -29,6 +29,17 @@ func TestLeaks(t *testing.T) {
 	if got := Leaks(dir, snapshot(dir), []string{"/TestMine"}); len(got) != 0 {
 		t.Fatalf("Leaks with nothing new = %q", got)
 	}
+	// A shared file rewritten by another process keeps an old path of ours:
+	// not a leak; a new path of ours in it is.
+	before = snapshot(dir)
+	write("inventory-old.bin", "/tmp/TestMine123/001/driver /tmp/TestTheirs1/x")
+	if got := Leaks(dir, before, []string{"/TestMine"}); len(got) != 0 {
+		t.Fatalf("Leaks of a rewritten file with only old paths = %q", got)
+	}
+	write("inventory-old.bin", "/tmp/TestMine123/001/driver /tmp/TestMine999/001/driver")
+	if got := Leaks(dir, before, []string{"/TestMine"}); len(got) != 1 || !strings.Contains(got[0], "/TestMine999/001/driver") {
+		t.Fatalf("Leaks of a rewritten file with a new path = %q", got)
+	}
 }
 
 func TestTestMarkers(t *testing.T) {
