@@ -2,6 +2,8 @@ package main
 
 import (
 	"debug/elf"
+	"fmt"
+	"github.com/gantry-gpu/gantry/internal/hostguard"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +31,13 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == discover.HelperCommand {
 		os.Exit(discover.HelperMain(os.Args[2:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	os.Exit(hostguard.Run(m))
+}
+
+// cacheTOML is the runtime.cache-dir of a test's configuration, in its dir:
+// the default is the host's /run/gantry.
+func cacheTOML(dir string) string {
+	return fmt.Sprintf("[runtime]\ncache-dir = %q\n", filepath.Join(dir, "cache"))
 }
 
 func goTool(t *testing.T) string {
@@ -118,7 +126,7 @@ func TestStaticBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(conf, []byte("gpus = \"nvml\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte("gpus = \"nvml\"\n"+cacheTOML(dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	info := func() (string, error) {
@@ -167,7 +175,7 @@ func TestStaticBinary(t *testing.T) {
 	if _, err := fakedriver.Build(root, fakedriver.Options{GPUs: 8, DeviceNodes: os.Geteuid() == 0}); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(conf, []byte("gpus = \"sim:h100x8\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte("gpus = \"sim:h100x8\"\n"+cacheTOML(dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctk := filepath.Join(dir, "nvidia-ctk")

@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"github.com/gantry-gpu/gantry/internal/hostguard"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,12 @@ var (
 	rootOnce sync.Once
 	rootDir  string
 	rootErr  error
+	// testConfig is the package's GANTRY_CONFIG: the defaults but for
+	// runtime.cache-dir (cacheTOML), so that nothing reads or writes the
+	// host's /run/gantry. A test writing a configuration of its own
+	// appends cacheTOML.
+	testConfig string
+	cacheTOML  string
 )
 
 // fakeRoot builds one fake driver root (GKE layout, 8 GPUs) for all tests.
@@ -53,22 +61,28 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == cudackpt.HelperCommand {
 		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	// A configuration file on the test machine must not change the results.
-	// (The child of TestHookCommandsIgnoreDevZeroConfig keeps its own.)
-	if os.Getenv("GANTRY_TEST_HOOK_CHILD") == "" {
-		os.Setenv("GANTRY_CONFIG", os.DevNull)
-	}
 	// cdi generate finds gantry-cdi-hook beside the running gantry: the
 	// test binary stands in for gantry in a directory that has one.
 	exeDir, err := os.MkdirTemp("", "gantry-cli-exe-")
 	if err != nil {
 		panic(err)
 	}
+	// A configuration file on the test machine must not change the results,
+	// nor the tests the host's cache. (The child of
+	// TestHookCommandsIgnoreDevZeroConfig keeps its own.)
+	cacheTOML = fmt.Sprintf("[runtime]\ncache-dir = %q\n", filepath.Join(exeDir, "cache"))
+	testConfig = filepath.Join(exeDir, "config.toml")
+	if err := os.WriteFile(testConfig, []byte(cacheTOML), 0o644); err != nil {
+		panic(err)
+	}
+	if os.Getenv("GANTRY_TEST_HOOK_CHILD") == "" {
+		os.Setenv("GANTRY_CONFIG", testConfig)
+	}
 	if err := os.WriteFile(filepath.Join(exeDir, cdicmd.HookName), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		panic(err)
 	}
 	cdicmd.Executable = func() (string, error) { return filepath.Join(exeDir, "gantry"), nil }
-	code := m.Run()
+	code := hostguard.Run(m, "/gantry-cli-test-")
 	os.RemoveAll(exeDir)
 	if rootDir != "" {
 		os.RemoveAll(filepath.Dir(rootDir))
@@ -318,7 +332,7 @@ func TestCDIHookPath(t *testing.T) {
 
 	// cdi.hook-path naming the gantry CLI: the old form, gantry hook ...
 	cfg := filepath.Join(t.TempDir(), "gantry.toml")
-	if err := os.WriteFile(cfg, []byte("[cdi]\nhook-path = \"/usr/bin/gantry\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("[cdi]\nhook-path = \"/usr/bin/gantry\"\n"+cacheTOML), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, errOut, code = run(append([]string{"--config", cfg}, g...)...)

@@ -51,11 +51,11 @@ func nvidiaCTK(t *testing.T) string {
 	return ctkBin
 }
 
-// runCTK runs the built binary as nvidia-ctk with GANTRY_CONFIG=/dev/null.
+// runCTK runs the built binary as nvidia-ctk with the package's GANTRY_CONFIG.
 func runCTK(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(nvidiaCTK(t), args...)
-	cmd.Env = append(os.Environ(), "GANTRY_CONFIG=/dev/null")
+	cmd.Env = append(os.Environ(), "GANTRY_CONFIG="+testConfig)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -237,7 +237,7 @@ func writeFileT(t *testing.T, p, s string) {
 func TestNVCTKCDIGenerate(t *testing.T) {
 	root := fakeRoot(t)
 	cfg := filepath.Join(t.TempDir(), "gantry.toml")
-	writeFileT(t, cfg, "gpus = \"sim:h100x8\"\n")
+	writeFileT(t, cfg, "gpus = \"sim:h100x8\"\n"+cacheTOML)
 	t.Setenv("GANTRY_CONFIG", cfg)
 	spec := filepath.Join(t.TempDir(), "cdi", "nvidia.yaml")
 	_, errOut, code := ctk("cdi", "generate", "--output="+spec, "--driver-root="+root, "--nvidia-cdi-hook-path=/usr/bin/nvidia-cdi-hook",
@@ -322,7 +322,7 @@ func TestNVCTKCDIGenerate(t *testing.T) {
 	// MIG devices by GPU:INSTANCE and by MIG UUID (the simulated
 	// a100x2-mig host: 1:4 is MIG-7df544de-...): only those, each under both
 	// names, their GI and CI capability nodes in them, and "all" of the two.
-	writeFileT(t, cfg, "gpus = \"sim:a100x2-mig\"\n")
+	writeFileT(t, cfg, "gpus = \"sim:a100x2-mig\"\n"+cacheTOML)
 	devRoot := migDevRoot(t, root, "a100x2-mig")
 	migSpec := filepath.Join(t.TempDir(), "mig.yaml")
 	if _, errOut, code := ctk("cdi", "generate", "--output="+migSpec, "--driver-root="+root, "--dev-root="+devRoot, "--device-id=0:1", "--device-id=MIG-7df544de-b326-18c0-d267-45d8cc2f45d4"); code != 0 {
@@ -357,7 +357,7 @@ func TestNVCTKCDIGenerate(t *testing.T) {
 			t.Errorf("--device-id=%s: exit %d: %s", bad, code, errOut)
 		}
 	}
-	writeFileT(t, cfg, "gpus = \"sim:h100x8\"\n")
+	writeFileT(t, cfg, "gpus = \"sim:h100x8\"\n"+cacheTOML)
 
 	// cdi transform root: a spec of the fake driver root moved to /, on
 	// the host side; then its container side moved back under /x.

@@ -68,7 +68,7 @@ func TestSimDriverRootAdvice(t *testing.T) {
 		t.Fatalf("advised configuration %q, want gpus and driver-root:\n%s", cfgLines, out)
 	}
 	cfg := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfg, []byte(strings.Join(cfgLines, "\n")+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(strings.Join(cfgLines, "\n")+"\n"+cacheTOML), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	info, errOut, code = run("--config", cfg, "info")
@@ -112,7 +112,7 @@ func TestSimulateAdviceAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 	noDriver := filepath.Join(dir, "nodriver.toml")
-	if err := os.WriteFile(noDriver, []byte("driver-root = \""+empty+"\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(noDriver, []byte("driver-root = \""+empty+"\"\n"+cacheTOML), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("GANTRY_CONFIG", noDriver)
@@ -125,7 +125,7 @@ func TestSimulateAdviceAccepted(t *testing.T) {
 	}
 	// The configuration as advised (gpus), with the fake driver's root.
 	sim := filepath.Join(dir, "sim.toml")
-	if err := os.WriteFile(sim, []byte("gpus = \"sim:h100x8\"\ndriver-root = \""+root+"\"\n"), 0o644); err != nil {
+	if err := os.WriteFile(sim, []byte("gpus = \"sim:h100x8\"\ndriver-root = \""+root+"\"\n"+cacheTOML), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("GANTRY_CONFIG", sim)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/gantry-gpu/gantry/internal/hostguard"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,7 +50,7 @@ func binaries(t *testing.T) string {
 }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := hostguard.Run(m)
 	if built != "" {
 		os.RemoveAll(built)
 	}
@@ -194,7 +195,8 @@ func (n *node) options(t *testing.T) nodeinstall.Options {
 		t.Fatalf("gantry sim driver-root: %v\n%s", err, out)
 	}
 	gcfg := filepath.Join(n.dir, "gantry.toml")
-	os.WriteFile(gcfg, []byte(fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n", sim)), 0o644)
+	// Its own cache-dir: the default is the host's /run/gantry.
+	os.WriteFile(gcfg, []byte(fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[runtime]\ncache-dir = %q\n", sim, filepath.Join(n.dir, "run/gantry"))), 0o644)
 	var log bytes.Buffer
 	t.Cleanup(func() {
 		if t.Failed() {

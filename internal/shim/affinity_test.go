@@ -41,7 +41,7 @@ func TestLowLevelGetsCallersAffinity(t *testing.T) {
 	}
 	// A key the fast path does not know to be neutral: the create goes to Go.
 	conf := filepath.Join(dir, "gantry.toml")
-	if err := os.WriteFile(conf, []byte("[runtime]\nlow-level = \""+low+"\"\nlog-file = \"\"\n\n[cdi]\nannotation-prefixes = [\"cdi.k8s.io/\"]\n"), 0o644); err != nil {
+	if err := os.WriteFile(conf, []byte("[runtime]\nlow-level = \""+low+"\"\nlog-file = \"\"\ncache-dir = \""+filepath.Join(dir, "cache")+"\"\n\n[cdi]\nannotation-prefixes = [\"cdi.k8s.io/\"]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	bundle := filepath.Join(dir, "bundle")

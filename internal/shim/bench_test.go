@@ -66,6 +66,7 @@ func BenchmarkSpecEdit(b *testing.B) {
 	cfg.GPUs = "sim:h100x8"
 	cfg.DriverRoot = f.driver.Root
 	cfg.Runtime.DriverTreeDir = b.TempDir()
+	cfg.Runtime.CacheDir = b.TempDir()
 	rec := inject.NewRecord(inject.FrontEndRuntime, "", "")
 	req, err := inject.ReadRequest(&ocispecs.Spec{Process: &ocispecs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}}, cfg, rec)
 	if err != nil {

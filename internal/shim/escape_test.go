@@ -144,7 +144,7 @@ func testCDIHooksIgnoreImageEnv(t *testing.T) {
 		t.Run(form.name, func(t *testing.T) {
 			specDir := t.TempDir()
 			cfg := filepath.Join(t.TempDir(), "gantry.toml")
-			conf := fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n", f.driver.Root)
+			conf := fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[runtime]\ncache-dir = %q\n", f.driver.Root, filepath.Join(specDir, "cache"))
 			if form.hookPath != "" {
 				conf += fmt.Sprintf("[cdi]\nhook-path = %q\n", form.hookPath)
 			}

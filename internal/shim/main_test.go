@@ -3,6 +3,7 @@ package shim
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gantry-gpu/gantry/internal/hostguard"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,7 +80,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := hostguard.Run(m, "/gantry-shim-test-")
 	if fx.dir != "" {
 		os.RemoveAll(fx.dir)
 	}

@@ -60,7 +60,7 @@ func testOldCDISpecRewritten(t *testing.T) {
 	specDir := t.TempDir()
 	specFile := filepath.Join(specDir, "gpu.yaml")
 	cfg := filepath.Join(t.TempDir(), "gantry.toml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[cdi]\nhook-path = %q\n", f.driver.Root, f.gantry)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("gpus = \"sim:h100x8\"\ndriver-root = %q\n[runtime]\ncache-dir = %q\n[cdi]\nhook-path = %q\n", f.driver.Root, filepath.Join(specDir, "cache"), f.gantry)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	gen := exec.Command(f.gantry, "cdi", "generate", "--kind", "example.com/gpu", "--output", specFile)

@@ -24,6 +24,7 @@ func testPlan(t *testing.T, devices string, noCgroups bool) *inject.Plan {
 	cfg.DriverRoot = f.driver.Root
 	cfg.Runtime.NoCgroups = noCgroups
 	cfg.Runtime.DriverTreeDir = t.TempDir()
+	cfg.Runtime.CacheDir = t.TempDir()
 	rec := inject.NewRecord(inject.FrontEndRuntime, "", "")
 	req, err := inject.ReadRequest(&ocispecs.Spec{Process: &ocispecs.Process{Env: []string{"NVIDIA_VISIBLE_DEVICES=" + devices}}}, cfg, rec)
 	if err != nil {

@@ -148,7 +148,9 @@ case "$mode" in
     [ -z "$driver_root" ] || printf 'driver-root = "%s"\n' "$driver_root" >>"$GK_ETC/gantry.toml" ;;
 esac
 # One line per container the runtime handles (containerd keeps its stderr).
-printf '[runtime]\nlog-file = "%s"\ndriver-tree-dir = "%s"\n' "$GK_LOG/gantry-runtime.log" "$GK_STATE/driver-trees" >>"$GK_ETC/gantry.toml"
+# The runtime's caches in $GK_RUN, not the default /run/gantry: that is the
+# host's own Gantry's (an installed one reads and writes it).
+printf '[runtime]\nlog-file = "%s"\ndriver-tree-dir = "%s"\ncache-dir = "%s"\n' "$GK_LOG/gantry-runtime.log" "$GK_STATE/driver-trees" "$GK_RUN/cache" >>"$GK_ETC/gantry.toml"
 
 # The node's CDI spec, as a GPU node has one (NVIDIA's plugin or nvidia-ctk
 # writes it; Podman, where installed, takes GPUs only through it, and gantry
