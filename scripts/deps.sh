@@ -36,6 +36,9 @@ if $tests; then
   # a network namespace of its own with its loopback up (ip)
   command -v setpriv >/dev/null || optional+=(util-linux)
   command -v ip >/dev/null || [ -x /usr/sbin/ip ] || optional+=(iproute2)
+  # CRIU locks a checkpointed container's own network namespace with
+  # iptables-restore and ip6tables-restore (the checkpoint tests)
+  command -v iptables-restore >/dev/null || [ -x /usr/sbin/iptables-restore ] || optional+=(iptables)
   # containerhook's compat32 tests build i386 programs and libraries (gcc -m32:
   # libc6-dev-i386, lib32gcc; about 20 MB of small packages)
   [ "$(uname -m)" != x86_64 ] || dpkg -s gcc-multilib >/dev/null 2>&1 || optional+=(gcc-multilib)
