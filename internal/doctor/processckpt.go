@@ -2,10 +2,10 @@ package doctor
 
 import (
 	"fmt"
-	"os/exec"
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/config"
+	"github.com/gantry-gpu/gantry/internal/ctrckpt"
 	"github.com/gantry-gpu/gantry/internal/cudackpt"
 	"github.com/gantry-gpu/gantry/internal/driver"
 )
@@ -63,21 +63,10 @@ func init() {
 // is there (PASS).
 func checkContainerCheckpoint(cfg config.Config, kernel bool) Check {
 	var missing, have []string
-	criu, err := exec.LookPath("criu")
-	if err != nil {
-		missing = append(missing, "no criu on PATH (scripts/install-criu.sh installs CRIU 4.x)")
+	if c := ctrckpt.FindCRIU(); c.Problem != "" {
+		missing = append(missing, c.Problem)
 	} else {
-		out, _ := exec.Command(criu, "--version").Output()
-		v := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "Version: "))
-		chk, cerr := exec.Command(criu, "check").CombinedOutput()
-		switch {
-		case v == "" || v < "4" || len(strings.SplitN(v, ".", 2)[0]) != 1:
-			missing = append(missing, fmt.Sprintf("%s is CRIU %q, not 4.x (scripts/install-criu.sh)", criu, v))
-		case cerr != nil:
-			missing = append(missing, fmt.Sprintf("%s check fails: %s", criu, lastLine(string(chk))))
-		default:
-			have = append(have, fmt.Sprintf("CRIU %s at %s (criu check: %s)", v, criu, lastLine(string(chk))))
-		}
+		have = append(have, fmt.Sprintf("CRIU %s at %s (criu check: %s)", c.Version, c.Path, c.Check))
 	}
 	switch {
 	case isSim(cfg):
@@ -119,11 +108,6 @@ func checkContainerCheckpoint(cfg config.Config, kernel bool) Check {
 		return info(CheckContainerCheckpoint, "GPU containers cannot be checkpointed: %s%s", strings.Join(missing, "; "), suffix(have))
 	}
 	return pass(CheckContainerCheckpoint, "%s", strings.Join(have, "; "))
-}
-
-func lastLine(s string) string {
-	ls := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.TrimSpace(ls[len(ls)-1])
 }
 
 func suffix(have []string) string {

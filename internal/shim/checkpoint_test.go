@@ -52,21 +52,7 @@ int main(int argc, char **argv) {
 `
 
 // criuWorks reports why checkpoints cannot run here, or "".
-func criuWorks() string {
-	p, err := exec.LookPath("criu")
-	if err != nil {
-		return "criu not installed (scripts/install-criu.sh installs CRIU 4.x)"
-	}
-	out, err := exec.Command(p, "--version").CombinedOutput()
-	v := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "Version: "))
-	if err != nil || v == "" || v[0] < '4' || len(strings.SplitN(v, ".", 2)[0]) != 1 {
-		return "criu " + v + " is not CRIU 4.x (Debian 12's 3.17 fails on current kernels; scripts/install-criu.sh installs 4.x)"
-	}
-	if out, err := exec.Command(p, "check").CombinedOutput(); err != nil {
-		return "criu check fails here: " + strings.TrimSpace(string(out))
-	}
-	return ""
-}
+func criuWorks() string { return ctrckpt.FindCRIU().Problem }
 
 // ckptContainer is a GPU container running counterSrc on a fake driver
 // whose libcuda records its checkpoint calls in ckdir.

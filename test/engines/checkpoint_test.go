@@ -60,21 +60,7 @@ type ckptFixture struct {
 }
 
 // criuSkip returns why CRIU cannot checkpoint here, or "".
-func criuSkip() string {
-	p, err := exec.LookPath("criu")
-	if err != nil {
-		return "criu not installed (scripts/install-criu.sh installs CRIU 4.x)"
-	}
-	out, err := exec.Command(p, "--version").CombinedOutput()
-	v := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "Version: "))
-	if err != nil || v == "" || v[0] < '4' || len(strings.SplitN(v, ".", 2)[0]) != 1 {
-		return "criu " + v + " is not CRIU 4.x (Debian 12's 3.17 fails on current kernels; scripts/install-criu.sh installs 4.x)"
-	}
-	if out, err := exec.Command(p, "check").CombinedOutput(); err != nil {
-		return "criu check fails here: " + strings.TrimSpace(string(out))
-	}
-	return ""
-}
+func criuSkip() string { return ctrckpt.FindCRIU().Problem }
 
 func newCkptFixture(t *testing.T, f *fixture) *ckptFixture {
 	t.Helper()
