@@ -618,17 +618,22 @@ func containerdCheckpoint(t *testing.T, f *fixture, c *ckptFixture, v ctrCkptVer
 	}
 	rt, argsLog := argsRecorder(t, dir, f.runtime, c.config)
 	runcRoot := filepath.Join(dir, "runc")
-	id := "ckpt"
-	if out, err := ctr("run", "-d", "--null-io", "--snapshotter", snapshotter, "--runc-binary", rt, "--runc-root", runcRoot,
-		"--env", "NVIDIA_VISIBLE_DEVICES=1", c.name, id); err != nil {
-		t.Fatalf("%v\n%s\n%s", err, out, f.runtimeLogTail())
+	// runTask starts the GPU container id (GPU 1), removed at the test's end.
+	runTask := func(id string) {
+		t.Helper()
+		if out, err := ctr("run", "-d", "--null-io", "--snapshotter", snapshotter, "--runc-binary", rt, "--runc-root", runcRoot,
+			"--env", "NVIDIA_VISIBLE_DEVICES=1", c.name, id); err != nil {
+			t.Fatalf("%v\n%s\n%s", err, out, f.runtimeLogTail())
+		}
+		t.Cleanup(func() {
+			ctr("tasks", "kill", "-s", "KILL", id)
+			time.Sleep(time.Second)
+			ctr("tasks", "delete", "--force", id)
+			ctr("containers", "delete", id)
+		})
 	}
-	t.Cleanup(func() {
-		ctr("tasks", "kill", "-s", "KILL", id)
-		time.Sleep(time.Second)
-		ctr("tasks", "delete", "--force", id)
-		ctr("containers", "delete", id)
-	})
+	id := "ckpt"
+	runTask(id)
 	task := func() (pid int, status string) {
 		out, err := ctr("tasks", "ls")
 		if err != nil {
@@ -698,16 +703,7 @@ func containerdCheckpoint(t *testing.T, f *fixture, c *ckptFixture, v ctrCkptVer
 		// fails so for every container. A new container goes on.
 		t.Logf("containerd 1.6: ctr containers restore fails for any container: %s (the checkpoint index has no %s)", strings.TrimSpace(out), "application/vnd.containerd.container.checkpoint.config.v1+proto")
 		id = "ckpt-again" // the failed restore left a snapshot named ckpt
-		if out, err := ctr("run", "-d", "--null-io", "--snapshotter", snapshotter, "--runc-binary", rt, "--runc-root", runcRoot,
-			"--env", "NVIDIA_VISIBLE_DEVICES=1", c.name, id); err != nil {
-			t.Fatalf("%v\n%s\n%s", err, out, f.runtimeLogTail())
-		}
-		t.Cleanup(func() {
-			ctr("tasks", "kill", "-s", "KILL", id)
-			time.Sleep(time.Second)
-			ctr("tasks", "delete", "--force", id)
-			ctr("containers", "delete", id)
-		})
+		runTask(id)
 		npid, _ = task()
 		waitCount(t, npid, 3)
 		c.calls()
