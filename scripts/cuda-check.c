@@ -288,8 +288,12 @@ int main(int argc, char **argv)
 				}
 			}
 			fflush(stdout);
-			if (hold > 0)
-				sleep((unsigned)hold);
+			/* The whole hold, as with --load-only: a CRIU dump (a
+			 * checkpoint with --leave-running) ends an interrupted
+			 * sleep early, and the calls below would then run
+			 * while the CUDA state is checkpointed. */
+			for (unsigned left = hold > 0 ? (unsigned)hold : 0; left > 0;)
+				left = sleep(left);
 		}
 		check(cuModuleUnload(mod), "cuModuleUnload");
 		check(cuCtxDestroy(ctx), "cuCtxDestroy_v2");
