@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gantry-gpu/gantry/internal/ctrckpt"
 )
 
 const (
@@ -101,6 +103,15 @@ func TestCheckpointGPUPod(t *testing.T) {
 	logBefore, _ := os.ReadFile(runtimeLogFile)
 
 	archive, err := kubeletCheckpoint(t, k.ns, ckptCounterPod, "main")
+	missing := containerdLacksNetworkLock(t)
+	switch {
+	case err != nil && len(missing) > 0 && strings.Contains(err.Error(), "ip6tables-restore"):
+		// A GPU host without iptables: gantry-runtime refused, as it
+		// should, before the CUDA lock; the rest needs iptables.
+		t.Skipf("this host lacks %s in containerd's PATH, and gantry-runtime refused the checkpoint as it should: %v (install iptables to run the rest)", strings.Join(missing, " and "), err)
+	case err == nil && len(missing) > 0:
+		t.Errorf("checkpointed, though %s is not in containerd's PATH: gantry-runtime should have refused (CRIU's network lock of the pod's network namespace)", strings.Join(missing, " and "))
+	}
 	if err != nil {
 		diag := ""
 		if _, rest, ok := strings.Cut(err.Error(), "of process "); ok {
@@ -114,6 +125,20 @@ func TestCheckpointGPUPod(t *testing.T) {
 				}
 			}
 			diag = fmt.Sprintf("process %s: %.400s\nlibcuda mappings: %s", pid, st, strings.Join(cuda, "\n"))
+		}
+		// containerd names CRIU's log of a failed dump ("path= FILE"):
+		// its errors, while the task (and the file) are still there.
+		if _, rest, ok := strings.Cut(err.Error(), "path= "); ok {
+			if f := strings.Fields(strings.TrimRight(rest, ")")); len(f) > 0 {
+				log, _ := os.ReadFile(strings.TrimRight(f[0], ")"))
+				var errs []string
+				for _, l := range strings.Split(string(log), "\n") {
+					if strings.Contains(l, "Error") {
+						errs = append(errs, l)
+					}
+				}
+				diag += fmt.Sprintf("\nCRIU's errors in %s:\n%s", f[0], strings.Join(errs, "\n"))
+			}
 		}
 		t.Fatalf("checkpoint through the kubelet: %v\n%s\n%s", err, diag, tailFile(runtimeLogFile, 3000))
 	}
@@ -198,7 +223,10 @@ func TestCheckpointGPUPod(t *testing.T) {
 
 	// Restore: CRI-O restores a container whose image is an OCI image made
 	// of a checkpoint archive; containerd 2.4's CRI has no such path, and
-	// the archive's path is no image name.
+	// the archive's path is no image name. The original pod goes first, as
+	// before a restore elsewhere: it holds the GPU (a 1-GPU host has no
+	// other, and the restore pod would wait unscheduled).
+	k.must("delete", "pod", "-n", k.ns, ckptCounterPod, "--grace-period=2", "--wait=true", "--timeout=120s")
 	restore := fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: restored\nspec:\n  restartPolicy: Never\n  runtimeClassName: nvidia\n"+
 		"  containers:\n  - name: main\n    image: %s\n    imagePullPolicy: Never\n    resources:\n      limits:\n        nvidia.com/gpu: 1\n", archive) +
 		multicastOffEnv("    ")
@@ -216,6 +244,36 @@ func TestCheckpointGPUPod(t *testing.T) {
 	if s := k.podState("restored"); strings.Contains(s, "Running") {
 		t.Errorf("a pod whose image is the archive runs: %s (containerd restores now? check and update the guide)", s)
 	}
+}
+
+// containerdLacksNetworkLock is which of CRIU's network lock programs
+// (iptables-restore, ip6tables-restore) the PATH of the cluster's containerd
+// lacks: its shims hand that PATH to gantry-runtime, runc and CRIU. Nil
+// when a CRIU configuration file picks the lock, or containerd's
+// environment cannot be read.
+func containerdLacksNetworkLock(t *testing.T) []string {
+	pid, _ := os.ReadFile("/run/gantry-k8s/containerd.pid")
+	env, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/environ")
+	if err != nil {
+		t.Logf("containerd's environment: %v", err)
+		return nil
+	}
+	var path string
+	for _, kv := range strings.Split(string(env), "\x00") {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	look := func(prog string) (string, error) {
+		for _, d := range filepath.SplitList(path) {
+			p := filepath.Join(d, prog)
+			if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+				return p, nil
+			}
+		}
+		return "", os.ErrNotExist
+	}
+	return ctrckpt.NetworkLockMissing(look, ctrckpt.CRIUNetworkLockSet(ctrckpt.CRIUConfigs))
 }
 
 func tailFile(p string, n int) string {
