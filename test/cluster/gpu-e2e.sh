@@ -31,6 +31,13 @@
 # /run/nvidia/driver; --sim PROFILE runs it all on simulated GPUs). As before,
 # --dra alone means --passes b and --dra-only --passes c.
 # GANTRY_CLUSTER_RUN=REGEX replaces the tests of every pass run.
+# TestCheckpointGPUPod (pass a) needs CRIU 4.x (criu in PATH:
+# scripts/install-criu.sh) and iptables-restore and ip6tables-restore where
+# containerd runs: CRIU locks the pod's network namespace with them. On a host
+# without iptables it checks that gantry-runtime refuses, then skips. A host
+# with no iptables and no network gets the build machine's through
+# test/cluster/iptables-carry.sh (pack there, install here): on the H200 test
+# hosts Debian 12's, nft backend, did the lock (2026-11-29).
 # Every pod's containers carry NCCL_NVLS_ENABLE=0,
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 (NVLink
 # multicast off: on a shared multi-GPU host it can take the GPUs out of
