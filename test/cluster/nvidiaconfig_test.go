@@ -144,6 +144,10 @@ func TestNVIDIAConfigEveryKey(t *testing.T) {
 	if g := gpuNodes(sec["dev"]); len(g) != 1 {
 		t.Errorf("GPU nodes %v, want 1", g)
 	}
+	// Pod one's replica goes back first: with one GPU (2 replicas) the
+	// pod asking for two would otherwise wait unscheduled, never reaching
+	// the plugin that refuses it.
+	k.must("delete", "pod", "-n", k.ns, "one", "--grace-period=1", "--wait=true", "--timeout=120s")
 	k.apply(podSpec{name: "two", image: probeImage, gpus: 2, runtimeClass: true, script: gpuScript}.yaml())
 	k.eventually(60*time.Second, "the pod asking for 2 replicas refused", func() string {
 		if s := k.podState("two"); !strings.Contains(s, "Failed") {
