@@ -639,3 +639,87 @@ func TestRestoreWithoutCUDAMovesNodes(t *testing.T) {
 	}
 	k.waitCount(at + 3)
 }
+
+// gantryCLI runs the gantry CLI (which runs the gantry-runtime beside it)
+// with the container's configuration, and returns stdout, stderr and the
+// exit code.
+func (k *ckptContainer) gantryCLI(args ...string) (string, string, int) {
+	k.t.Helper()
+	cmd := exec.Command(k.f.gantry, append([]string{"--config", k.config}, args...)...)
+	cmd.Env = append(os.Environ(), createproto.ServerSocketEnv+"="+filepath.Join(k.f.dir, "no-create-server.sock"))
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		k.t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// TestGantryCheckpointRestoreCLI: gantry checkpoint and gantry restore,
+// for users without an engine that checkpoints, on a real runc container
+// with CRIU and the fake driver's libcuda: a usage error names the missing
+// flag and changes nothing; --leave-running does the CUDA steps around
+// runc's checkpoint and the container goes on; a checkpoint that stops it,
+// then gantry restore, and it counts on from where it was with its CUDA
+// state restored and unlocked. Each prints the phases from the record.
+func TestGantryCheckpointRestoreCLI(t *testing.T) {
+	k := newCkptContainer(t)
+	k.start()
+	pid := k.initPID()
+
+	if _, stderr, code := k.gantryCLI("checkpoint", "--root", k.state, k.id); code != 2 || !strings.Contains(stderr, "--image-path is required") {
+		t.Errorf("gantry checkpoint without --image-path: exit %d, want 2 and the flag named:\n%s", code, stderr)
+	}
+	if got := k.calls(); got != "" || k.status() != "running" {
+		t.Fatalf("a usage error made CUDA calls (%q) or left the container %s", got, k.status())
+	}
+
+	out, stderr, code := k.gantryCLI("checkpoint", "--root", k.state, "--image-path", k.image, "--work-path", k.work, "--leave-running", k.id)
+	if code != 0 {
+		t.Fatalf("gantry checkpoint --leave-running: exit %d\n%s%s", code, stderr, criuLog(k.work, "dump.log"))
+	}
+	if got, want := k.calls(), lines(pid, "lock ok timeout=30000", "checkpoint ok", "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of gantry checkpoint --leave-running:\n%s\nwant:\n%s", got, want)
+	}
+	if !strings.Contains(out, "timings: CUDA lock ") || !strings.Contains(out, "CUDA unlock ") {
+		t.Errorf("gantry checkpoint --leave-running printed no phases:\n%s", out)
+	}
+	k.waitCount(k.count() + 5)
+	checkSealed(t, k.image)
+	os.RemoveAll(k.image)
+	os.RemoveAll(k.work)
+
+	if _, stderr, code := k.gantryCLI("checkpoint", "--root", k.state, "--image-path", k.image, "--work-path", k.work, k.id); code != 0 {
+		t.Fatalf("gantry checkpoint: exit %d\n%s%s", code, stderr, criuLog(k.work, "dump.log"))
+	}
+	if got, want := k.calls(), lines(pid, "lock ok timeout=30000", "checkpoint ok"); got != want {
+		t.Errorf("CUDA calls of gantry checkpoint:\n%s\nwant:\n%s", got, want)
+	}
+	if s := k.status(); s != "gone" && s != "stopped" {
+		t.Fatalf("after gantry checkpoint the container is %s", s)
+	}
+	k.runtime("delete", k.id)
+	at := k.count()
+
+	if _, stderr, code := k.gantryCLI("restore", "--root", k.state, "--image-path", k.image, k.id); code != 2 || !strings.Contains(stderr, "--bundle") {
+		t.Errorf("gantry restore without --bundle: exit %d, want 2 and the flag named:\n%s", code, stderr)
+	}
+	out, stderr, code = k.gantryCLI("restore", "--root", k.state, "--image-path", k.image, "--work-path", k.work, "--bundle", k.bundle, k.id)
+	if code != 0 {
+		t.Fatalf("gantry restore: exit %d\n%s%s", code, stderr, criuLog(k.work, "restore.log"))
+	}
+	npid := k.initPID()
+	if got, want := k.callsOf(npid), lines(npid, "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of gantry restore:\n%s\nwant:\n%s", got, want)
+	}
+	if !strings.Contains(out, "timings: ") {
+		t.Errorf("gantry restore printed no phases:\n%s", out)
+	}
+	if c := k.waitCount(at + 5); c < at {
+		t.Errorf("the restored container counts from %d, was at %d", c, at)
+	}
+}
