@@ -268,6 +268,24 @@ exec %q "$@"
 	return path, log
 }
 
+// removeRestoreCopies removes the copies of checkpoint images that
+// containerd (1.6 and 2.4) makes for a restore in $XDG_RUNTIME_DIR or the
+// temporary directory (ctrd-checkpoint*) and leaves behind: the ones the
+// recorded restores of this test name.
+func removeRestoreCopies(t *testing.T, log string) {
+	for _, l := range recordedCalls(log, "restore") {
+		f := strings.Fields(l)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "--image-path" && strings.HasPrefix(filepath.Base(f[i+1]), "ctrd-checkpoint") {
+				if _, err := os.Stat(f[i+1]); err == nil {
+					t.Logf("containerd left its copy of the checkpoint %s: removed", f[i+1])
+					os.RemoveAll(f[i+1])
+				}
+			}
+		}
+	}
+}
+
 // recordedCalls returns the recorded runtime calls of the commands named.
 func recordedCalls(log string, commands ...string) []string {
 	b, _ := os.ReadFile(log)
@@ -737,6 +755,7 @@ func containerdCheckpoint(t *testing.T, f *fixture, c *ckptFixture, v ctrCkptVer
 	for _, l := range recordedCalls(argsLog, "checkpoint", "restore", "pause", "resume") {
 		t.Logf("the shim ran: gantry-runtime %s", l)
 	}
+	removeRestoreCopies(t, argsLog)
 }
 
 // checkpointIndex is the OCI index of the checkpoint image ref in a
@@ -788,4 +807,133 @@ func checkBlobModes(t *testing.T, root, index string) {
 		}
 		t.Logf("the checkpoint's CRIU image (%s) in containerd's content store: %s", m.MediaType, strings.Join(modes, ", "))
 	}
+}
+
+// TestDockerCheckpoint drives Docker's checkpoint commands (experimental
+// in Docker 20.10: daemon.json "experimental": true) on a GPU container of
+// the nvidia runtime that `gantry runtime configure` registered: dockerd
+// asks its containerd for the task's checkpoint, and the runc v2 shim runs
+// gantry-runtime checkpoint. `docker checkpoint create --leave-running`:
+// the CUDA lock, checkpoint, restore and unlock, and the container goes on;
+// `docker checkpoint create` stops it after the lock and checkpoint; `docker
+// start --checkpoint` restores it, its CUDA state restored and unlocked, and
+// it counts on from where it was.
+func TestDockerCheckpoint(t *testing.T) {
+	f := need(t)
+	c := newCkptFixture(t, f)
+	dir := t.TempDir()
+	rt, argsLog := argsRecorder(t, dir, f.runtime, c.config)
+	e := startDockerWith(t, f.daemonEnv(), func(env []string, daemonJSON string) (string, error) {
+		out, err := command(env, f.gantry, "runtime", "configure", "--runtime", "docker", "--config-file", daemonJSON, "--runtime-path", rt)
+		if err != nil {
+			return out, err
+		}
+		// Docker 20.10 has checkpoint and restore only as experimental.
+		var m map[string]any
+		b, err := os.ReadFile(daemonJSON)
+		if err == nil {
+			err = json.Unmarshal(b, &m)
+		}
+		if err != nil {
+			return out, err
+		}
+		m["experimental"] = true
+		b, _ = json.MarshalIndent(m, "", "  ")
+		return out, os.WriteFile(daemonJSON, b, 0o644)
+	})
+	// The counter image: the fixture's image tree as one layer.
+	layer, err := tarTree(filepath.Join(c.dir, "image"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layerTar := filepath.Join(dir, "counter.tar")
+	if err := os.WriteFile(layerTar, layer, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const image = "gantry-test/cuda-counter:1"
+	if out, err := e.docker("import", layerTar, image); err != nil {
+		t.Fatalf("docker import: %v\n%s", err, out)
+	}
+	name := "ckpt"
+	args := []string{"run", "-d", "--name", name, "--runtime", "nvidia", "--network", "none", "-e", "NVIDIA_VISIBLE_DEVICES=1"}
+	if apparmorUnusable() {
+		args = append(args, "--security-opt", "apparmor=unconfined")
+	}
+	if out, err := e.docker(append(args, image, counterName)...); err != nil {
+		t.Fatalf("docker run: %v\n%s\n%s", err, out, f.runtimeLogTail())
+	}
+	t.Cleanup(func() { e.docker("rm", "-f", name) })
+	pidOf := func() int {
+		out, _ := e.docker("inspect", "--format", "{{.State.Pid}}", name)
+		n, _ := strconv.Atoi(strings.TrimSpace(out))
+		return n
+	}
+	pid := pidOf()
+	waitCount(t, pid, 3)
+	c.calls()
+
+	if out, err := e.docker("checkpoint", "create", "--leave-running", name, "cp1"); err != nil {
+		t.Fatalf("docker checkpoint create --leave-running: %v\n%s%s\n%s\ndockerd log:\n%s", err, out, criuLogIn(out), f.runtimeLogTail(), tail(e.d.log, 3000))
+	}
+	if got, want := c.calls(), ckptLines(pid, "lock ok timeout=30000", "checkpoint ok", "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of docker checkpoint create --leave-running:\n%s\nwant:\n%s", got, want)
+	}
+	if p := pidOf(); p != pid {
+		t.Fatalf("after docker checkpoint create --leave-running the container's pid is %d, was %d", p, pid)
+	}
+	waitCount(t, pid, count(pid)+5)
+	if out, err := e.docker("checkpoint", "ls", name); err != nil || !strings.Contains(out, "cp1") {
+		t.Errorf("docker checkpoint ls: %v\n%s", err, out)
+	}
+
+	waitCount(t, pid, 50)
+	if out, err := e.docker("checkpoint", "create", name, "cp2"); err != nil {
+		t.Fatalf("docker checkpoint create: %v\n%s%s\n%s", err, out, criuLogIn(out), f.runtimeLogTail())
+	}
+	if got, want := c.calls(), ckptLines(pid, "lock ok timeout=30000", "checkpoint ok"); got != want {
+		t.Errorf("CUDA calls of docker checkpoint create:\n%s\nwant:\n%s", got, want)
+	}
+	before := count(pid) // read through /proc/PID/root: 0 once it is gone
+	if out, _ := e.docker("inspect", "--format", "{{.State.Running}}", name); strings.TrimSpace(out) != "false" {
+		t.Fatalf("after docker checkpoint create the container runs: %s", out)
+	}
+	// What dockerd kept: CRIU's files and Gantry's record, under its
+	// data root.
+	var img string
+	filepath.Walk(filepath.Join(e.dir, "docker", "data", "containers"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.IsDir() && fi.Name() == "cp2" {
+			img = p
+		}
+		return nil
+	})
+	if img == "" {
+		t.Fatal("no checkpoint cp2 under dockerd's data root")
+	}
+	var files []string
+	filepath.Walk(img, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && p != img {
+			files = append(files, fmt.Sprintf("%s %v", strings.TrimPrefix(p, img+"/"), fi.Mode().Perm()))
+		}
+		return nil
+	})
+	t.Logf("dockerd's checkpoint %s: %s", img, strings.Join(files, ", "))
+	if rec, found, err := ctrckpt.ReadRecord(img); err != nil || !found || rec.CUDAProcesses != 1 || len(rec.GPUs) != 1 || rec.GPUs[0].Minor != 1 {
+		t.Errorf("Gantry's record in %s: %+v %v %v, want 1 CUDA process on GPU minor 1", img, rec, found, err)
+	}
+
+	out, err := e.docker("start", "--checkpoint", "cp2", name)
+	if err != nil {
+		t.Fatalf("docker start --checkpoint: %v\n%s%s\n%s\ndockerd log:\n%s", err, out, criuLogIn(out), f.runtimeLogTail(), tail(e.d.log, 3000))
+	}
+	npid := pidOf()
+	if got, want := c.calls(), ckptLines(npid, "restore ok", "unlock ok"); got != want {
+		t.Errorf("CUDA calls of docker start --checkpoint:\n%s\nwant:\n%s", got, want)
+	}
+	if n := waitCount(t, npid, 5); n < 50 {
+		t.Errorf("the restored container counts from %d, was past 50 (%d through /proc)", n, before)
+	}
+	for _, l := range recordedCalls(argsLog, "checkpoint", "restore") {
+		t.Logf("the shim ran: gantry-runtime %s", l)
+	}
+	removeRestoreCopies(t, argsLog)
 }
