@@ -155,6 +155,22 @@ func IsExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
 }
 
+// LookPathIn is exec.LookPath against a given PATH value (an engine's,
+// read from its /proc/PID/environ), not this process's. Relative entries
+// are passed over: a daemon runs from /, and such an entry is not one to
+// trust.
+func LookPathIn(file, path string) (string, bool) {
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		if p := filepath.Join(dir, file); IsExecutable(p) {
+			return p, true
+		}
+	}
+	return "", false
+}
+
 // HelperTimeout bounds the NVML helper's answer: NVML's first start on a
 // host with many GPUs and persistence mode off takes seconds.
 const HelperTimeout = 60 * time.Second

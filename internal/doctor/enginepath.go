@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gantry-gpu/gantry/internal/discover"
 )
 
 // The engines' processes. A program an engine's configuration names
@@ -277,7 +279,7 @@ type program struct {
 // source), as exec does; a path must be an executable regular file.
 func judgeProgram(p, path, source string) program {
 	if !strings.Contains(p, "/") {
-		if lp, ok := lookPathIn(p, path); ok {
+		if lp, ok := discover.LookPathIn(p, path); ok {
 			return program{path: lp}
 		}
 		if nx := nonExecutableIn(p, path); nx != "" {

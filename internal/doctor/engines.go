@@ -276,22 +276,8 @@ const hookName = "nvidia-container-runtime-hook"
 // hookUsable says whether docker run --gpus finds the hook.
 func hookUsable(opts Options) bool {
 	path, _ := dockerdPATH(opts)
-	_, ok := lookPathIn(hookName, path)
+	_, ok := discover.LookPathIn(hookName, path)
 	return ok
-}
-
-// lookPathIn is exec.LookPath against a given PATH, not doctor's.
-func lookPathIn(file, path string) (string, bool) {
-	for _, dir := range filepath.SplitList(path) {
-		if !filepath.IsAbs(dir) {
-			continue // dockerd runs from /; a relative entry is not one a daemon should trust
-		}
-		p := filepath.Join(dir, file)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
-			return p, true
-		}
-	}
-	return "", false
 }
 
 // checkHook: docker run --gpus asks containerd to run a prestart hook found
@@ -306,7 +292,7 @@ func checkHook(opts Options, docker, runtimeOK bool) Check {
 		}
 		return c
 	}
-	if p, ok := lookPathIn(hookName, path); ok {
+	if p, ok := discover.LookPathIn(hookName, path); ok {
 		evidence := fmt.Sprintf("%s (on %s)", p, source)
 		if gantryProgram(p) {
 			// Gantry's hook: the create server does its work too.

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/gantry-gpu/gantry/internal/discover"
 )
 
 // brokenHook reports the hook on dockerd's PATH (path, read from source)
@@ -18,7 +20,7 @@ import (
 // working hook is found on the PATH, broken entries before it included:
 // dockerd takes that one.
 func brokenHook(opts Options, path, source string) (Check, bool) {
-	if _, ok := lookPathIn(hookName, path); ok {
+	if _, ok := discover.LookPathIn(hookName, path); ok {
 		return Check{}, false
 	}
 	var problems, fixes []string

@@ -1,10 +1,10 @@
 package doctor
 
 import (
-	"errors"
 	"strings"
 
 	"github.com/gantry-gpu/gantry/internal/ctrckpt"
+	"github.com/gantry-gpu/gantry/internal/discover"
 )
 
 // checkpointEnginePATH is the PATH gantry-runtime, and so runc and CRIU,
@@ -28,26 +28,22 @@ func checkpointEnginePATH(opts Options) (path, source string) {
 func checkNetworkLock(path, source string, configs []string) Check {
 	// runc runs criu from the engine's PATH too (containerd: "criu binary
 	// not found").
-	criu, ok := lookPathIn("criu", path)
+	criu, ok := discover.LookPathIn("criu", path)
 	if !ok {
 		return skip(CheckNetworkLock, "no criu in the engine's PATH %q (%s): checkpointing is not set up (see %s)", path, source, CheckContainerCheckpoint)
 	}
-	configured := ctrckpt.CRIUNetworkLockSet(configs)
-	missing := ctrckpt.NetworkLockMissing(func(prog string) (string, error) {
-		if p, ok := lookPathIn(prog, path); ok {
-			return p, nil
-		}
-		return "", errors.New("not found")
-	}, configured)
-	if configured {
+	if ctrckpt.CRIUNetworkLockSet(configs) {
 		return pass(CheckNetworkLock, "a CRIU configuration file (one of %s) chooses the network lock (network-lock): CRIU %s does what it says", strings.Join(configs, ", "), criu)
 	}
-	if len(missing) == 0 {
-		var found []string
-		for _, prog := range ctrckpt.NetworkLockPrograms {
-			p, _ := lookPathIn(prog, path)
+	var found, missing []string
+	for _, prog := range ctrckpt.NetworkLockPrograms {
+		if p, ok := discover.LookPathIn(prog, path); ok {
 			found = append(found, p)
+		} else {
+			missing = append(missing, prog)
 		}
+	}
+	if len(missing) == 0 {
 		return pass(CheckNetworkLock, "CRIU's network lock can run: %s in the engine's PATH (%s)", strings.Join(found, " and "), source)
 	}
 	verb := "is"

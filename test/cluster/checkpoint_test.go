@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gantry-gpu/gantry/internal/ctrckpt"
+	"github.com/gantry-gpu/gantry/internal/discover"
 )
 
 const (
@@ -265,11 +266,8 @@ func containerdLacksNetworkLock(t *testing.T) []string {
 		}
 	}
 	look := func(prog string) (string, error) {
-		for _, d := range filepath.SplitList(path) {
-			p := filepath.Join(d, prog)
-			if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-				return p, nil
-			}
+		if p, ok := discover.LookPathIn(prog, path); ok {
+			return p, nil
 		}
 		return "", os.ErrNotExist
 	}
