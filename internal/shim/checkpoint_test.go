@@ -199,6 +199,19 @@ func (k *ckptContainer) fail(line string) {
 	}
 }
 
+// refusedUnchanged checks what a checkpoint refused before the CUDA lock
+// leaves: no CUDA call, no runc checkpoint, the container counting on.
+func (k *ckptContainer) refusedUnchanged() {
+	k.t.Helper()
+	if got := k.calls(); got != "" {
+		k.t.Errorf("a refused checkpoint made CUDA calls:\n%s", got)
+	}
+	if _, err := os.Stat(filepath.Join(k.image, "inventory.img")); err == nil {
+		k.t.Error("runc checkpoint ran for a refused checkpoint")
+	}
+	k.waitCount(k.count() + 5)
+}
+
 func (k *ckptContainer) checkpoint(extra ...string) (string, error) {
 	args := append([]string{"checkpoint", "--image-path", k.image, "--work-path", k.work}, extra...)
 	_, stderr, err := k.runtime(append(args, k.id)...)
@@ -555,13 +568,7 @@ func TestCheckpointRefusesMPSClient(t *testing.T) {
 	if err == nil || !strings.Contains(stderr, "refusing to checkpoint") || !strings.Contains(stderr, "MPS client") {
 		t.Fatalf("checkpoint of an MPS client: %v\n%s", err, stderr)
 	}
-	if got := k.calls(); got != "" {
-		t.Errorf("a refused checkpoint made CUDA calls:\n%s", got)
-	}
-	if _, err := os.Stat(filepath.Join(k.image, "inventory.img")); err == nil {
-		t.Error("runc checkpoint ran for a refused checkpoint")
-	}
-	k.waitCount(k.count() + 5)
+	k.refusedUnchanged()
 }
 
 // TestCheckpointRefusesWithoutNetworkLock: a GPU container in a network
@@ -573,10 +580,8 @@ func TestCheckpointRefusesMPSClient(t *testing.T) {
 // "Locking network failed" after the CUDA checkpoint; what a GPU host
 // without iptables answered the kubelet.)
 func TestCheckpointRefusesWithoutNetworkLock(t *testing.T) {
-	for _, f := range []string{"/etc/criu/runc.conf", "/etc/criu/default.conf"} {
-		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), "network-lock") {
-			t.Skipf("%s chooses CRIU's network lock", f)
-		}
+	if ctrckpt.CRIUNetworkLockSet(ctrckpt.CRIUConfigs) {
+		t.Skipf("one of %v chooses CRIU's network lock", ctrckpt.CRIUConfigs)
 	}
 	k := newCkptContainer(t)
 	k.start()
@@ -593,13 +598,7 @@ func TestCheckpointRefusesWithoutNetworkLock(t *testing.T) {
 		!strings.Contains(stderr, "apt-get install iptables") {
 		t.Fatalf("checkpoint without iptables-restore in PATH: %v\n%s", err, stderr)
 	}
-	if got := k.calls(); got != "" {
-		t.Errorf("a refused checkpoint made CUDA calls:\n%s", got)
-	}
-	if _, err := os.Stat(filepath.Join(k.image, "inventory.img")); err == nil {
-		t.Error("runc checkpoint ran for a refused checkpoint")
-	}
-	k.waitCount(k.count() + 5)
+	k.refusedUnchanged()
 	// With the programs back, the same container checkpoints.
 	k.extraEnv = nil
 	if stderr, err := k.checkpoint("--leave-running"); err != nil {
